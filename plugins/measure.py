@@ -1,0 +1,144 @@
+"""Always-on measurement: samples/s, step-time percentiles, data wait, peak memory, loss, metrics.
+
+Cheap by construction: no device synchronisation per step. On CPU a step's
+time is read from ``perf_counter``; on CUDA a timing event is recorded at each
+batch start (asynchronous) and the elapsed times are read only once the events
+have completed, so the GPU queue is never drained for measurement.
+
+Definitions (all over the steady state: the first ``measure.warmup_steps``
+micro-batches and the first step after each validation are left out):
+
+- step time: from one training micro-batch start to the next, i.e. it includes
+  fetching the next batch; p50 and p90 in milliseconds.
+- samples/s: samples in the measured steps (all ranks) / their total time.
+- data_wait_fraction: host time blocked between a batch's end and the next
+  batch's start (the DataLoader and host-to-device copy) / measured host time.
+- peak_memory_bytes: the CUDA caching allocator's peak on GPU; the process's
+  peak resident set size on CPU.
+"""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import sys
+import time
+
+import torch
+
+from trainer import hookimpl
+from trainer.validation import Integer, problems
+
+
+class Plugin:
+    def __init__(self, cfg) -> None:
+        settings = cfg.get("measure") or {}
+        self.warmup_steps = settings.get("warmup_steps", 2)
+        self.intervals_ms: list[float] = []  # resolved step times
+        self.pending: list = []  # CUDA: (start_event, next_start_event) pairs not yet read
+        self.samples = self.micro_batches = 0
+        self.measured_samples = 0
+        self.wait_s = self.host_s = 0.0
+        self.last_start = self.last_end = self.last_event = None
+        self.skip_next = True
+        self.last_loss = None
+        self.val: dict[str, float] = {}
+        self.device = None
+
+    @hookimpl
+    def check(self, cfg):
+        return problems(cfg, {"measure.warmup_steps": Integer(low=0)})
+
+    @hookimpl
+    def on_fit_start(self, trainer, module):
+        self.device = module.device
+        self.world_size = trainer.world_size
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    @hookimpl(tryfirst=True)
+    def on_train_batch_start(self, batch):
+        now = time.perf_counter()
+        measured = not self.skip_next and self.micro_batches >= self.warmup_steps
+        if measured:
+            self.wait_s += now - self.last_end
+            self.host_s += now - self.last_start
+            self.measured_samples += self._batch_size
+        if self.device.type == "cuda":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            if measured:
+                self.pending.append((self.last_event, event))
+            self.last_event = event
+            self._drain(block=False)
+        elif measured:
+            self.intervals_ms.append((now - self.last_start) * 1e3)
+        self.last_start = now
+        self.skip_next = False
+        self._batch_size = _batch_size(batch)
+
+    @hookimpl(trylast=True)
+    def on_train_batch_end(self, outputs):
+        self.last_end = time.perf_counter()
+        self.micro_batches += 1
+        self.samples += self._batch_size
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if loss is not None:
+            self.last_loss = loss.detach()
+
+    @hookimpl
+    def on_validation_end(self, trainer):
+        self.skip_next = True  # the next interval contains validation time
+        metrics = trainer.callback_metrics
+        self.val = {k.split("/", 1)[1]: float(v) for k, v in metrics.items() if k.startswith("val/")}
+
+    def _drain(self, block: bool) -> None:
+        done = 0
+        for start, end in self.pending:
+            if not block and not end.query():
+                break
+            if block:
+                end.synchronize()
+            self.intervals_ms.append(start.elapsed_time(end))
+            done += 1
+        del self.pending[:done]
+
+    @hookimpl
+    def report(self, cfg, summary):
+        if self.device is not None and self.device.type == "cuda":
+            self._drain(block=True)
+        total_ms = sum(self.intervals_ms)
+        world = getattr(self, "world_size", 1)
+        summary.update(
+            samples_per_s=self.measured_samples * world / (total_ms / 1e3) if total_ms else None,
+            step_time_ms=_percentiles(self.intervals_ms),
+            data_wait_fraction=self.wait_s / self.host_s if self.host_s else None,
+            peak_memory_bytes=_peak_memory(self.device),
+            micro_batches=self.micro_batches,
+            samples=self.samples * world,
+            train_loss=float(self.last_loss) if self.last_loss is not None else None,
+            val=self.val,
+        )
+
+    def describe(self):
+        return {"warmup_steps": self.warmup_steps}
+
+
+def _batch_size(batch) -> int:
+    first = batch[0] if isinstance(batch, (list, tuple)) else batch
+    return len(first)
+
+
+def _percentiles(values: list[float]) -> dict:
+    if len(values) < 2:
+        value = values[0] if values else None
+        return {"p50": value, "p90": value, "count": len(values)}
+    deciles = statistics.quantiles(values, n=10)
+    return {"p50": statistics.median(values), "p90": deciles[8], "count": len(values)}
+
+
+def _peak_memory(device) -> int:
+    if device is not None and device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB

@@ -1,0 +1,71 @@
+"""Shared fixtures: compose configs like run.py does, run in-process or as the user's command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+
+#: Overrides that make a run take a second or two on a CPU: small data, small model, one epoch.
+TINY = [
+    "data.train_samples=256",
+    "data.val_samples=128",
+    "data.batch_size=32",
+    "model.width=8",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+]
+
+
+def compose_config(overrides=(), tiny=True):
+    """The config run.py would get for these command-line overrides."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=[*(TINY if tiny else []), *overrides])
+
+
+@pytest.fixture
+def make_config():
+    return compose_config
+
+
+@pytest.fixture
+def train(tmp_path):
+    """Run a tiny training in this process; returns (summary dict, run dir)."""
+    import trainer
+
+    def _train(*overrides, tiny=True, run_dir=None):
+        cfg = compose_config(overrides, tiny=tiny)
+        out = Path(run_dir or tmp_path / "run")
+        trainer.run(cfg, run_dir=out)
+        return json.loads((out / "summary.json").read_text()), out
+
+    return _train
+
+
+def run_cli(*args, cwd=None, env=None, timeout=300, tiny=True):
+    """Run ``python run.py ARGS`` as a user would; returns the CompletedProcess."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    command = [sys.executable, str(ROOT / "run.py"), *(TINY if tiny else []), *args]
+    return subprocess.run(
+        command, cwd=cwd or ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """``cli(*args)`` runs run.py with its run directory in tmp_path/run."""
+
+    def _cli(*args, run_dir=None, **kwargs):
+        out = run_dir or tmp_path / "run"
+        return run_cli(f"hydra.run.dir={out}", *args, **kwargs)
+
+    return _cli

@@ -1,0 +1,58 @@
+"""The one Lightning Callback that forwards loop events to the plugins' pluggy hooks.
+
+Each Lightning callback method calls the hook of the same name with the run's
+config; plugin state rides in the Lightning checkpoint under
+``checkpoint["tuneup"][<plugin name>]``.
+"""
+
+from __future__ import annotations
+
+import pytorch_lightning as pl
+
+CHECKPOINT_KEY = "tuneup"
+
+
+class Bridge(pl.Callback):
+    def __init__(self, cfg, plugins) -> None:
+        self.cfg = cfg
+        self.plugins = plugins
+
+    def _call(self, name: str, trainer, module, **kwargs) -> None:
+        self.plugins.call(name, cfg=self.cfg, trainer=trainer, module=module, **kwargs)
+
+    def on_fit_start(self, trainer, pl_module):
+        self._call("on_fit_start", trainer, pl_module)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._call("on_train_batch_start", trainer, pl_module, batch=batch, batch_idx=batch_idx)
+
+    def on_before_backward(self, trainer, pl_module, loss):
+        self._call("on_before_backward", trainer, pl_module, loss=loss)
+
+    def on_after_backward(self, trainer, pl_module):
+        self._call("on_after_backward", trainer, pl_module)
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self._call("on_before_optimizer_step", trainer, pl_module, optimizer=optimizer)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self._call(
+            "on_train_batch_end", trainer, pl_module, outputs=outputs, batch=batch, batch_idx=batch_idx
+        )
+
+    def on_validation_end(self, trainer, pl_module):
+        self._call("on_validation_end", trainer, pl_module)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        checkpoint[CHECKPOINT_KEY] = self.plugins.state_dicts()
+        self._call("on_save_checkpoint", trainer, pl_module, checkpoint=checkpoint)
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        self.plugins.load_state_dicts(checkpoint.get(CHECKPOINT_KEY, {}))
+        self._call("on_load_checkpoint", trainer, pl_module, checkpoint=checkpoint)
+
+    def on_exception(self, trainer, pl_module, exception):
+        self._call("on_exception", trainer, pl_module, exception=exception)
+
+    def on_fit_end(self, trainer, pl_module):
+        self._call("on_fit_end", trainer, pl_module)

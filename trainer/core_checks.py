@@ -1,0 +1,71 @@
+"""Checks of the core's own config keys: seed, components, and the Lightning Trainer arguments.
+
+Plugins check their own groups in their ``check`` hook; the runner shows
+these problems and the plugins' together.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytorch_lightning as pl
+
+from trainer.data import check_data
+from trainer.models import check_model
+from trainer.optim import check_optim
+from trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
+
+_FRACTION_OR_COUNT = "a fraction in (0, 1] or a whole number of batches >= 0"
+
+TRAINER_RULES = {
+    "seed": Integer(low=0),
+    "trainer.max_steps": Integer(low=-1, note="-1: no step limit"),
+    "trainer.max_epochs": Integer(low=-1, also=(None,), note="-1: no epoch limit"),
+    "trainer.min_steps": Integer(low=0, also=(None,)),
+    "trainer.accelerator": OneOf(("auto", "cpu", "gpu", "cuda", "mps")),
+    "trainer.num_nodes": Integer(low=1),
+    "trainer.log_every_n_steps": Integer(low=1),
+    "trainer.check_val_every_n_epoch": Integer(low=1, also=(None,)),
+    "trainer.num_sanity_val_steps": Integer(low=-1),
+    "trainer.accumulate_grad_batches": Integer(low=1),
+    "trainer.gradient_clip_val": Number(ge=0),
+    "trainer.deterministic": BOOL,
+    "trainer.benchmark": BOOL,
+    "trainer.enable_progress_bar": BOOL,
+    "trainer.fast_dev_run": BOOL,
+}
+
+
+def core_problems(cfg) -> list[str]:
+    found = problems(cfg, TRAINER_RULES)
+    found += _trainer_argument_problems(cfg)
+    found += check_model(cfg) + check_data(cfg) + check_optim(cfg)
+    return found
+
+
+def _trainer_argument_problems(cfg) -> list[str]:
+    allowed = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
+    found = [
+        f"trainer.{key} is not a Lightning Trainer argument; allowed: {', '.join(sorted(allowed))}"
+        for key in cfg.trainer
+        if key not in allowed
+    ]
+    devices = cfg.trainer.get("devices", "auto")
+    if not (devices == "auto" or Integer(low=-1)(devices) and devices != 0 or _is_list(devices)):
+        found.append(problem("trainer.devices", devices, "an integer >= 1, -1 (all), 'auto', "
+                             "or a list of device indices"))
+    for key in ("limit_train_batches", "limit_val_batches", "val_check_interval"):
+        value = cfg.trainer.get(key)
+        if value is not None and not _fraction_or_count(value):
+            found.append(problem(f"trainer.{key}", value, _FRACTION_OR_COUNT))
+    return found
+
+
+def _is_list(value) -> bool:
+    return hasattr(value, "__len__") and not isinstance(value, str) and len(value) > 0
+
+
+def _fraction_or_count(value) -> bool:
+    if isinstance(value, float):
+        return 0 < value <= 1
+    return Integer(low=0)(value)

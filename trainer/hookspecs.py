@@ -1,0 +1,186 @@
+"""Every hook a tuneup plugin can implement, in the order the run reaches them.
+
+A run of ``python run.py ...`` goes through these phases; each hook is shown
+where it fires::
+
+    compose config (Hydra)
+    load plugins: built-ins named by config nodes, entry points of group "tuneup"
+    check(cfg, env)                      -> all problems shown together, then stop
+    build data, model
+    configure_model(cfg, model)          pipeline, ordered by tryfirst/trylast:
+                                         kernel swaps -> activation checkpointing
+                                         -> memory format -> compile
+    configure_optimizer(cfg, params)     first non-None result wins
+    configure_trainer(cfg, kwargs)       mutate the pl.Trainer keyword arguments
+    trainer.fit(...)
+        on_fit_start(cfg, trainer, module)
+        for each batch:
+            transform_batch(cfg, batch)  pipeline, after the device transfer
+            on_train_batch_start(cfg, trainer, module, batch, batch_idx)
+            forward, loss
+            on_before_backward(cfg, trainer, module, loss)
+            backward
+            on_after_backward(cfg, trainer, module)
+            on_before_optimizer_step(cfg, trainer, module, optimizer)   (per optimizer step)
+            optimizer step
+            on_train_batch_end(cfg, trainer, module, outputs, batch, batch_idx)
+        validation ... on_validation_end(cfg, trainer, module)
+        on_save_checkpoint(cfg, trainer, module, checkpoint) / on_load_checkpoint(...)
+        on_exception(cfg, trainer, module, exception)   if anything raised
+        on_fit_end(cfg, trainer, module)
+    report(cfg, summary)                 add figures; summary.json is written after
+
+Implementations may accept any subset of a hook's arguments (pluggy passes
+only the names they ask for), so specs can grow without breaking plugins.
+
+Besides hooks, a plugin object may define these plain methods, which the host
+calls on that one plugin (they are per-plugin, so they are not hooks):
+
+``describe() -> dict``
+    The plugin's effective settings for the run summary and ``plugins.list``
+    (for example which half type ``amp`` chose). Default: the plugin's config node.
+``state_dict() -> dict`` / ``load_state_dict(state)``
+    Plugin state stored in the Lightning checkpoint under
+    ``checkpoint["tuneup"][<plugin name>]`` and handed back on resume. Use only
+    tensors and plain Python containers.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("tuneup")
+
+# --------------------------------------------------------------------------------------
+# check: before anything is built
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def check(cfg, env) -> list[str]:
+    """Return problems with the config or the machine (empty list or None: none).
+
+    ``env`` is a :class:`trainer.environment.Environment` describing the
+    accelerator the run will use. Every plugin is asked; all problems are shown
+    together in one error before a model is built or a process spawned. Each
+    problem should say what is wrong, what is allowed and what to do.
+    """
+
+
+# --------------------------------------------------------------------------------------
+# setup: build the pieces of the run
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def configure_model(cfg, model):
+    """Change ``model`` (a ``torch.nn.Module``) in place, or return a replacement.
+
+    A pipeline: implementations run one after another in pluggy's call order
+    (declare it with ``tryfirst``/``trylast``), each receiving the model the
+    previous one produced; returning None keeps the model it was given.
+    Convention: kernel swaps ``tryfirst``, then activation checkpointing,
+    memory format, and ``torch.compile`` ``trylast``.
+    """
+
+
+@hookspec(firstresult=True)
+def configure_optimizer(cfg, params):
+    """Return a ``torch.optim.Optimizer`` for ``params``, or None to pass.
+
+    Stops at the first non-None result; if no plugin answers, the optimizer
+    named by ``cfg.optimizer.name`` is built by the core.
+    """
+
+
+@hookspec
+def configure_trainer(cfg, kwargs: dict):
+    """Mutate ``kwargs``, the keyword arguments that will be given to ``pl.Trainer``.
+
+    Start from ``cfg.trainer``; add a precision plugin, a strategy, callbacks
+    (append to ``kwargs["callbacks"]``), a logger. Return value is ignored.
+    """
+
+
+# --------------------------------------------------------------------------------------
+# loop: forwarded from Lightning by the bridge callback (trainer/bridge.py)
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def on_fit_start(cfg, trainer, module):
+    """Lightning ``on_fit_start``: the model is on its device, training is about to begin."""
+
+
+@hookspec
+def transform_batch(cfg, batch):
+    """Return a replacement for ``batch`` (after its device transfer), or None to keep it.
+
+    A pipeline like ``configure_model``: each implementation receives the
+    previous one's result. Called once per training and validation batch, so
+    keep it cheap.
+    """
+
+
+@hookspec
+def on_train_batch_start(cfg, trainer, module, batch, batch_idx):
+    """Lightning ``on_train_batch_start``: a micro-batch is about to run forward."""
+
+
+@hookspec
+def on_before_backward(cfg, trainer, module, loss):
+    """Lightning ``on_before_backward``: ``loss`` is about to be back-propagated."""
+
+
+@hookspec
+def on_after_backward(cfg, trainer, module):
+    """Lightning ``on_after_backward``: gradients of this micro-batch are accumulated."""
+
+
+@hookspec
+def on_before_optimizer_step(cfg, trainer, module, optimizer):
+    """Lightning ``on_before_optimizer_step``: once per optimizer step, before it."""
+
+
+@hookspec
+def on_train_batch_end(cfg, trainer, module, outputs, batch, batch_idx):
+    """Lightning ``on_train_batch_end``; ``outputs["loss"]`` is the (unsynchronised) loss."""
+
+
+@hookspec
+def on_validation_end(cfg, trainer, module):
+    """Lightning ``on_validation_end``: validation metrics are in ``trainer.callback_metrics``."""
+
+
+@hookspec
+def on_save_checkpoint(cfg, trainer, module, checkpoint: dict):
+    """A checkpoint dict is being written; add to it (plain containers and tensors only)."""
+
+
+@hookspec
+def on_load_checkpoint(cfg, trainer, module, checkpoint: dict):
+    """A checkpoint dict was read on resume."""
+
+
+@hookspec
+def on_exception(cfg, trainer, module, exception):
+    """Training raised ``exception``; release what the plugin holds. The run then fails."""
+
+
+@hookspec
+def on_fit_end(cfg, trainer, module):
+    """Lightning ``on_fit_end``: training and validation have finished."""
+
+
+# --------------------------------------------------------------------------------------
+# report: after the fit, on the process that writes summary.json
+# --------------------------------------------------------------------------------------
+
+
+@hookspec
+def report(cfg, summary: dict):
+    """Add figures to ``summary`` (becomes ``summary.json``). Values must be JSON-serialisable.
+
+    Called on global rank 0 only, after training, also when training failed
+    (``summary["status"] == "failed"``), so report what was measured.
+    """

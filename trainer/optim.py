@@ -1,0 +1,59 @@
+"""Optimizers and learning-rate schedules, by the names in ``conf/optimizer`` and ``conf/scheduler``.
+
+A plugin can supply its own optimizer through the ``configure_optimizer``
+hook; these are what the core builds when none does. Schedules step once per
+optimizer step (Lightning's ``interval: step``), not per micro-batch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from trainer.validation import BOOL, Integer, Number, OneOf, problems
+
+OPTIMIZERS = ("sgd", "adamw")
+SCHEDULERS = ("constant", "cosine")
+
+RULES = {
+    "optimizer.name": OneOf(OPTIMIZERS),
+    "optimizer.lr": Number(gt=0),
+    "optimizer.weight_decay": Number(ge=0),
+    "optimizer.momentum": Number(ge=0, lt=1),
+    "optimizer.nesterov": BOOL,
+    "optimizer.eps": Number(gt=0),
+    "scheduler.name": OneOf(SCHEDULERS),
+    "scheduler.warmup_steps": Integer(low=0),
+    "scheduler.min_lr_ratio": Number(ge=0, le=1),
+}
+
+
+def check_optim(cfg) -> list[str]:
+    return problems(cfg, RULES)
+
+
+def build_optimizer(cfg, params) -> torch.optim.Optimizer:
+    o = cfg.optimizer
+    if o.name == "sgd":
+        return torch.optim.SGD(
+            params, lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay, nesterov=o.nesterov
+        )
+    betas = tuple(o.get("betas", (0.9, 0.999)))
+    return torch.optim.AdamW(params, lr=o.lr, betas=betas, eps=o.eps, weight_decay=o.weight_decay)
+
+
+def build_scheduler(cfg, optimizer, total_steps: int):
+    """A LambdaLR: linear warm-up, then constant or cosine decay to ``min_lr_ratio``."""
+    s = cfg.scheduler
+    warmup, floor = s.get("warmup_steps", 0), s.get("min_lr_ratio", 0.0)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        if s.name == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

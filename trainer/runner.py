@@ -1,0 +1,150 @@
+"""Build and run one training job from a composed config: the data flow of DESIGN.md.
+
+load plugins -> check (all problems at once) -> build data, model -> configure_model
+pipeline -> configure_trainer -> fit -> report -> summary.json
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import sys
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+
+from trainer import TuneupError, summary as run_summary
+from trainer.bridge import Bridge
+from trainer.core_checks import core_problems
+from trainer.data import build_data
+from trainer.environment import Environment
+from trainer.models import build_model
+from trainer.module import TrainingModule
+from trainer.plugin_manager import PluginManager
+
+log = logging.getLogger(__name__)
+
+
+class ConfigError(TuneupError):
+    """The config or the machine cannot run: every problem found, one per line."""
+
+    def __init__(self, found: list[str]) -> None:
+        self.problems = found
+        super().__init__(
+            f"{len(found)} problem(s) with this run's config:\n" + "\n".join(f"  - {p}" for p in found)
+        )
+
+
+def run_dir_from_hydra() -> Path:
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        return Path(HydraConfig.get().runtime.output_dir)
+    return Path.cwd()
+
+
+def run(cfg, run_dir: str | Path | None = None):
+    """Train as ``cfg`` says, write ``summary.json`` into ``run_dir``; return the final val acc.
+
+    Without ``run_dir`` the Hydra run directory (``hydra.run.dir``) is used.
+    Returns None for ``plugins.list=true``, which prints the plugins and exits.
+    """
+    run_dir = Path(run_dir) if run_dir is not None else run_dir_from_hydra()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    summary: dict = {"status": "running", "run_dir": str(run_dir)}
+    plugins = trainer = None
+    try:
+        plugins = PluginManager.from_config(cfg)
+        if cfg.get("plugins", {}).get("list", False):
+            print(plugins.listing(cfg))
+            return None
+        env = Environment.from_config(cfg)
+        found = core_problems(cfg)
+        found += plugins.check(cfg, env)
+        if found:
+            raise ConfigError(found)
+        summary.update(device=env.device_name, accelerator=env.accelerator)
+        trainer, module, data = build(cfg, plugins, run_dir)
+        started = time.perf_counter()
+        trainer.fit(module, datamodule=data)
+        summary["status"] = "ok"
+        summary["fit_seconds"] = time.perf_counter() - started
+    except BaseException as exc:
+        summary["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        summary["error"] = f"{type(exc).__name__}: {exc}".strip().splitlines()[-1]
+        raise
+    finally:
+        if trainer is None or trainer.is_global_zero:
+            _finish(cfg, plugins, trainer, summary, run_dir)
+    return summary.get("val", {}).get("acc")
+
+
+def build(cfg, plugins: PluginManager, run_dir: Path):
+    """Seed, build data and model, let plugins transform them, and create the Trainer."""
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    data = build_data(cfg)
+    model = build_model(cfg, data.input_shape, data.num_classes)
+    model = plugins.pipeline("configure_model", "model", model, cfg=cfg)
+    module = TrainingModule(cfg, model, plugins)
+    kwargs = trainer_kwargs(cfg, plugins, run_dir)
+    plugins.call("configure_trainer", cfg=cfg, kwargs=kwargs)
+    return pl.Trainer(**kwargs), module, data
+
+
+def trainer_kwargs(cfg, plugins: PluginManager, run_dir: Path) -> dict:
+    from omegaconf import OmegaConf
+
+    kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
+    kwargs["default_root_dir"] = str(run_dir)
+    kwargs["callbacks"] = [Bridge(cfg, plugins)]
+    return kwargs
+
+
+def _finish(cfg, plugins, trainer, summary: dict, run_dir: Path) -> None:
+    """Report and write the summary, also after a failure: what was measured is kept."""
+    if trainer is not None:
+        summary.update(
+            world_size=trainer.world_size, steps=trainer.global_step, epochs=trainer.current_epoch
+        )
+    summary.update(python=platform.python_version(), torch=_torch_version())
+    if plugins is not None:
+        summary["plugins"] = plugins.describe(cfg)
+        if trainer is not None:
+            try:
+                plugins.call("report", cfg=cfg, summary=summary)
+            except TuneupError as exc:
+                log.error("%s", exc)
+                summary.setdefault("report_error", str(exc))
+    path = run_summary.write(summary, run_dir)
+    if summary["status"] == "ok":
+        print(run_summary.format_table(summary), flush=True)
+        print(f"summary written to {path}", flush=True)
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+def main(cfg):
+    """Entry point behind ``run.py``: a :class:`TuneupError` becomes a message and exit code 1.
+
+    In a multirun the error is re-raised instead, so Hydra records the failed
+    job and the sweep goes on.
+    """
+    try:
+        return run(cfg)
+    except TuneupError as exc:
+        if _is_multirun():
+            raise
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def _is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
