@@ -37,7 +37,12 @@ class Bridge(pl.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self._call(
-            "on_train_batch_end", trainer, pl_module, outputs=outputs, batch=batch, batch_idx=batch_idx
+            "on_train_batch_end",
+            trainer,
+            pl_module,
+            outputs=outputs,
+            batch=batch,
+            batch_idx=batch_idx,
         )
 
     def on_validation_end(self, trainer, pl_module):

@@ -51,9 +51,14 @@ def _trainer_argument_problems(cfg) -> list[str]:
         if key not in allowed
     ]
     devices = cfg.trainer.get("devices", "auto")
-    if not (devices == "auto" or Integer(low=-1)(devices) and devices != 0 or _is_list(devices)):
-        found.append(problem("trainer.devices", devices, "an integer >= 1, -1 (all), 'auto', "
-                             "or a list of device indices"))
+    if not (devices == "auto" or (Integer(low=-1)(devices) and devices != 0) or _is_list(devices)):
+        found.append(
+            problem(
+                "trainer.devices",
+                devices,
+                "an integer >= 1, -1 (all), 'auto', or a list of device indices",
+            )
+        )
     for key in ("limit_train_batches", "limit_val_batches", "val_check_interval"):
         value = cfg.trainer.get(key)
         if value is not None and not _fraction_or_count(value):

@@ -72,7 +72,9 @@ def _device_name(accelerator: str) -> str:
     if accelerator == "cpu":
         import platform
 
-        return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        return (
+            f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+        )
     return accelerator
 
 

@@ -109,11 +109,11 @@ def check_model(cfg) -> list[str]:
     found = problems(cfg, MODELS[name].rules)
     for key in ("blocks", "hidden"):
         values = cfg.model.get(key)
-        if values is not None and (
-            len(values) == 0 or not all(Integer(low=1)(v) for v in values)
-        ):
-            found.append(f"model.{key}={list(values)!r} is not allowed: expected a non-empty list "
-                         "of integers >= 1")
+        if values is not None and (len(values) == 0 or not all(Integer(low=1)(v) for v in values)):
+            found.append(
+                f"model.{key}={list(values)!r} is not allowed: expected a non-empty list "
+                "of integers >= 1"
+            )
     return found
 
 

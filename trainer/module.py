@@ -9,11 +9,16 @@ optimizer named in the config.
 
 from __future__ import annotations
 
+import warnings
+
 import pytorch_lightning as pl
 import torch
 from torch.nn import functional as F
 
 from trainer.optim import build_optimizer, build_scheduler
+
+# We transform batches in the module on purpose (plugins' transform_batch), whatever the data.
+warnings.filterwarnings("ignore", message=r".*overridden `on_after_batch_transfer`")
 
 
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -58,4 +63,7 @@ class TrainingModule(pl.LightningModule):
             optimizer = build_optimizer(self.cfg, params)
         total = max(1, int(self.trainer.estimated_stepping_batches))
         scheduler = build_scheduler(self.cfg, optimizer, total)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
+        }

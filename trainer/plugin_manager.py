@@ -39,7 +39,9 @@ def builtin_names() -> list[str]:
     """Names of the modules in the ``plugins`` package."""
     import plugins
 
-    return sorted(m.name for m in pkgutil.iter_modules(plugins.__path__) if not m.name.startswith("_"))
+    return sorted(
+        m.name for m in pkgutil.iter_modules(plugins.__path__) if not m.name.startswith("_")
+    )
 
 
 def switched_on(cfg) -> dict[str, str]:
@@ -97,14 +99,17 @@ class PluginManager(pluggy.PluginManager):
         try:
             pm.check_pending()
         except pluggy.PluginValidationError as exc:
-            raise PluginError(f"plugin '{exc.plugin_name}' is invalid: {exc}") from exc
+            name = pm.get_name(exc.plugin)
+            raise PluginError(f"plugin '{name}' is invalid: {exc}") from exc
         return pm
 
     def register_builtin(self, name: str, cfg) -> None:
         try:
             module = importlib.import_module(f"plugins.{name}")
         except Exception as exc:
-            raise PluginError(f"plugin '{name}' failed to import: {type(exc).__name__}: {exc}") from exc
+            raise PluginError(
+                f"plugin '{name}' failed to import: {type(exc).__name__}: {exc}"
+            ) from exc
         if not hasattr(module, "Plugin"):
             raise PluginError(f"plugin '{name}': module plugins.{name} defines no class Plugin")
         self._register(_instantiate(module.Plugin, cfg, name), name, f"built-in plugins.{name}")
@@ -182,8 +187,12 @@ class PluginManager(pluggy.PluginManager):
     def _named(self, hook_name: str, exc: Exception) -> Exception:
         culprit = _culprit(exc, self.call_order(hook_name))
         if culprit is None:
-            return exc if isinstance(exc, TuneupError) else PluginError(
-                f"hook '{hook_name}' failed outside any plugin: {type(exc).__name__}: {exc}"
+            return (
+                exc
+                if isinstance(exc, TuneupError)
+                else PluginError(
+                    f"hook '{hook_name}' failed outside any plugin: {type(exc).__name__}: {exc}"
+                )
             )
         return self._error(culprit, hook_name, exc)
 
@@ -191,7 +200,9 @@ class PluginManager(pluggy.PluginManager):
     def _error(name: str, hook_name: str, exc: Exception) -> PluginError:
         if isinstance(exc, PluginError):
             return exc
-        return PluginError(f"plugin '{name}' failed in hook '{hook_name}': {type(exc).__name__}: {exc}")
+        return PluginError(
+            f"plugin '{name}' failed in hook '{hook_name}': {type(exc).__name__}: {exc}"
+        )
 
     # -- per-plugin protocol: describe / state_dict / load_state_dict ---------------------
 

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from trainer import TuneupError, summary as run_summary
+from trainer import TuneupError
+from trainer import summary as run_summary
 from trainer.bridge import Bridge
 from trainer.core_checks import core_problems
 from trainer.data import build_data
@@ -32,7 +33,8 @@ class ConfigError(TuneupError):
     def __init__(self, found: list[str]) -> None:
         self.problems = found
         super().__init__(
-            f"{len(found)} problem(s) with this run's config:\n" + "\n".join(f"  - {p}" for p in found)
+            f"{len(found)} problem(s) with this run's config:\n"
+            + "\n".join(f"  - {p}" for p in found)
         )
 
 
@@ -50,15 +52,15 @@ def run(cfg, run_dir: str | Path | None = None):
     Without ``run_dir`` the Hydra run directory (``hydra.run.dir``) is used.
     Returns None for ``plugins.list=true``, which prints the plugins and exits.
     """
+    if cfg.get("plugins", {}).get("list", False):
+        print(PluginManager.from_config(cfg).listing(cfg))
+        return None
     run_dir = Path(run_dir) if run_dir is not None else run_dir_from_hydra()
     run_dir.mkdir(parents=True, exist_ok=True)
     summary: dict = {"status": "running", "run_dir": str(run_dir)}
     plugins = trainer = None
     try:
         plugins = PluginManager.from_config(cfg)
-        if cfg.get("plugins", {}).get("list", False):
-            print(plugins.listing(cfg))
-            return None
         env = Environment.from_config(cfg)
         found = core_problems(cfg)
         found += plugins.check(cfg, env)
@@ -72,7 +74,7 @@ def run(cfg, run_dir: str | Path | None = None):
         summary["fit_seconds"] = time.perf_counter() - started
     except BaseException as exc:
         summary["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-        summary["error"] = f"{type(exc).__name__}: {exc}".strip().splitlines()[-1]
+        summary["error"] = f"{type(exc).__name__}: {exc}".strip()
         raise
     finally:
         if trainer is None or trainer.is_global_zero:

@@ -44,7 +44,10 @@ class Integer:
         return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
 
     def __str__(self) -> str:
-        bounds = [f">= {self.low}" if self.low is not None else "", f"<= {self.high}" if self.high is not None else ""]
+        bounds = [
+            f">= {self.low}" if self.low is not None else "",
+            f"<= {self.high}" if self.high is not None else "",
+        ]
         text = "an integer " + " and ".join(b for b in bounds if b)
         if self.also:
             text += " or " + " or ".join(repr(a) for a in self.also)

@@ -1,0 +1,172 @@
+"""Framework overhead: the same model, data and steps run three ways in one process.
+
+1. a hand-written PyTorch loop,
+2. bare Lightning (a minimal LightningModule, no logger, checkpointing or progress bar),
+3. tuneup with its default plugins (measurement, csv logger, the bridge callback).
+
+Each way trains the same number of steps from the same seed; the time of the steps after
+a warm-up is taken from the same timing callback (the hand loop times itself the same way),
+the ways run interleaved ``--repeats`` times and the median is reported.
+
+    python bench/overhead.py                     # default small_resnet, and the tiny mlp
+    python bench/overhead.py --models mlp --steps 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hydra import compose, initialize_config_dir
+
+from trainer.data import build_data
+from trainer.models import build_model
+from trainer.module import cross_entropy
+from trainer.plugin_manager import PluginManager
+from trainer.runner import build
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def config(model: str, steps: int, batch_size: int):
+    overrides = [
+        f"model={model}", f"trainer.max_steps={steps}", "trainer.max_epochs=-1",
+        f"data.batch_size={batch_size}", "trainer.enable_progress_bar=false",
+        "+trainer.limit_val_batches=0", "+trainer.enable_checkpointing=false",
+        "scheduler=constant",
+    ]  # fmt: skip
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("config", overrides=overrides)
+
+
+class StepClock(pl.Callback):
+    """Seconds from the start of micro-batch ``warmup`` to the end of the last one."""
+
+    def __init__(self, warmup: int) -> None:
+        self.warmup, self.start, self.end = warmup, None, None
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if trainer.global_step == self.warmup and self.start is None:
+            self.start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self.end = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+def constant_schedule(optimizer):
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+
+
+def sgd(cfg, params):
+    o = cfg.optimizer
+    return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov,
+                           weight_decay=o.weight_decay)  # fmt: skip
+
+
+def hand_loop(cfg, warmup: int) -> float:
+    pl.seed_everything(cfg.seed, verbose=False)
+    data = build_data(cfg)
+    data.setup("fit")
+    model = build_model(cfg, data.input_shape, data.num_classes)
+    optimizer = sgd(cfg, model.parameters())
+    scheduler = constant_schedule(optimizer)
+    model.train()
+    step, start = 0, None
+    while step < cfg.trainer.max_steps:
+        for x, y in data.train_dataloader():
+            if step == warmup:
+                start = time.perf_counter()
+            loss = cross_entropy(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            if step == cfg.trainer.max_steps:
+                break
+    return time.perf_counter() - start
+
+
+class BareModule(pl.LightningModule):
+    def __init__(self, cfg, model) -> None:
+        super().__init__()
+        self.cfg, self.model = cfg, model
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return cross_entropy(self.model(x), y)
+
+    def configure_optimizers(self):
+        optimizer = sgd(self.cfg, self.model.parameters())
+        return {"optimizer": optimizer, "lr_scheduler": constant_schedule(optimizer)}
+
+
+def bare_lightning(cfg, warmup: int) -> float:
+    pl.seed_everything(cfg.seed, verbose=False)
+    data = build_data(cfg)
+    model = build_model(cfg, data.input_shape, data.num_classes)
+    clock = StepClock(warmup)
+    trainer = pl.Trainer(
+        accelerator="cpu", devices=1, max_steps=cfg.trainer.max_steps, max_epochs=-1,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, limit_val_batches=0, callbacks=[clock],
+    )  # fmt: skip
+    trainer.fit(BareModule(cfg, model), datamodule=data)
+    return clock.seconds
+
+
+def tuneup(cfg, warmup: int) -> float:
+    with tempfile.TemporaryDirectory() as run_dir:
+        plugins = PluginManager.from_config(cfg)
+        trainer, module, data = build(cfg, plugins, Path(run_dir))
+        clock = StepClock(warmup)
+        trainer.callbacks.append(clock)
+        trainer.fit(module, datamodule=data)
+    return clock.seconds
+
+
+WAYS = {"hand loop": hand_loop, "bare Lightning": bare_lightning, "tuneup": tuneup}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["small_resnet", "mlp"])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    import logging
+
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"{args.steps} steps ({args.warmup} warm-up), batch {args.batch_size}")  # fmt: skip
+    print("| model | way | ms/step (median) | vs bare Lightning | vs hand loop |")
+    print("|---|---|---|---|---|")
+    for model in args.models:
+        cfg = config(model, args.steps, args.batch_size)
+        times = {way: [] for way in WAYS}
+        for _ in range(args.repeats):
+            for way, fn in WAYS.items():
+                times[way].append(fn(cfg, args.warmup) * 1e3 / (args.steps - args.warmup))
+        med = {way: statistics.median(t) for way, t in times.items()}
+        for way in WAYS:
+            print(f"| {model} | {way} | {med[way]:.2f} | {med[way] / med['bare Lightning']:.3f}x "
+                  f"| {med[way] / med['hand loop']:.3f}x |")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

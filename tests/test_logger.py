@@ -1,0 +1,32 @@
+"""logger=csv|tensorboard|wandb: files land in the run directory; a missing package is a clear error."""
+
+import csv
+import importlib.util
+
+import pytest
+
+from tests.conftest import compose_config
+from trainer.runner import ConfigError, run
+
+
+def test_csv_logger_writes_metrics_into_the_run_directory(train):
+    _, run_dir = train()
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    assert any(row.get("train/loss") for row in rows)
+    assert any(row.get("val/acc") for row in rows)
+
+
+def test_tensorboard_logger_writes_event_files(train):
+    _, run_dir = train("logger=tensorboard")
+    assert list(run_dir.glob("events.out.tfevents.*"))
+
+
+def test_wandb_needs_its_package_and_runs_offline(tmp_path, train):
+    if importlib.util.find_spec("wandb") is None:
+        with pytest.raises(
+            ConfigError, match=r"logger=wandb needs the 'wandb' package.*tuneup\[wandb\]"
+        ):
+            run(compose_config(["logger=wandb"]), run_dir=tmp_path)
+    else:  # the tuneup[wandb] extra is installed: offline files in the run directory
+        _, run_dir = train("logger=wandb")
+        assert (run_dir / "wandb").is_dir()

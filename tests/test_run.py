@@ -1,0 +1,101 @@
+"""`python run.py` as a user runs it: trains, validates, prints and writes the summary."""
+
+import json
+
+import pytest
+
+from tests.conftest import compose_config
+from trainer.runner import ConfigError, run
+
+REQUIRED_KEYS = {
+    "samples_per_s", "step_time_ms", "data_wait_fraction", "peak_memory_bytes", "device",
+    "world_size", "steps", "epochs", "train_loss", "val", "plugins",
+}  # fmt: skip
+
+
+def test_default_run_trains_to_twice_chance_and_writes_summary(cli, tmp_path):
+    result = cli(tiny=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary.keys() >= REQUIRED_KEYS
+    assert summary["status"] == "ok"
+    assert summary["val"]["acc"] >= 0.2  # 10 classes: twice chance
+    assert summary["epochs"] == 3 and summary["steps"] == 3 * 4096 // 64
+    assert "tuneup run summary" in result.stdout and "samples_per_s" in result.stdout
+    assert (tmp_path / "run" / "metrics.csv").is_file()  # the default csv logger
+
+
+def test_summary_figures_are_consistent(train):
+    summary, _ = train("trainer.max_epochs=2")
+    assert summary["steps"] == 2 * 256 // 32 and summary["epochs"] == 2
+    assert summary["world_size"] == 1 and summary["device"].startswith("cpu")
+    assert summary["samples_per_s"] > 0
+    times = summary["step_time_ms"]
+    assert 0 < times["p50"] <= times["p90"]
+    assert 0 <= summary["data_wait_fraction"] < 1
+    assert summary["peak_memory_bytes"] > 10 * 2**20  # process RSS on CPU
+    assert isinstance(summary["train_loss"], float)
+    assert set(summary["val"]) == {"acc", "loss"}
+    assert {"measure", "logger"} <= summary["plugins"].keys()
+    assert summary["plugins"]["logger"] == {"name": "csv"}
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("data.batch_size=0", ["data.batch_size=0", "an integer >= 1"]),
+        ("trainer.max_steps=abc", ["trainer.max_steps='abc'", "an integer >= -1"]),
+        ("optimizer.lr=-1", ["optimizer.lr=-1", "a number > 0"]),
+        ("model=nope", ["model/nope", "small_resnet", "mlp"]),
+    ],
+)
+def test_bad_value_exits_1_naming_key_value_and_allowed(cli, tmp_path, override, expected):
+    result = cli(override)
+    assert result.returncode == 1, result.stdout[-2000:]
+    for text in expected:
+        assert text in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()  # failed before training
+
+
+def test_all_problems_are_reported_together(tmp_path):
+    cfg = compose_config(["data.batch_size=0", "seed=-3", "+trainer.no_such_arg=1"])
+    with pytest.raises(ConfigError) as info:
+        run(cfg, run_dir=tmp_path)
+    message = str(info.value)
+    assert "3 problem(s)" in message
+    assert "data.batch_size=0" in message and "seed=-3" in message
+    assert "trainer.no_such_arg is not a Lightning Trainer argument" in message
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and "problem" in summary["error"]
+
+
+def test_training_does_not_synchronise_every_step(train, monkeypatch, tmp_path):
+    """Tensor -> Python conversions are device syncs on GPU; none may happen per step.
+
+    Counted over two runs that differ only in their number of steps, so the
+    fixed costs (moving the model, validation, the final report) cancel out.
+    """
+    import torch
+
+    calls = {"n": 0}
+    for name in ("item", "__float__", "__int__", "__bool__", "tolist", "cpu", "numpy"):
+        original = getattr(torch.Tensor, name)
+
+        def counting(self, *args, _original=original, **kwargs):
+            calls["n"] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counting)
+
+    def count(steps: int) -> int:
+        calls["n"] = 0
+        summary, _ = train(
+            f"data.train_samples={32 * steps}", "data.val_samples=32",
+            "trainer.log_every_n_steps=1000", run_dir=tmp_path / str(steps),
+        )  # fmt: skip
+        assert summary["steps"] == steps
+        return calls["n"]
+
+    extra = count(40) - count(8)
+    assert extra < 8, f"{extra} host syncs for 32 more steps"
