@@ -1,0 +1,102 @@
+"""Gradient accumulation: k micro-batches per optimizer step, set by ``grad_accum.steps=k``
+or derived from ``grad_accum.global_batch_size=N`` as k = N / (data.batch_size x world size).
+
+Lightning does the work (``Trainer(accumulate_grad_batches=k)``): it divides
+each micro-batch's loss by k, steps the optimizer and the ``interval: "step"``
+LR schedule once per k micro-batches, counts ``max_steps`` in optimizer steps,
+and under DDP skips the gradient all-reduce on the k-1 non-final micro-batches
+(``no_sync``). This plugin only decides k, refuses a second, different
+``trainer.accumulate_grad_batches``, and reports the effective batch size,
+data.batch_size x k x world size. Samples/s (plugins/measure.py) counts samples.
+
+Exact only for models without batch-dependent layers: BatchNorm normalises over
+each micro-batch, so k micro-batches of b are not one batch of k*b (use
+``model=mlp`` to see the equality). If an epoch's batch count is not a multiple
+of k, Lightning makes the epoch's last optimizer step from the remaining
+micro-batches (each loss still divided by k).
+"""
+
+from __future__ import annotations
+
+from trainer import TuneupError, hookimpl
+from trainer.environment import Environment
+from trainer.validation import Integer, problems
+
+RULES = {
+    "grad_accum.steps": Integer(low=1, also=(None,), note="null: 1, or from global_batch_size"),
+    "grad_accum.global_batch_size": Integer(low=1, also=(None,)),
+}
+
+
+def accumulation_steps(steps, global_batch_size, batch_size: int, world_size: int) -> int:
+    """k, the micro-batches per optimizer step; raises TuneupError when the settings disagree."""
+    if global_batch_size is None:
+        return 1 if steps is None else steps
+    per_step = batch_size * world_size
+    if global_batch_size % per_step:
+        lower = max(per_step, global_batch_size // per_step * per_step)
+        raise TuneupError(
+            f"grad_accum.global_batch_size={global_batch_size} is not allowed: expected a "
+            f"multiple of data.batch_size x world size = {batch_size} x {world_size} = "
+            f"{per_step} (e.g. {lower} or {lower + per_step}), so that every optimizer step "
+            "sees the same number of micro-batches"
+        )
+    derived = global_batch_size // per_step
+    if steps is not None and steps != derived:
+        raise TuneupError(
+            f"grad_accum.steps={steps} and grad_accum.global_batch_size={global_batch_size} "
+            f"disagree (that global batch needs {derived} steps at data.batch_size={batch_size} "
+            f"x world size {world_size}); set only one of them"
+        )
+    return derived
+
+
+class Plugin:
+    def __init__(self, cfg) -> None:
+        self.cfg = cfg
+        self.world_size: int | None = None  # from check's Environment; what the run will use
+        self.k: int | None = None  # as given to the Trainer
+
+    def world(self) -> int:
+        return self.world_size or Environment.from_config(self.cfg).world_size
+
+    def steps(self) -> int:
+        steps, total = (self.cfg.grad_accum.get(k) for k in ("steps", "global_batch_size"))
+        return accumulation_steps(steps, total, self.cfg.data.batch_size, self.world())
+
+    @hookimpl
+    def check(self, cfg, env):
+        self.world_size = env.world_size
+        found = problems(cfg, RULES)
+        if found:
+            return found
+        try:
+            k = self.steps()
+        except TuneupError as exc:
+            return [str(exc)]
+        lightning = cfg.trainer.get("accumulate_grad_batches")
+        if lightning is not None and lightning != k:
+            found.append(
+                f"trainer.accumulate_grad_batches={lightning} conflicts with grad_accum "
+                f"(k={k} micro-batches per optimizer step): set accumulation in one place, "
+                f"grad_accum.steps={lightning}, and remove trainer.accumulate_grad_batches"
+            )
+        return found
+
+    @hookimpl
+    def configure_trainer(self, kwargs):
+        self.k = kwargs["accumulate_grad_batches"] = self.steps()
+
+    @hookimpl
+    def report(self, cfg, summary):
+        world = summary.get("world_size") or self.world()
+        summary["effective_batch_size"] = cfg.data.batch_size * (self.k or self.steps()) * world
+
+    def describe(self):
+        settings = {k: self.cfg.grad_accum.get(k) for k in ("steps", "global_batch_size")}
+        try:
+            k = self.steps()
+        except TuneupError:
+            return settings  # check reports the problem
+        effective = self.cfg.data.batch_size * k * self.world()
+        return {**settings, "steps": k, "effective_batch_size": effective}
