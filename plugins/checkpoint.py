@@ -1,0 +1,242 @@
+"""Checkpoints while training, and on preemption: ``checkpoint=on`` (default) | ``off``.
+
+Writes ``<run dir>/checkpoints/epochEEE-stepSSSSSSSS.ckpt`` every
+``every_n_steps`` optimizer steps, every ``every_n_minutes``, every
+``every_n_epochs`` epochs and at the end of training, keeps the ``keep_last``
+newest, and with ``monitor`` also ``best.ckpt``. SIGTERM or SIGUSR1 during
+training: the current optimizer step finishes, a checkpoint is written and the
+run exits with :data:`trainer.preemption.EXIT_CODE`. ``resume=auto`` continues
+from the newest (trainer/resume.py). Files are written atomically and read back
+safely (trainer/checkpoint_io.py). See docs/checkpointing.md.
+
+Saves happen only where an optimizer step has just finished: a checkpoint
+never holds half an accumulation window (the gradients of its first
+micro-batches are not in a checkpoint), so with ``grad_accum.steps=k`` a
+signal arriving mid-window is acted on at the window's end.
+
+Lightning's ``ModelCheckpoint`` is not used: its ``every_n_train_steps``,
+``train_time_interval`` and ``every_n_epochs`` exclude each other, it keeps
+"the last K" only by monitoring a metric (``save_top_k`` > 1 needs ``monitor``),
+and it cannot be asked to save now, on a signal. :class:`Saver` is a Lightning
+``Checkpoint`` callback (so Lightning runs it after the other callbacks, with
+their state final, and adds no default ModelCheckpoint) that calls
+``trainer.save_checkpoint``: the checkpoint's contents are Lightning's own.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import torch
+from pytorch_lightning.callbacks import Checkpoint
+
+from trainer import hookimpl
+from trainer.checkpoint_io import (
+    BEST,
+    AtomicCheckpointIO,
+    checkpoint_name,
+    prune,
+    remove_leftover_temporaries,
+)
+from trainer.preemption import Preempted, SignalFlag
+from trainer.resume import checkpoint_dir
+from trainer.validation import Integer, Number, OneOf, problem, problems
+
+log = logging.getLogger(__name__)
+
+RULES = {
+    "checkpoint.every_n_steps": Integer(low=1, also=(None,), note="null: not by steps"),
+    "checkpoint.every_n_epochs": Integer(low=0, also=(None,), note="0 or null: not at epoch ends"),
+    "checkpoint.keep_last": Integer(low=1, also=(None,), note="null: keep all"),
+    "checkpoint.mode": OneOf(("max", "min")),
+}
+KEYS = ("plugin", "every_n_steps", "every_n_minutes", "every_n_epochs", "keep_last", "monitor",
+        "mode")  # fmt: skip
+
+
+def settings_problems(cfg) -> list[str]:
+    """Problems with ``cfg.checkpoint``: unknown keys, bad values, a conflicting Trainer flag."""
+    node = cfg.checkpoint
+    found = [
+        f"checkpoint.{key} is not a checkpoint setting; allowed: {', '.join(KEYS[1:])}"
+        for key in node
+        if key not in KEYS
+    ]
+    found += problems(cfg, RULES)
+    minutes = node.get("every_n_minutes")
+    if minutes is not None and not Number(gt=0)(minutes):
+        found.append(problem("checkpoint.every_n_minutes", minutes, "a number > 0 or null"))
+    monitor = node.get("monitor")
+    if monitor is not None and not isinstance(monitor, str):
+        found.append(problem("checkpoint.monitor", monitor, "a logged metric (val/acc) or null"))
+    if cfg.trainer.get("enable_checkpointing") is False:
+        found.append(
+            "trainer.enable_checkpointing=false contradicts checkpoint=on; to write no "
+            "checkpoints choose checkpoint=off"
+        )
+    return found
+
+
+def agreed(trainer, *flags: bool) -> list[bool]:
+    """Each flag, true if it is true on any rank. Saving is collective, so all ranks must decide
+    alike; signals and clocks differ between them. One tiny all-reduce per optimizer step under
+    DDP (Lightning itself broadcasts its SIGTERM flag every batch); none in one process."""
+    if trainer.world_size == 1:
+        return list(flags)
+    votes = torch.tensor(flags, dtype=torch.int32, device=trainer.strategy.root_device)
+    torch.distributed.all_reduce(votes, op=torch.distributed.ReduceOp.MAX)
+    return [bool(v) for v in votes.tolist()]
+
+
+def is_better(value: float, best: float | None, mode: str) -> bool:
+    return best is None or (value > best if mode == "max" else value < best)
+
+
+class Saver(Checkpoint):
+    """Decides when to save, saves through ``trainer.save_checkpoint``, prunes, acts on signals."""
+
+    def __init__(self, settings, directory: Path) -> None:
+        self.every_n_steps = settings.get("every_n_steps")
+        minutes = settings.get("every_n_minutes")
+        self.every_n_seconds = minutes * 60 if minutes else None
+        self.every_n_epochs = settings.get("every_n_epochs")
+        self.keep_last = settings.get("keep_last")
+        self.monitor, self.mode = settings.get("monitor"), settings.get("mode", "max")
+        self.directory = directory
+        self.signals = SignalFlag()
+        self.best: float | None = None  # the monitored metric of best.ckpt (in the checkpoint)
+        self.saved_step: int | None = None  # global step of the newest resumable checkpoint
+        self.seen_step = 0
+        self.last_save = time.monotonic()
+        self.written, self.save_seconds, self.last_path = 0, 0.0, None
+        self._warned_monitor = False
+
+    @property
+    def state_key(self) -> str:
+        return "tuneup_checkpoint"  # stable, whatever the settings (Lightning keys state by it)
+
+    def state_dict(self) -> dict:
+        return {"best": self.best}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.best = state.get("best")
+
+    # -- when -----------------------------------------------------------------------------
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self.signals.remember_handlers()  # the ones from before Lightning installs its own
+        if trainer.is_global_zero:
+            for path in remove_leftover_temporaries(self.directory):
+                log.info("removed %s, left by a save that was killed", path.name)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        # After Lightning installed its SIGTERM handler (which would only stop at the epoch end,
+        # and under DDP kill the other processes before they save): the signals are ours now.
+        self.signals.install()
+        if getattr(trainer, "received_sigterm", False):
+            self.signals.received = "SIGTERM"  # arrived while Lightning's handler was in place
+        self.seen_step = self.saved_step = trainer.global_step
+        self.last_save = time.monotonic()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        step = trainer.global_step
+        stepped, self.seen_step = step != self.seen_step, step
+        if not stepped:
+            return  # inside an accumulation window
+        every = self.every_n_seconds
+        timed = bool(every) and time.monotonic() - self.last_save >= every
+        preempted, timed = agreed(trainer, self.signals.received is not None, timed)
+        if preempted or timed or self._step_due(trainer, step):
+            self.save(trainer)
+        if preempted:
+            received = self.signals.received or "a stop signal on another rank"
+            raise Preempted(
+                f"received {received}: stopped after step {step} and saved {self.last_path}; "
+                "continue with resume=auto"
+            )
+
+    def _step_due(self, trainer, step: int) -> bool:
+        if self.every_n_steps and step % self.every_n_steps == 0:
+            return True
+        return trainer.max_steps > 0 and step >= trainer.max_steps  # the final weights on disk
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        epoch, last = trainer.current_epoch, trainer.max_epochs
+        final = last is not None and last >= 0 and epoch + 1 >= last
+        if final or (self.every_n_epochs and (epoch + 1) % self.every_n_epochs == 0):
+            self.save(trainer)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if not self.monitor or trainer.sanity_checking:
+            return
+        value = trainer.callback_metrics.get(self.monitor)
+        if value is None:
+            if not self._warned_monitor:
+                known = ", ".join(sorted(trainer.callback_metrics)) or "none yet"
+                log.warning("checkpoint.monitor=%s is not a logged metric (logged: %s); no %s",
+                            self.monitor, known, BEST)  # fmt: skip
+                self._warned_monitor = True
+            return
+        if is_better(float(value), self.best, self.mode):
+            self.best = float(value)
+            self.save(trainer, self.directory / BEST)
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        self.save(trainer)  # the final weights, unless a save at this step happened already
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        self.signals.restore()
+
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        self.signals.restore()
+
+    # -- how ------------------------------------------------------------------------------
+
+    def save(self, trainer, path: Path | None = None) -> None:
+        """Save (on every rank: the state is gathered collectively); rank 0 writes and prunes."""
+        resumable = path is None
+        if resumable:
+            if self.saved_step == trainer.global_step:
+                return  # saved at this step already (or resumed from it)
+            path = self.directory / checkpoint_name(trainer.current_epoch, trainer.global_step)
+        started = time.perf_counter()
+        trainer.save_checkpoint(path, weights_only=False)  # False: the full state, not weights only
+        self.save_seconds += time.perf_counter() - started
+        self.written += 1
+        if resumable:
+            self.saved_step, self.last_path = trainer.global_step, path
+            self.last_save = time.monotonic()
+            if self.keep_last and trainer.is_global_zero:
+                prune(self.directory, self.keep_last)
+
+
+class Plugin:
+    def __init__(self, cfg) -> None:
+        self.settings = cfg.checkpoint
+        self.saver: Saver | None = None
+
+    @hookimpl
+    def check(self, cfg):
+        return settings_problems(cfg)
+
+    @hookimpl
+    def configure_trainer(self, kwargs):
+        self.saver = Saver(self.settings, checkpoint_dir(kwargs["default_root_dir"]))
+        kwargs["callbacks"].append(self.saver)
+        kwargs["enable_checkpointing"] = True  # the Saver is the checkpoint callback, no default
+        kwargs["plugins"] = [*(kwargs.get("plugins") or []), AtomicCheckpointIO()]
+
+    @hookimpl
+    def report(self, summary):
+        saver = self.saver
+        if saver is None:
+            return
+        summary["checkpoints"] = {
+            "written": saver.written,
+            "last": str(saver.last_path) if saver.last_path else None,
+            "save_seconds": round(saver.save_seconds, 3),
+            "preempted_by": saver.signals.received,
+            "best": saver.best,
+        }

@@ -1,0 +1,267 @@
+"""The parts of checkpointing that need no training run: files, data order, RNG states, NaN watch."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from trainer import checkpoint_io, rng
+from trainer.checkpoint_io import (
+    BEST,
+    UnreadableCheckpoint,
+    UnsafeCheckpoint,
+    atomic_save,
+    checkpoint_name,
+    list_checkpoints,
+    load,
+    newest_valid,
+    prune,
+)
+from trainer.divergence import Diverged, LossWatch, nonfinite_tensors
+from trainer.sampling import ResumableLoader, ResumableSampler
+
+
+class Exploding:
+    """Pickling it fails half-way through a torch.save: a crash during a save."""
+
+    def __reduce__(self):
+        raise RuntimeError("disk on fire")
+
+
+class Payload:
+    """Unpickling it would create ``path``: what a malicious checkpoint does."""
+
+    def __init__(self, path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.path}",))
+
+
+def write(directory, name, value=1.0, age=0.0):
+    path = directory / name
+    atomic_save({"w": torch.full((3,), value)}, path)
+    stamp = time.time() - age
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+# -- atomic writes ------------------------------------------------------------------------
+
+
+def test_a_save_that_fails_midway_leaves_the_previous_file_and_no_partial_one(tmp_path):
+    path = tmp_path / checkpoint_name(0, 1)
+    atomic_save({"w": torch.ones(3)}, path)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        atomic_save({"w": torch.zeros(3), "x": Exploding()}, path)
+    assert torch.equal(load(path)["w"], torch.ones(3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]  # temporary file removed
+
+
+def test_save_is_temp_file_fsync_replace_then_directory_fsync(tmp_path, monkeypatch):
+    """The order that makes a save durable: data on disk before the rename, the rename after."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        kind = "dir" if os.path.isdir(f"/proc/self/fd/{fd}") else "file"
+        events.append(f"fsync {kind}")
+        real_fsync(fd)
+
+    def replace(src, dst):
+        assert os.path.dirname(src) == os.path.dirname(dst), "temporary file in another directory"
+        assert os.path.getsize(src) > 0
+        events.append("replace")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(checkpoint_io.os, "fsync", fsync)
+    monkeypatch.setattr(checkpoint_io.os, "replace", replace)
+    atomic_save({"w": torch.ones(3)}, tmp_path / "a.ckpt")
+    assert events == ["fsync file", "replace", "fsync dir"]
+
+
+def test_checkpoint_names_sort_in_training_order_and_need_no_quoting():
+    names = [checkpoint_name(e, s) for e, s in ((0, 9), (1, 10), (9, 99), (10, 100))]
+    assert names == sorted(names) and not any("=" in n for n in names)
+
+
+# -- safe loading -------------------------------------------------------------------------
+
+
+def test_truncated_empty_and_garbage_files_are_unreadable(tmp_path):
+    good = write(tmp_path, "good.ckpt")
+    data = good.read_bytes()
+    cases = {"truncated.ckpt": data[: len(data) // 2], "empty.ckpt": b"", "garbage.ckpt": b"x" * 99}
+    for name, content in cases.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(UnreadableCheckpoint, match=name):
+            load(tmp_path / name)
+
+
+@pytest.mark.parametrize("bare", [False, True], ids=["torch.save archive", "bare pickle"])
+def test_a_pickle_payload_is_refused_and_never_runs(tmp_path, bare):
+    marker = tmp_path / "MARKER"
+    path = tmp_path / "evil.ckpt"
+    if bare:
+        import pickle
+
+        path.write_bytes(pickle.dumps({"state_dict": {}, "x": Payload(marker)}))
+    else:
+        torch.save({"state_dict": {}, "x": Payload(marker)}, path)
+    with pytest.raises(UnsafeCheckpoint) as info:
+        load(path)
+    assert "evil.ckpt" in str(info.value) and "arbitrary code" in str(info.value)
+    with pytest.raises(UnsafeCheckpoint):
+        checkpoint_io.AtomicCheckpointIO().load_checkpoint(path)
+    assert not marker.exists()
+
+
+# -- the newest valid checkpoint; pruning --------------------------------------------------
+
+
+def test_newest_valid_skips_a_bad_newest_file_with_a_warning_and_deletes_nothing(tmp_path, caplog):
+    write(tmp_path, checkpoint_name(0, 1), 1.0, age=20)
+    write(tmp_path, checkpoint_name(0, 2), 2.0, age=10)
+    bad = tmp_path / checkpoint_name(0, 3)
+    bad.write_bytes(b"PK\x03\x04 half a zip")
+    write(tmp_path, BEST, 9.0)  # never a resume candidate
+    path, state = newest_valid(tmp_path)
+    assert path.name == checkpoint_name(0, 2) and float(state["w"][0]) == 2.0
+    assert bad.name in caplog.text and "skipping a bad checkpoint" in caplog.text
+    assert len(list(tmp_path.glob("*.ckpt"))) == 4
+
+
+def test_no_checkpoint_is_none_but_only_bad_ones_is_an_error(tmp_path):
+    assert newest_valid(tmp_path / "missing") is None
+    assert newest_valid(tmp_path) is None
+    (tmp_path / checkpoint_name(0, 1)).write_bytes(b"")
+    with pytest.raises(UnreadableCheckpoint, match="not starting from scratch"):
+        newest_valid(tmp_path)
+
+
+def test_an_unsafe_newest_file_is_an_error_not_skipped(tmp_path):
+    write(tmp_path, checkpoint_name(0, 1), age=10)
+    torch.save({"x": Payload(tmp_path / "MARKER")}, tmp_path / checkpoint_name(0, 2))
+    with pytest.raises(UnsafeCheckpoint, match=checkpoint_name(0, 2)):
+        newest_valid(tmp_path)
+    assert not (tmp_path / "MARKER").exists()
+
+
+def test_prune_keeps_the_k_newest_and_best(tmp_path):
+    for step in range(1, 6):
+        write(tmp_path, checkpoint_name(0, step), age=10 - step)
+    write(tmp_path, BEST, age=100)
+    deleted = prune(tmp_path, keep=2)
+    assert sorted(p.name for p in deleted) == [checkpoint_name(0, s) for s in (1, 2, 3)]
+    kept = [p.name for p in list_checkpoints(tmp_path)]
+    assert kept == [checkpoint_name(0, 5), checkpoint_name(0, 4)]
+    assert (tmp_path / BEST).exists()
+
+
+# -- the data order -----------------------------------------------------------------------
+
+
+def test_sampler_order_depends_on_seed_and_epoch_only():
+    a, b = ResumableSampler(10, seed=3), ResumableSampler(10, seed=3)
+    assert list(a) == list(b) and sorted(a) == list(range(10))
+    b.set_epoch(1)
+    assert list(b) != list(a) and sorted(b) == list(range(10))
+    assert list(ResumableSampler(10, seed=4)) != list(a)
+
+
+def test_ranks_share_an_epoch_without_overlap_like_distributed_sampler():
+    from torch.utils.data import DistributedSampler
+
+    shards = [list(ResumableSampler(10, seed=1, rank=r, num_replicas=3)) for r in range(3)]
+    assert all(len(s) == 4 for s in shards)  # padded to 12, as DistributedSampler pads
+    assert set().union(*shards) == set(range(10))
+    for r in range(3):
+        reference = DistributedSampler(range(10), num_replicas=3, rank=r, seed=1)
+        assert shards[r] == list(reference)
+
+
+def test_loader_resumes_at_the_batch_after_the_last_one_handed_out():
+    data = torch.arange(20)
+    full = ResumableLoader(data, batch_size=4, sampler=ResumableSampler(20, seed=5),
+                           generator=torch.Generator())  # fmt: skip
+    batches = list(full)
+    partial = ResumableLoader(data, batch_size=4, sampler=ResumableSampler(20, seed=5))
+    iterator = iter(partial)
+    next(iterator), next(iterator)
+    state = partial.state_dict()
+    assert (state["epoch"], state["position"]) == (0, 8)
+    resumed = ResumableLoader(data, batch_size=4, sampler=ResumableSampler(20, seed=5))
+    resumed.load_state_dict(state)
+    assert [b.tolist() for b in resumed] == [b.tolist() for b in batches[2:]]
+
+
+def test_a_finished_epoch_is_saved_as_the_start_of_the_next():
+    loader = ResumableLoader(torch.arange(8), batch_size=4, sampler=ResumableSampler(8))
+    list(loader)
+    assert (loader.state_dict()["epoch"], loader.state_dict()["position"]) == (1, 0)
+
+
+def test_resuming_mid_epoch_over_other_data_is_refused():
+    state = ResumableSampler(20).state_dict() | {"position": 8}
+    with pytest.raises(Exception, match="cannot resume mid-epoch"):
+        ResumableSampler(30).load_state_dict(state)
+
+
+def test_loader_iteration_draws_nothing_from_the_global_rng():
+    loader = ResumableLoader(torch.arange(8), batch_size=4, sampler=ResumableSampler(8),
+                             generator=torch.Generator())  # fmt: skip
+    before = torch.get_rng_state()
+    list(loader)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+# -- RNG states ---------------------------------------------------------------------------
+
+
+def test_rng_states_round_trip_through_a_weights_only_file(tmp_path):
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    np.random.standard_normal()  # a cached Gaussian is part of NumPy's state
+    atomic_save({"rng": rng.capture_all_ranks()}, tmp_path / "r.ckpt")
+    expected = (random.random(), np.random.standard_normal(), torch.rand(2))
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
+    rng.restore(rng.for_rank(load(tmp_path / "r.ckpt")["rng"], 0))
+    assert (random.random(), np.random.standard_normal()) == expected[:2]
+    assert torch.equal(torch.rand(2), expected[2])
+    assert rng.for_rank([{}], 1) is None  # more ranks than states: nothing to restore
+
+
+# -- divergence ---------------------------------------------------------------------------
+
+
+def test_a_nonfinite_loss_names_step_and_rank():
+    watch = LossWatch()
+    watch.observe(torch.tensor(1.0), step=1, epoch=0, batch=0, rank=0)
+    with pytest.raises(Diverged, match=r"loss was nan in step 7 \(epoch 1, batch 3 .*rank 2"):
+        watch.observe(torch.tensor(float("nan")), step=7, epoch=1, batch=3, rank=2)
+
+
+def test_nonfinite_weights_are_named():
+    state = {"a": torch.ones(2), "b": torch.tensor([1.0, float("inf")]), "n": torch.ones(2).long()}
+    assert nonfinite_tensors(state) == ["b"]
+    assert nonfinite_tensors({"a": torch.ones(2)}) == []
+
+
+def test_a_deferred_check_names_the_first_bad_micro_batch_when_read():
+    """The CUDA / multi-process path: nothing is read per step; the check finds the first one."""
+    watch = LossWatch()
+    for batch, value in enumerate([1.0, float("inf"), float("nan")]):
+        watch.observe(
+            torch.tensor(value), step=batch + 1, epoch=0, batch=batch, rank=1, deferred=True
+        )
+    with pytest.raises(Diverged, match=r"loss was inf in step 2 \(epoch 0, batch 1 .*rank 1"):
+        watch.check()
+    healthy = LossWatch()
+    healthy.observe(torch.tensor(1.0), step=1, epoch=0, batch=0, rank=0, deferred=True)
+    healthy.check()
+    with pytest.raises(Diverged, match="on another rank"):
+        healthy.check(any_rank=lambda bad: True)

@@ -1,0 +1,59 @@
+"""Preemption: a signal asks the run to stop; it saves a checkpoint and exits with :data:`EXIT_CODE`.
+
+Schedulers announce the end of a job with a signal: Slurm sends SIGTERM on
+preemption, ``scancel`` and at the time limit (then SIGKILL after
+``KillWait``), and SIGUSR1 (or the signal of ``--signal=USR1@<seconds>``)
+ahead of the limit when asked. A handler only sets a flag (:class:`SignalFlag`);
+the checkpoint plugin acts on it at the end of the current optimizer step,
+where the state is consistent, and raises :class:`Preempted`. ``run.py`` then
+exits with :data:`EXIT_CODE` so a job script can tell "checkpoint written,
+run me again with resume=auto" from success (0) and errors (1).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+from trainer import TuneupError
+
+#: Exit status after a preemption checkpoint: EX_TEMPFAIL of sysexits.h, "try again later".
+EXIT_CODE = 75
+
+#: The signals that mean "save and stop". SIGINT (Ctrl-C) is not one: it stops without saving.
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class Preempted(TuneupError):
+    """The run stopped on a signal after writing a checkpoint; ``run.py`` exits with EXIT_CODE."""
+
+    exit_code = EXIT_CODE
+
+
+class SignalFlag:
+    """Handlers for :data:`SIGNALS` that record the signal; :meth:`restore` puts the old ones back."""
+
+    def __init__(self) -> None:
+        self.received: str | None = None  # name of the first signal received
+        self._previous: dict = {}
+
+    def remember_handlers(self) -> None:
+        """Note the handlers to restore later (before Lightning installs its own)."""
+        self._previous = {s: signal.getsignal(s) for s in SIGNALS}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # Python delivers signals to the main thread only; it cannot install handlers here
+        if not self._previous:
+            self.remember_handlers()
+        for s in SIGNALS:
+            signal.signal(s, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.received is None:
+            self.received = signal.Signals(signum).name
+
+    def restore(self) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+        self._previous = {}
