@@ -1,0 +1,58 @@
+"""Data, by the name in ``conf/data/<name>.yaml``; each data module checks its own keys.
+
+==================  =======  ===============================================
+name                gives    module
+==================  =======  ===============================================
+synthetic_images    images   :mod:`trainer.data.images` (default, built in)
+imagefolder         images   :mod:`trainer.data.images` (``root/train``, ``root/val``)
+synthetic_tokens    tokens   :mod:`trainer.data.tokens` (a learnable Markov chain)
+textfile            tokens   :mod:`trainer.data.tokens` (bytes of any text file)
+==================  =======  ===============================================
+
+Every data module exposes ``input_shape`` and ``num_classes`` before it loads
+anything (see :mod:`trainer.data.datamodule`).
+"""
+
+from __future__ import annotations
+
+from trainer.data.datamodule import DataModule
+from trainer.data.images import ImageFolder, SyntheticImages
+from trainer.data.tokens import SyntheticTokens, TextFile
+
+DATA: dict[str, type[DataModule]] = {
+    "synthetic_images": SyntheticImages,
+    "imagefolder": ImageFolder,
+    "synthetic_tokens": SyntheticTokens,
+    "textfile": TextFile,
+}
+
+
+def check_data(cfg) -> list[str]:
+    name = cfg.data.name
+    if name not in DATA:
+        return [f"data.name={name!r} is not allowed: expected one of {', '.join(DATA)}"]
+    return DATA[name].problems(cfg)
+
+
+def build_data(cfg, plugins=None) -> DataModule:
+    """The data module ``cfg.data`` names.
+
+    With ``plugins`` (the run's plugin manager) every DataLoader's keyword arguments
+    pass through the ``configure_dataloader`` hook; without (plugins that only need
+    ``input_shape`` and ``num_classes``) DataLoaders get torch's defaults.
+    """
+    configure = None
+    if plugins is not None:
+
+        def configure(kwargs: dict) -> None:
+            plugins.call("configure_dataloader", cfg=cfg, kwargs=kwargs)
+
+    data = DATA[cfg.data.name](cfg.data, configure)
+    data.order_seed = cfg.seed
+    return data
+
+
+__all__ = [
+    "DATA", "DataModule", "ImageFolder", "SyntheticImages", "SyntheticTokens", "TextFile",
+    "build_data", "check_data",
+]  # fmt: skip

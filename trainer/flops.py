@@ -1,0 +1,111 @@
+"""FLOPs of a training step, and the device peaks that turn achieved TFLOP/s into MFU.
+
+``flops_per_sample`` counts one forward, loss and backward with
+``torch.utils.flop_counter.FlopCounterMode`` on a copy of the model built on
+the *meta* device: shapes only, so it costs no compute, no memory, and leaves
+the real model, its BatchNorm statistics, gradients and RNG untouched. The
+copy is built from the config, before plugins transform the model, so the
+count is the model's own arithmetic ("model FLOPs" in the PaLM paper's MFU):
+recomputation under activation checkpointing, kernel swaps and compilation do
+not change it. Only matrix products and convolutions are counted (what
+FlopCounterMode knows), which is where the FLOPs of these models are; on the
+meta device attention is counted as its two batched matmuls, causal masking
+not subtracted (as FlopCounterMode's flash-attention formula does on CUDA).
+
+MFU = achieved TFLOP/s / (peak TFLOP/s per device x devices), with the
+device's dense 16-bit tensor-core peak whatever the run's precision (the
+convention of nanoGPT and torchtitan): one yardstick per GPU, so fp32 and amp
+runs are compared against the same ceiling.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+#: Dense (no sparsity) bf16 tensor-core peak per GPU, TFLOP/s, from NVIDIA's datasheets
+#: (fp16 on V100 and T4, which have no bf16). Matched in this order, as whole words, against
+#: ``torch.cuda.get_device_name()``, e.g. "NVIDIA H200", "NVIDIA A100-SXM4-80GB".
+PEAK_TFLOPS = (
+    ("H200 NVL", 835.5),
+    ("H200", 989.4),  # H200 SXM
+    ("GH200", 989.4),
+    ("H100 PCIe", 756.5),
+    ("H100 NVL", 835.5),
+    ("H100", 989.4),  # H100 SXM
+    ("A100", 312.0),  # SXM and PCIe, 40 and 80 GB
+    ("L40S", 362.1),
+    ("L40", 181.0),
+    ("L4", 121.0),
+    ("A10", 125.0),
+    ("V100", 125.0),  # fp16, SXM2 (PCIe: 112)
+    ("T4", 65.0),  # fp16
+)
+
+
+def peak_tflops(device_name: str) -> float | None:
+    """The device's dense 16-bit peak in TFLOP/s, or None when it is not in :data:`PEAK_TFLOPS`."""
+    for key, peak in PEAK_TFLOPS:
+        if re.search(rf"(?<![\w-]){re.escape(key)}(?![\w])", device_name):
+            return peak
+    return None
+
+
+def count_flops(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn) -> int:
+    """FLOPs of ``loss_fn(model(x), y)`` and its backward, as FlopCounterMode counts them."""
+    with FlopCounterMode(display=False) as counter:
+        loss_fn(model(x), y).backward()
+    return counter.get_total_flops()
+
+
+def example_batch(data, batch_size: int = 2, device="meta") -> tuple[torch.Tensor, torch.Tensor]:
+    """An ``(x, y)`` batch shaped like ``data``'s: images float ``[B, C, H, W]`` with ``[B]``
+    labels, tokens int64 ``[B, T]`` with ``[B, T]`` targets (zeros: values do not matter)."""
+    shape = (batch_size, *data.input_shape)
+    if getattr(data, "inputs", "images") == "tokens":
+        tokens = torch.zeros(shape, dtype=torch.long, device=device)
+        return tokens, tokens.clone()
+    x = torch.zeros(shape, device=device)
+    return x, torch.zeros(batch_size, dtype=torch.long, device=device)
+
+
+def flops_per_sample(cfg, data, loss_fn=None) -> float | None:
+    """Model FLOPs of one training sample (forward + backward), counted on the meta device.
+
+    None without a data module, or when the model cannot be built or run on the
+    meta device (a custom builder that needs real tensors).
+    """
+    if data is None:
+        return None
+    from trainer.models import build_model_on_meta
+    from trainer.module import cross_entropy
+
+    batch_size = 2  # FLOPs are linear in the batch; 2 keeps BatchNorm's batch statistics defined
+    model = build_model_on_meta(cfg, data)
+    if model is None:
+        return None
+    try:
+        x, y = example_batch(data, batch_size)
+        return count_flops(model.train(), x, y, loss_fn or cross_entropy) / batch_size
+    except Exception:  # a measurement must never stop a run; mfu_note says it is missing
+        return None
+
+
+def throughput(
+    flops: float | None, samples_per_s: float | None, device_name: str, devices: int
+) -> dict:
+    """``flops_per_sample``, ``achieved_tflops`` (all devices), ``mfu`` and ``peak_tflops``
+    (per device), and ``mfu_note`` saying why MFU is missing when it is."""
+    achieved = flops * samples_per_s / 1e12 if flops and samples_per_s else None
+    peak = peak_tflops(device_name or "")
+    figures = {"flops_per_sample": flops, "achieved_tflops": achieved, "peak_tflops": peak,
+               "mfu": achieved / (peak * devices) if achieved and peak else None}  # fmt: skip
+    if figures["mfu"] is None:
+        figures["mfu_note"] = (
+            "FLOPs could not be counted on the meta device" if not flops
+            else "no measured samples/s" if not samples_per_s
+            else f"no known peak for device {device_name!r} (trainer/flops.py PEAK_TFLOPS)"
+        )  # fmt: skip
+    return figures
