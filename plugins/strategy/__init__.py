@@ -1,0 +1,195 @@
+"""How a run is spread over processes: ``strategy=auto|ddp|fsdp`` (docs/distributed.md, docs/slurm.md).
+
+``trainer.devices`` processes per node times ``trainer.num_nodes`` nodes make the
+world. ``auto`` trains in one process when the world is 1 and with DDP (the
+defaults of ``strategy=ddp``) otherwise; ``ddp`` replicates the model and averages
+gradients (torch ``DistributedDataParallel``); ``fsdp`` shards parameters,
+gradients and optimizer state (CUDA only). Lightning does the work
+(:mod:`plugins.strategy.build`); this plugin picks the backend (gloo on CPU, NCCL
+on CUDA), a short collective timeout, and fixes what Lightning gets wrong with
+Hydra multiruns (:mod:`plugins.strategy.launch`).
+
+Data: every process trains on its own shard of each epoch, chosen by the data
+module's sampler (trainer/sampling.py: rank ``r`` of ``W`` takes every W-th index
+of the epoch's permutation), so W processes with batch b see, step by step, the
+samples one process with batch W x b sees, and DDP's averaged gradient is that
+batch's gradient.
+
+In a Slurm job the ranks come from Slurm, and rank 0 requeues the job after a
+SIGUSR1 checkpoint (:mod:`plugins.strategy.slurm`, the one owner of requeue).
+With ``count_allreduces=true`` (DDP) the summary reports ``gradient_allreduces``:
+backward passes whose gradients were all-reduced (accumulation skips them on
+non-final micro-batches).
+"""
+
+from __future__ import annotations
+
+from omegaconf import OmegaConf
+
+from plugins.strategy import slurm
+from plugins.strategy.build import (
+    COMM_HOOKS,
+    SHARDING,
+    AllReduceCount,
+    backend,
+    ddp_strategy,
+    fsdp_strategy,
+)
+from trainer import hookimpl
+from trainer.environment import Environment
+from trainer.preemption import Preempted, SignalFlag
+from trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
+
+COMMON = {"plugin", "name", "timeout_s"}
+KEYS = {
+    "auto": COMMON,
+    "ddp": COMMON | {"find_unused_parameters", "static_graph", "gradient_as_bucket_view",
+                     "bucket_cap_mb", "comm_hook", "count_allreduces"},
+    "fsdp": COMMON | {"sharding_strategy", "cpu_offload", "activation_checkpointing",
+                      "activation_checkpointing_every_n"},
+}  # fmt: skip
+RULES = {
+    "strategy.name": OneOf(tuple(KEYS)),
+    "strategy.timeout_s": Number(gt=0),
+    "strategy.find_unused_parameters": BOOL,
+    "strategy.static_graph": BOOL,
+    "strategy.gradient_as_bucket_view": BOOL,
+    "strategy.bucket_cap_mb": Number(gt=0),
+    "strategy.comm_hook": OneOf(tuple(COMM_HOOKS)),
+    "strategy.count_allreduces": BOOL,
+    "strategy.sharding_strategy": OneOf(SHARDING),
+    "strategy.cpu_offload": BOOL,
+    "strategy.activation_checkpointing_every_n": Integer(low=1),
+}
+#: What strategy=auto uses when the world has more than one process: strategy=ddp's defaults.
+DDP_DEFAULTS = {"comm_hook": "none", "find_unused_parameters": False, "static_graph": False,
+                "gradient_as_bucket_view": False, "bucket_cap_mb": 25}  # fmt: skip
+
+
+def settings_problems(cfg, env: Environment) -> list[str]:
+    """Problems with ``cfg.strategy`` on this machine: keys, values, world size, device."""
+    node, name = cfg.strategy, cfg.strategy.get("name")
+    found = problems(cfg, RULES)
+    if name not in KEYS:
+        return found
+    found += [
+        f"strategy.{key} is not a setting of strategy={name}; allowed: "
+        f"{', '.join(sorted(KEYS[name] - {'plugin'}))}"
+        for key in node
+        if key not in KEYS[name]
+    ]
+    if cfg.trainer.get("strategy") is not None:
+        found.append(
+            f"trainer.strategy={cfg.trainer.strategy} conflicts with strategy={name}: choose the "
+            "strategy with the strategy group (strategy=ddp) and remove trainer.strategy"
+        )
+    if name == "ddp" and env.world_size < 2:
+        found.append(
+            f"strategy=ddp with trainer.devices={env.devices} and trainer.num_nodes="
+            f"{env.num_nodes} is one process: nothing to distribute. Set trainer.devices=2 "
+            "(or more; on CPU each device is a process) or use strategy=auto"
+        )
+    if name == "fsdp":
+        found += _fsdp_problems(cfg, env)
+    return found + slurm.task_problems(env.devices, env.num_nodes)
+
+
+def _fsdp_problems(cfg, env: Environment) -> list[str]:
+    found = []
+    if not env.is_cuda:
+        found.append(
+            f"strategy=fsdp cannot run on {env.accelerator}: Lightning runs FSDP on CUDA GPUs "
+            "only (parameters are sharded across GPUs and gathered with NCCL). On this machine "
+            "use strategy=ddp, or run on GPUs (trainer.accelerator=gpu)"
+        )
+    blocks = cfg.strategy.get("activation_checkpointing") or []
+    if not (OmegaConf.is_list(blocks) or isinstance(blocks, list)) or not all(
+        isinstance(b, str) and b for b in blocks
+    ):
+        found.append(problem("strategy.activation_checkpointing", blocks,
+                             "a list of block class names, e.g. [Block], or []"))  # fmt: skip
+    if (cfg.get("activation_checkpointing") or {}).get("plugin"):
+        found.append(
+            "activation_checkpointing=blocks with strategy=fsdp: under FSDP, checkpointing must "
+            "wrap the blocks after sharding; set activation_checkpointing=off and "
+            "strategy.activation_checkpointing=<block class names> (the same selection)"
+        )
+    return found
+
+
+def build_strategy(cfg, env: Environment, count: AllReduceCount | None):
+    """The ``strategy`` Trainer argument: "auto" (one process) or a Lightning strategy object."""
+    node, name = cfg.strategy, cfg.strategy.name
+    if name == "fsdp":
+        return fsdp_strategy(node, env.accelerator)
+    if name == "ddp":
+        return ddp_strategy(node, env.accelerator, count=count)
+    if env.world_size > 1:
+        return ddp_strategy(OmegaConf.merge(DDP_DEFAULTS, node), env.accelerator)
+    return "auto"
+
+
+def resolved(name: str, world_size: int) -> str:
+    """What ``strategy=<name>`` runs with this many processes: single process, ddp or fsdp."""
+    if name == "auto":
+        return "ddp" if world_size > 1 else "single process"
+    return name
+
+
+def requeue_signal_received(trainer) -> bool:
+    """Whether the checkpoint plugin stopped the run on the requeue signal (not on SIGTERM)."""
+    flags = [getattr(c, "signals", None) for c in trainer.callbacks]
+    return any(isinstance(f, SignalFlag) and f.received == slurm.REQUEUE_SIGNAL for f in flags)
+
+
+class Plugin:
+    def __init__(self, cfg) -> None:
+        self.cfg = cfg
+        self.env: Environment | None = None
+        self.strategy = None
+        self.count = AllReduceCount() if cfg.strategy.get("count_allreduces") else None
+        self.cluster = "slurm" if slurm.in_slurm_job() else "local"
+        self.requeued: str | None = None
+
+    @hookimpl
+    def check(self, cfg, env):
+        self.env = env
+        return settings_problems(cfg, env)
+
+    @hookimpl
+    def configure_trainer(self, cfg, kwargs):
+        env = self.env or Environment.from_config(cfg)
+        self.strategy = build_strategy(cfg, env, self.count)
+        kwargs["strategy"] = self.strategy
+        environment = slurm.cluster_environment()
+        if environment is not None:
+            kwargs["plugins"] = [*(kwargs.get("plugins") or []), environment]
+
+    @hookimpl
+    def on_exception(self, trainer, exception):
+        if (
+            isinstance(exception, Preempted)
+            and trainer.is_global_zero
+            and slurm.in_slurm_job()
+            and requeue_signal_received(trainer)
+        ):
+            self.requeued = slurm.requeue_at_exit()
+
+    @hookimpl
+    def report(self, summary):
+        if self.count is not None:
+            summary["gradient_allreduces"] = self.count.rounds
+        if self.requeued:
+            summary["requeued_job"] = self.requeued
+
+    def describe(self):
+        env = self.env or Environment.from_config(self.cfg)
+        node = OmegaConf.to_container(self.cfg.strategy, resolve=True)
+        node.pop("plugin", None)
+        return {
+            **node,
+            "used": resolved(node["name"], env.world_size),
+            "backend": backend(env.accelerator) if env.world_size > 1 else None,
+            "world_size": env.world_size,
+            "cluster": self.cluster,
+        }

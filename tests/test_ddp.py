@@ -1,0 +1,243 @@
+"""strategy=ddp on CPU (gloo, 2 processes): one run dir, the same weights as one big batch,
+one all-reduce per optimizer step, sweeps, and a failing rank that ends the run in seconds."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from plugins.strategy import settings_problems
+from plugins.strategy.build import checkpointed_blocks
+from plugins.strategy.launch import config_options, job_command
+from tests.conftest import compose_config, run_cli
+from tests.plugin_dists import make_distribution
+from trainer.environment import Environment
+
+#: model=mlp (no BatchNorm: a batch's gradient does not depend on how it is split), tiny data.
+MLP = [
+    "model=mlp",
+    "data.train_samples=256",
+    "data.val_samples=64",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+    "trainer.accelerator=cpu",
+]
+DDP = ["strategy=ddp", "trainer.devices=2", "data.batch_size=16"]
+
+
+def summary_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    (path,) = sorted((run_dir / "checkpoints").glob("epoch*.ckpt"))[-1:]
+    return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+
+
+def relative_difference(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).norm() / b[k].norm()) for k in b)
+
+
+def ddp_run(tmp_path: Path, *overrides: str, name: str = "ddp"):
+    run_dir = tmp_path / name
+    result = run_cli(*MLP, *DDP, f"hydra.run.dir={run_dir}", *overrides, cwd=tmp_path, tiny=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+# -- end to end: two processes ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_ddp_equals_one_process_on_the_whole_batch(tmp_path, train, accumulate):
+    steps = 3
+    common = [f"trainer.max_steps={steps}", f"grad_accum.steps={accumulate}"]
+    run_dir = ddp_run(tmp_path, *common, "strategy.count_allreduces=true")
+
+    summary = summary_of(run_dir)
+    assert summary["status"] == "ok" and summary["world_size"] == 2
+    assert summary["steps"] == steps and summary["samples_per_s"] > 0
+    assert summary["samples"] == steps * accumulate * 32  # both ranks' samples: the aggregate
+    assert summary["plugins"]["strategy"]["backend"] == "gloo"
+    # One run directory, one summary: rank 1 wrote into rank 0's directory and no summary.
+    assert [p.parent for p in tmp_path.rglob("summary.json")] == [run_dir]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ddp"]
+    # No wasted communication: one gradient all-reduce per optimizer step, none on the
+    # micro-batches accumulated under no_sync.
+    assert summary["micro_batches"] == steps * accumulate
+    assert summary["gradient_allreduces"] == steps
+
+    reference = {}
+    for batch in (32, 16):  # 16: a different batch must give different weights
+        _, one = train(*MLP, f"data.batch_size={batch}", *common, tiny=False,
+                       run_dir=tmp_path / f"one{batch}")  # fmt: skip
+        reference[batch] = final_weights(one)
+    ddp = final_weights(run_dir)
+    assert relative_difference(ddp, reference[32]) < 1e-5
+    assert relative_difference(ddp, reference[16]) > 1e-3
+
+
+@pytest.mark.slow
+def test_fp16_gradient_compression_runs_on_cpu(tmp_path, train):
+    steps = 3
+    run_dir = ddp_run(
+        tmp_path, f"trainer.max_steps={steps}", "strategy.comm_hook=fp16",
+        "strategy.count_allreduces=true",
+    )  # fmt: skip
+    summary = summary_of(run_dir)
+    assert summary["plugins"]["strategy"]["comm_hook"] == "fp16"
+    assert summary["gradient_allreduces"] == steps  # the hook is registered on CPU too
+    _, one = train(*MLP, "data.batch_size=32", f"trainer.max_steps={steps}", tiny=False,
+                   run_dir=tmp_path / "one")  # fmt: skip
+    difference = relative_difference(final_weights(run_dir), final_weights(one))
+    assert 0 < difference < 1e-2  # half-precision gradients: close, not equal
+
+
+@pytest.mark.slow
+def test_sweep_runs_each_job_with_two_ranks_in_its_own_directory(tmp_path):
+    sweep = tmp_path / "sweep"
+    result = run_cli(
+        "-m", *MLP, *DDP, "trainer.max_steps=2", "optimizer.lr=0.1,0.01",
+        f"hydra.sweep.dir={sweep}", cwd=tmp_path, tiny=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.parent.name for p in tmp_path.rglob("summary.json")) == ["0", "1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no outputs/, no 2nd sweep
+    for job, lr in (("0", 0.1), ("1", 0.01)):
+        summary = summary_of(sweep / job)
+        assert summary["status"] == "ok" and summary["world_size"] == 2 and summary["steps"] == 2
+        overrides = (sweep / job / ".hydra" / "overrides.yaml").read_text()
+        assert f"optimizer.lr={lr}" in overrides
+        assert (sweep / job / "train_ddp_process_1.log").exists()  # rank 1 ran in this job's dir
+
+
+FAILING_PLUGIN = """
+import os
+from pathlib import Path
+from trainer import hookimpl
+
+class Plugin:
+    @hookimpl
+    def on_train_batch_start(self, trainer):
+        Path(os.environ["PIDS_DIR"], str(trainer.global_rank)).write_text(str(os.getpid()))
+        if trainer.global_rank == 1 and trainer.global_step == 3:
+            raise RuntimeError("rank one fails on purpose")
+"""
+
+
+@pytest.mark.slow
+def test_a_failing_rank_ends_every_process_in_seconds(tmp_path):
+    site = make_distribution(tmp_path / "site", "tuneup-fail", {"fail_rank": FAILING_PLUGIN},
+                             {"fail_rank": "fail_rank:Plugin"})  # fmt: skip
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env = {"PYTHONPATH": os.pathsep.join([str(site), *sys.path]), "PIDS_DIR": str(pids)}
+    started = time.monotonic()
+    result = run_cli(*MLP, *DDP, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env=env,
+                     tiny=False, timeout=300)  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0
+    assert "rank 1: plugin 'fail_rank' failed" in result.stderr
+    assert "rank one fails on purpose" in result.stderr
+    assert elapsed < 90, "ended by a collective timeout, not by the failure"  # default: 30 min
+    ranks = {p.name: int(p.read_text()) for p in pids.iterdir()}
+    assert sorted(ranks) == ["0", "1"]
+    deadline = time.monotonic() + 15
+    while any(_alive(pid) for pid in ranks.values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [rank for rank, pid in ranks.items() if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return "Z"
+
+
+# -- checks and pieces, in this process -------------------------------------------------------
+
+
+def problems_for(*overrides):
+    cfg = compose_config([*MLP, *overrides], tiny=False)
+    return settings_problems(cfg, Environment.from_config(cfg))
+
+
+def test_ddp_with_one_process_is_a_problem():
+    (found,) = problems_for("strategy=ddp")
+    assert "one process" in found and "trainer.devices=2" in found
+
+
+def test_fsdp_says_why_it_cannot_run_on_cpu():
+    found = problems_for("strategy=fsdp", "trainer.devices=2")
+    assert any("strategy=fsdp cannot run on cpu" in p and "CUDA" in p for p in found)
+
+
+def test_bad_strategy_settings_are_named():
+    found = problems_for("strategy=ddp", "trainer.devices=2", "strategy.comm_hook=int8",
+                         "+strategy.nonsense=1", "strategy.timeout_s=0")  # fmt: skip
+    text = "\n".join(found)
+    assert "strategy.comm_hook='int8' is not allowed" in text
+    assert "strategy.nonsense is not a setting of strategy=ddp" in text
+    assert "strategy.timeout_s=0" in text
+
+
+def test_slurm_tasks_must_match_devices(monkeypatch):
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    monkeypatch.setenv("SLURM_JOB_NAME", "train")
+    monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "4")
+    monkeypatch.setenv("SLURM_NNODES", "1")
+    found = problems_for("strategy=ddp", "trainer.devices=2")
+    assert any("runs 4 task(s) per node" in p and "trainer.devices=4" in p for p in found)
+
+
+def test_child_command_runs_the_job_not_the_sweep():
+    command = job_command(
+        ["python", "/src/run.py"],
+        ["-m", "-cn", "config", "optimizer.lr=0.1,0.01", "strategy=ddp"],
+        ["optimizer.lr=0.01", "strategy=ddp"],
+        [
+            "hydra.mode=MULTIRUN",
+            "hydra.sweep.dir=/s",
+            "hydra/launcher=slurm",
+            "hydra.job.chdir=true",
+        ],
+        "/s/1",
+        local_rank=1,
+    )
+    assert command == [
+        "python", "/src/run.py", "-cn", "config", "optimizer.lr=0.01", "strategy=ddp",
+        "hydra.job.chdir=true", 'hydra.run.dir="/s/1"', "hydra.job.name=train_ddp_process_1",
+        "hydra.output_subdir=null",
+    ]  # fmt: skip
+    assert config_options(["--config-dir=/c", "a=1", "-cp", "p"]) == ["--config-dir=/c", "-cp", "p"]
+
+
+def test_fsdp_checkpoints_the_blocks_activation_checkpointing_would_choose():
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = nn.Linear(2, 2)
+
+    model = nn.Sequential(Block(), nn.ReLU(), Block(), Block())
+    assert checkpointed_blocks(model, ["Block"]) == {id(model[0]), id(model[2]), id(model[3])}
+    assert checkpointed_blocks(model, ["Block"], every_n=2) == {id(model[0]), id(model[3])}

@@ -1,0 +1,124 @@
+"""Against a real one-node Slurm (tests/slurm/cluster.py): a 2-task DDP job submitted through
+``hydra/launcher=slurm``, and a job that gets the preemption signal, is requeued and resumes.
+
+Skipped, with the reason, only where this machine cannot run Slurm (not root, or the Debian
+packages are missing; .ci/run installs them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.plugin_dists import make_distribution
+from tests.slurm.cluster import running_cluster, unavailable
+
+pytestmark = pytest.mark.slow
+
+RUN = [
+    "-m", "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "strategy=ddp",
+    "trainer.devices=2", "trainer.accelerator=cpu", "model=mlp", "data.val_samples=64",
+    "data.batch_size=16", "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "resume=auto",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    reason = unavailable()
+    if reason:
+        print(f"SKIP Slurm tests: {reason}")
+        pytest.skip(reason)
+    with running_cluster() as cluster:
+        yield cluster
+
+
+def submit(slurm, sweep: Path, *overrides: str, env=None) -> subprocess.Popen:
+    """``run.py -m`` with the Slurm launcher, from ``sweep``'s parent: the job finds this
+    checkout's packages on PYTHONPATH also where tuneup is not installed."""
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]), **(env or {})}
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "run.py"), *RUN, f"hydra.sweep.dir={sweep}", *overrides],
+        cwd=sweep.parent, env={**slurm.env, **env}, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def finish(process: subprocess.Popen, slurm, timeout: float = 400) -> str:
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+        pytest.fail(f"the sweep did not finish in {timeout} s:\n{output[-3000:]}\n{slurm.logs()}")
+    assert process.returncode == 0, f"{output[-4000:]}\n{job_logs(process)}\n{slurm.logs()}"
+    return output
+
+
+def job_logs(process: subprocess.Popen) -> str:
+    sweep = Path(next(a for a in process.args if a.startswith("hydra.sweep.dir=")).split("=", 1)[1])
+    logs = sorted((sweep / ".submitit").rglob("*_log.*"))
+    return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in logs)
+
+
+def test_a_two_task_ddp_job_through_the_launcher(slurm, tmp_path):
+    sweep = tmp_path / "sweep"
+    finish(submit(slurm, sweep, "data.train_samples=128"), slurm)
+    summary = json.loads((sweep / "0" / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["world_size"] == 2
+    assert summary["steps"] == 4  # 128 samples / (2 tasks x 16)
+    assert summary["plugins"]["strategy"]["cluster"] == "slurm"
+    assert [p.parent.name for p in tmp_path.rglob("summary.json")] == ["0"]
+    script = next((sweep / ".submitit").rglob("*_submission.sh")).read_text()
+    assert "--ntasks-per-node=2" in script and "--signal=USR1@120" in script
+
+
+SLOW_STEPS = """
+import os, time
+from pathlib import Path
+from trainer import hookimpl
+
+class Plugin:
+    @hookimpl
+    def on_train_batch_end(self, trainer):
+        time.sleep(0.3)  # time to deliver the signal mid-run
+        if trainer.global_rank == 0 and trainer.global_step >= 3:
+            Path(os.environ["MARK_DIR"], "running").write_text(os.environ["SLURM_JOB_ID"])
+"""
+
+
+def test_preemption_signal_requeues_and_the_job_resumes(slurm, tmp_path):
+    site = make_distribution(tmp_path / "site", "tuneup-slow", {"slow_steps": SLOW_STEPS},
+                             {"slow_steps": "slow_steps:Plugin"})  # fmt: skip
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    env = {"PYTHONPATH": os.pathsep.join([str(site), str(ROOT), *sys.path]), "MARK_DIR": str(marks)}
+    sweep = tmp_path / "sweep"
+    steps = 12
+    process = submit(slurm, sweep, "data.train_samples=512", f"trainer.max_steps={steps}", env=env)
+
+    mark = marks / "running"
+    deadline = time.monotonic() + 300
+    while not mark.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert mark.exists(), f"the job never reached step 3\n{slurm.logs()}"
+    job = mark.read_text()
+    mark.unlink()
+    slurm.run("scancel", "--signal=USR1", job)  # what Slurm sends signal_delay_s before the limit
+    finish(process, slurm)
+
+    run_dir = sweep / "0"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == steps
+    assert "resumed_from" in summary, "the requeued job started over instead of resuming"
+    resumed_step = int(Path(summary["resumed_from"]).stem.split("step")[1])
+    assert 3 <= resumed_step < steps
+    assert [p.parent for p in tmp_path.rglob("summary.json")] == [run_dir]  # the same directory
+    record = slurm.run("scontrol", "-o", "show", "job", job).stdout
+    assert " Restarts=1 " in record, record  # Slurm ran the job a second time
