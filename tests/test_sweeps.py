@@ -1,0 +1,131 @@
+"""Sweeps as users run them (``python run.py -m ...``): the report at the end, failed runs, joblib."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from omegaconf import OmegaConf
+
+from tests.conftest import ROOT, run_cli
+from tests.report_tables import (
+    assert_row_matches,
+    best_line,
+    number,
+    png_size,
+    read_table,
+    run_name,
+)
+
+pytestmark = pytest.mark.slow
+
+#: A run of a few steps on 8x8 images: 4 micro-batches of 16, the last 2 measured.
+SMALL = [
+    "data.train_samples=64",
+    "data.val_samples=32",
+    "data.image_size=8",
+    "model.width=4",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+]
+
+
+def sweep(tmp_path, *args):
+    """Run ``python run.py -m ARGS`` with the sweep directory tmp_path/sweep."""
+    sweep_dir = tmp_path / "sweep"
+    done = run_cli("-m", f"hydra.sweep.dir={sweep_dir}", *args, cwd=tmp_path, tiny=False)
+    return done, sweep_dir
+
+
+def overrides(run_dir) -> list[str]:
+    return list(OmegaConf.load(run_dir / ".hydra" / "overrides.yaml"))
+
+
+def test_grid_sweep_ends_with_a_report_that_matches_every_run(tmp_path):
+    done, sweep_dir = sweep(
+        tmp_path,
+        *SMALL,
+        "data.batch_size=16",
+        "precision=fp32,bf16",
+        "memory_format=contiguous,channels_last",
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    markdown = (sweep_dir / "report.md").read_text()
+    rows = read_table(markdown)
+    assert sorted(run_name(r) for r in rows) == ["0", "1", "2", "3"]
+    for row in rows:
+        run_dir = sweep_dir / run_name(row)
+        assert_row_matches(row, run_dir, sweep_dir / "0")
+        swept = [o for o in overrides(run_dir) if o.startswith(("precision=", "memory_format="))]
+        assert row["overrides"] == f"`{' '.join(swept)}`"
+    speeds = [number(r["samples/s"]) for r in rows]
+    assert speeds == sorted(speeds, reverse=True)
+    baseline = next(r for r in rows if "baseline" in r["run"])
+    assert (run_name(baseline), baseline["speed-up"]) == ("0", "1.00x")
+    best = run_name(next(r for r in rows if "best" in r["run"]))
+    command = " ".join(["python", "run.py", *overrides(sweep_dir / best)])
+    assert best_line(markdown).endswith(f"reproduce: `{command}`")
+    assert png_size(sweep_dir / "report.png") == (1400, 600)
+
+    # The same report from the directory after the fact.
+    (sweep_dir / "report.md").unlink()
+    again = run_cli_report(sweep_dir)
+    assert again.returncode == 0, again.stderr
+    assert (sweep_dir / "report.md").read_text() == markdown
+
+
+def test_a_failed_run_is_reported_and_the_sweep_exits_1(tmp_path):
+    # Job 0 fails at its first step (batch size 1 on 4x4 images: BatchNorm sees one value per
+    # channel, a runtime error, not a config error); job 1 must still run.
+    done, sweep_dir = sweep(
+        tmp_path, *SMALL, "data.image_size=4", "data.batch_size=1,16", "report.baseline=1"
+    )
+    assert done.returncode == 1
+    assert "1 of 2 runs did not finish" in done.stdout + done.stderr
+    rows = {run_name(r): r for r in read_table((sweep_dir / "report.md").read_text())}
+    failed = json.loads((sweep_dir / "0" / "summary.json").read_text())
+    assert failed["status"] == "failed"
+    assert rows["0"]["status"] == f"failed: {failed['error'].splitlines()[-1]}"
+    assert "Expected more than 1 value per channel" in rows["0"]["status"]
+    assert "Traceback" in (sweep_dir / "0" / "run.log").read_text()
+    assert rows["1"]["status"] == "ok"
+    assert rows["1"]["run"] == "1 (baseline, best)"
+    assert_row_matches(rows["1"], sweep_dir / "1", sweep_dir / "1")
+
+
+def test_joblib_launcher_runs_jobs_in_parallel_with_threads_split(tmp_path, monkeypatch):
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    joblib = pytest.importorskip("joblib")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # joblib then sets cores // n_jobs
+    done, sweep_dir = sweep(
+        tmp_path,
+        *SMALL,
+        "data.batch_size=16",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        "optimizer.lr=0.05,0.1",
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    threads = max(joblib.cpu_count() // 2, 1)
+    for job in ("0", "1"):
+        summary = json.loads((sweep_dir / job / "summary.json").read_text())
+        assert summary["status"] == "ok"
+        assert summary["device"].endswith(f", {threads} threads)")
+    markdown = (sweep_dir / "report.md").read_text()
+    rows = read_table(markdown)
+    assert sorted(run_name(r) for r in rows) == ["0", "1"]
+    for row in rows:
+        assert_row_matches(row, sweep_dir / run_name(row), sweep_dir / "0")
+    assert "ran in parallel (hydra.launcher.n_jobs=2)" in markdown
+
+
+def run_cli_report(directory):
+    return subprocess.run(
+        [sys.executable, "-m", "trainer.report", str(directory)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )

@@ -1,0 +1,275 @@
+"""Sweep reports: what each run of a sweep bought in speed and memory and cost in accuracy.
+
+:func:`build_report` reads every run's ``summary.json`` and Hydra overrides
+under a directory (a sweep's, or one of single runs), compares each with the
+baseline run and ranks them; :func:`write_report` writes ``report.md`` (one
+row per run, the best run on top) and ``report.png`` (samples/s against peak
+memory, and speed-up bars) into that directory. A sweep writes both when it
+ends (``trainer/sweep_callback.py``); for an existing directory run
+``python -m trainer.report <dir>``.
+
+Settings, the config node ``report`` (saved with every run in
+``.hydra/config.yaml``, so a report made later compares as the sweep did):
+
+- ``baseline``: the run the others are compared with. null: the first run
+  (job 0 of a sweep); a run's name (its job number); or overrides that
+  name exactly one run, e.g. ``"report.baseline='precision=fp32 memory_format=contiguous'"``.
+- ``rank_by``: ``samples_per_s`` (fastest first; best = the fastest run whose
+  val acc is at most ``val_acc_tolerance`` below the baseline's) or
+  ``val_acc`` (best val acc first; best = the highest val acc).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trainer import TuneupError
+from trainer.report.runs import Run, find_runs, natural_key, saved_node
+
+RANK_BY = ("samples_per_s", "val_acc")
+MARKDOWN_FILE = "report.md"
+FIGURE_FILE = "report.png"
+
+
+class ReportError(TuneupError):
+    """The report cannot be made as asked (no runs, an unknown baseline or setting)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    baseline: str | None = None
+    rank_by: str = "samples_per_s"
+    val_acc_tolerance: float = 0.01
+
+    @classmethod
+    def from_node(cls, node) -> Settings:
+        """Settings from a ``report`` config node (missing keys: the defaults)."""
+        node = node or {}
+        default = cls()
+        baseline = node.get("baseline", default.baseline)
+        return cls(
+            baseline=None if baseline is None else str(baseline),
+            rank_by=node.get("rank_by", default.rank_by),
+            val_acc_tolerance=float(node.get("val_acc_tolerance", default.val_acc_tolerance)),
+        )
+
+    def check(self) -> None:
+        if self.rank_by not in RANK_BY:
+            raise ReportError(
+                f"report.rank_by={self.rank_by!r} is not allowed: expected one of "
+                f"{', '.join(RANK_BY)}"
+            )
+        if not self.val_acc_tolerance >= 0:
+            raise ReportError(
+                f"report.val_acc_tolerance={self.val_acc_tolerance} is not allowed: expected a "
+                "number >= 0 (an absolute accuracy difference, e.g. 0.01)"
+            )
+
+
+@dataclass
+class Report:
+    directory: Path
+    settings: Settings
+    runs: list[Run]  # in table order
+    baseline: Run
+    best: Run | None
+    common_overrides: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def speed_up(self, run: Run) -> float | None:
+        return _ratio(run.samples_per_s, self.baseline.samples_per_s if self.baseline.ok else None)
+
+    def memory_ratio(self, run: Run) -> float | None:
+        base = self.baseline.peak_memory_bytes if self.baseline.ok else None
+        return _ratio(run.peak_memory_bytes, base)
+
+    def varying_overrides(self, run: Run) -> list[str]:
+        """The run's overrides that not every run shares: what sets it apart."""
+        return [o for o in run.overrides if o not in self.common_overrides]
+
+    @property
+    def not_ok(self) -> list[Run]:
+        return [run for run in self.runs if not run.ok]
+
+
+def build_report(
+    directory, baseline=None, rank_by=None, val_acc_tolerance=None, settings=None
+) -> Report:
+    """Compare the runs under ``directory``.
+
+    Settings: ``settings`` if given, else those saved with the runs (their
+    ``report`` config node), each replaced by an argument that is not None.
+    """
+    directory = Path(directory)
+    runs = find_runs(directory) if directory.is_dir() else []
+    if not any(run.summary for run in runs):
+        raise ReportError(
+            f"no runs in {directory}: expected run directories holding summary.json, "
+            "e.g. a sweep directory (multirun/<date>/<time>) or a directory of single runs "
+            "(outputs/<date>); pass the directory that a sweep or runs wrote"
+        )
+    settings = settings or Settings.from_node(saved_node(runs[0].path, "config.yaml", "report"))
+    settings = Settings(
+        baseline=settings.baseline if baseline is None else str(baseline),
+        rank_by=rank_by or settings.rank_by,
+        val_acc_tolerance=(
+            settings.val_acc_tolerance if val_acc_tolerance is None else float(val_acc_tolerance)
+        ),
+    )
+    settings.check()
+    base = pick_baseline(runs, settings.baseline)
+    return Report(
+        directory=directory,
+        settings=settings,
+        runs=ranked(runs, settings.rank_by),
+        baseline=base,
+        best=pick_best(runs, base, settings),
+        common_overrides=_common_overrides(runs),
+        notes=_notes(runs),
+    )
+
+
+def write_report(report: Report) -> list[Path]:
+    """Write ``report.md`` and, where matplotlib is installed, ``report.png``; return the paths."""
+    from trainer.report.markdown import render_markdown
+
+    written = []
+    try:
+        from trainer.report.figure import draw_figure
+    except ImportError:
+        report.notes.append(
+            f"{FIGURE_FILE} was not drawn: it needs matplotlib (pip install 'tuneup[sweep]')."
+        )
+    else:
+        written.append(draw_figure(report, report.directory / FIGURE_FILE))
+    markdown = report.directory / MARKDOWN_FILE
+    markdown.write_text(render_markdown(report))
+    return [markdown, *written]
+
+
+def pick_baseline(runs: list[Run], wanted: str | None) -> Run:
+    """The run named ``wanted`` (a run name or overrides it has); the first run if None."""
+    if wanted is None:
+        return runs[0]
+    by_name = [run for run in runs if run.name == wanted.strip()]
+    if by_name:
+        return by_name[0]
+    asked = {_bare(o) for o in wanted.split()}
+    matches = [run for run in runs if asked <= {_bare(o) for o in run.overrides}]
+    if len(matches) != 1:
+        listing = "; ".join(f"{run.name}: {' '.join(run.overrides) or '-'}" for run in runs)
+        found = "no run has" if not matches else f"{len(matches)} runs have"
+        raise ReportError(
+            f"report.baseline={wanted!r}: {found} these overrides; expected a run name or "
+            f"overrides that exactly one run has. Runs: {listing}"
+        )
+    return matches[0]
+
+
+def ranked(runs: list[Run], rank_by: str) -> list[Run]:
+    """Finished runs first, best ``rank_by`` first; then the others in job order."""
+
+    def key(run: Run):
+        if not run.ok:
+            return (1, 0.0, 0.0, natural_key(run.name))
+        first, second = run.samples_per_s, run.val_acc
+        if rank_by == "val_acc":
+            first, second = second, first
+        return (0, -_number(first), -_number(second), natural_key(run.name))
+
+    return sorted(runs, key=key)
+
+
+def pick_best(runs: list[Run], baseline: Run, settings: Settings) -> Run | None:
+    """The best run by the rule :func:`best_rule` states; None when no run qualifies."""
+    finished = [run for run in runs if run.ok]
+    if settings.rank_by == "val_acc":
+        scored = [run for run in finished if run.val_acc is not None]
+        return max(scored, key=lambda r: (r.val_acc, _number(r.samples_per_s)), default=None)
+    floor = accuracy_floor(baseline, settings)
+    eligible = [
+        run
+        for run in finished
+        if run.samples_per_s is not None
+        and (floor is None or (run.val_acc is not None and run.val_acc >= floor))
+    ]
+    return max(eligible, key=lambda r: r.samples_per_s, default=None)
+
+
+def accuracy_floor(baseline: Run, settings: Settings) -> float | None:
+    """The lowest val acc a run may have to be best; None when the baseline has none."""
+    if not baseline.ok or baseline.val_acc is None:
+        return None
+    return baseline.val_acc - settings.val_acc_tolerance - 1e-12  # 1e-12: float rounding
+
+
+def best_rule(report: Report) -> str:
+    settings = report.settings
+    if settings.rank_by == "val_acc":
+        return "best = the finished run with the highest val acc."
+    if accuracy_floor(report.baseline, settings) is None:
+        return "best = the fastest finished run (the baseline has no val acc to compare with)."
+    return (
+        "best = the fastest finished run whose val acc is at most "
+        f"{settings.val_acc_tolerance:g} below the baseline's "
+        "(report.val_acc_tolerance)."
+    )
+
+
+def _common_overrides(runs: list[Run]) -> list[str]:
+    if len(runs) < 2:
+        return []
+    shared = set.intersection(*(set(run.overrides) for run in runs))
+    return [o for o in runs[0].overrides if o in shared]
+
+
+def _notes(runs: list[Run]) -> list[str]:
+    notes = []
+    if any((run.summary or {}).get("accelerator") == "cpu" for run in runs):
+        notes.append(
+            "On CPU, peak memory is the process's peak resident set size during the run (reset "
+            "at its start on Linux), which includes the Python process itself."
+        )
+    n_jobs = saved_node(runs[0].path, "hydra.yaml", "hydra.launcher.n_jobs")
+    if n_jobs is not None and n_jobs != 1:
+        notes.append(
+            f"The runs ran in parallel (hydra.launcher.n_jobs={n_jobs}): they shared the "
+            "machine's cores and devices, so their samples/s are lower than alone and "
+            "comparable only with each other."
+        )
+    missing = [run.name for run in runs if run.summary is None]
+    if missing:
+        notes.append(
+            f"Runs {', '.join(missing)} have no summary.json: their process died before the "
+            "end (killed, out of memory) or they are still running."
+        )
+    return notes
+
+
+def _bare(override: str) -> str:
+    """An override without Hydra's ``+``/``++`` prefix, so ``+ablation=all`` matches ``ablation=all``."""
+    return override.strip().lstrip("+")
+
+
+def _ratio(value, base) -> float | None:
+    if value is None or not base:
+        return None
+    return value / base
+
+
+def _number(value) -> float:
+    return float("-inf") if value is None else float(value)
+
+
+__all__ = [
+    "FIGURE_FILE",
+    "MARKDOWN_FILE",
+    "RANK_BY",
+    "Report",
+    "ReportError",
+    "Run",
+    "Settings",
+    "build_report",
+    "write_report",
+]

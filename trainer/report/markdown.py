@@ -1,0 +1,138 @@
+"""``report.md``: the best run in one line, then one table row per run."""
+
+from __future__ import annotations
+
+import shlex
+
+from trainer.report import Report, best_rule
+from trainer.report.runs import Run
+
+MIB = 2**20
+COLUMNS = (
+    "run",
+    "overrides",
+    "samples/s",
+    "speed-up",
+    "peak memory",
+    "memory vs baseline",
+    "train loss",
+    "val acc",
+    "status",
+)
+RIGHT_ALIGNED = {
+    "samples/s",
+    "speed-up",
+    "peak memory",
+    "memory vs baseline",
+    "train loss",
+    "val acc",
+}
+
+
+def render_markdown(report: Report) -> str:
+    lines = [
+        f"# Sweep report: {report.directory.name}",
+        "",
+        best_line(report),
+        "",
+        f"Rule: {best_rule(report)}",
+        "",
+        _about(report),
+    ]
+    if report.common_overrides:
+        lines += ["", f"All runs: {_code(' '.join(report.common_overrides))}"]
+    lines += ["", *_table(report), "", _order(report)]
+    if report.notes:
+        lines += ["", "Notes:", *(f"- {note}" for note in report.notes)]
+    return "\n".join(lines) + "\n"
+
+
+def best_line(report: Report) -> str:
+    best, base = report.best, report.baseline
+    if best is None:
+        return "**Best: none**: no finished run qualifies (see the status column)."
+    command = " ".join(["python", "run.py", *map(shlex.quote, _reproducing(best))])
+    if best is base:
+        facts = f"the baseline itself, val acc {_fixed(best.val_acc, 4)}"
+    else:
+        facts = ", ".join(
+            fact
+            for fact in (
+                _fact(report.speed_up(best), "the baseline's samples/s"),
+                _fact(report.memory_ratio(best), "its peak memory"),
+                f"val acc {_fixed(best.val_acc, 4)} against {_fixed(base.val_acc, 4)}",
+            )
+            if fact
+        )
+    return f"**Best: run {best.name}**: {facts}; reproduce: {_code(command)}"
+
+
+def _fact(ratio, of: str) -> str | None:
+    return None if ratio is None else f"{ratio:.2f}x {of}"
+
+
+def _reproducing(run: Run) -> list[str]:
+    """The run's overrides minus report settings, which do not change a run."""
+    return [o for o in run.overrides if not o.lstrip("+~").startswith("report.")]
+
+
+def _about(report: Report) -> str:
+    runs, failed = len(report.runs), len(report.not_ok)
+    base = report.baseline
+    chosen = (
+        f"report.baseline={report.settings.baseline}"
+        if report.settings.baseline is not None
+        else "the first run; choose another with report.baseline=<run or overrides>"
+    )
+    return (
+        f"{runs} runs, {runs - failed} finished, {failed} not. Baseline: run {base.name} "
+        f"{_code(' '.join(report.varying_overrides(base)) or '-')} ({chosen})."
+    )
+
+
+def _order(report: Report) -> str:
+    if report.settings.rank_by == "val_acc":
+        return "Sorted by val acc, best first; runs that did not finish last."
+    return "Sorted by samples/s, fastest first; runs that did not finish last."
+
+
+def _table(report: Report) -> list[str]:
+    header = "| " + " | ".join(COLUMNS) + " |"
+    rule = "|" + "|".join("---:" if c in RIGHT_ALIGNED else "---" for c in COLUMNS) + "|"
+    return [header, rule, *("| " + " | ".join(row(report, run)) + " |" for run in report.runs)]
+
+
+def row(report: Report, run: Run) -> list[str]:
+    """One table row: the cells in the order of :data:`COLUMNS`."""
+    marks = [
+        m for m, on in (("baseline", run is report.baseline), ("best", run is report.best)) if on
+    ]
+    name = f"{run.name} ({', '.join(marks)})" if marks else run.name
+    memory = run.peak_memory_bytes
+    return [
+        _escape(name),
+        _code(" ".join(report.varying_overrides(run)) or "-"),
+        _fixed(run.samples_per_s, 1),
+        _times(report.speed_up(run)),
+        "-" if memory is None else f"{memory / MIB:,.1f} MiB",
+        _times(report.memory_ratio(run)),
+        _fixed(run.train_loss, 4),
+        _fixed(run.val_acc, 4),
+        _escape(run.status if run.ok else f"{run.status}: {run.error_line or 'no error recorded'}"),
+    ]
+
+
+def _fixed(value, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _times(value) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _code(text: str) -> str:
+    return f"`{_escape(text)}`"
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")

@@ -1,0 +1,50 @@
+"""The Hydra callback that writes a sweep's report when the sweep ends (``hydra.callbacks`` in conf/config.yaml).
+
+A failed run does not stop a sweep: ``trainer.runner.main`` records it in its
+``summary.json`` and returns NaN (see there), so every sweeper reaches the end
+and this callback runs. It writes ``report.md`` and ``report.png`` into the
+sweep directory, then ends the process with exit code 1 if any run did not
+finish, so scripts and CI see the failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+
+log = logging.getLogger(__name__)
+
+
+class SweepReport(Callback):
+    def __init__(self) -> None:
+        self.sweep_dir: Path | None = None
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        # Resolved now: hydra.sweep.dir holds ${now:...}, the time the sweep started.
+        self.sweep_dir = Path(config.hydra.sweep.dir)
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        from trainer.report import ReportError, Settings, build_report, write_report
+
+        sweep_dir = self.sweep_dir or Path(config.hydra.sweep.dir)
+        try:
+            report = build_report(sweep_dir, settings=Settings.from_node(config.get("report")))
+            paths = write_report(report)
+        except ReportError as exc:
+            log.error("no sweep report: %s", exc)
+            log.error("fix the setting, then: python -m trainer.report %s", sweep_dir)
+            raise SystemExit(1) from exc
+        log.info("sweep report: %s", ", ".join(str(p) for p in paths))
+        if report.not_ok:
+            names = ", ".join(run.name for run in report.not_ok)
+            log.error(
+                "%d of %d runs did not finish (runs %s); their errors are in %s",
+                len(report.not_ok),
+                len(report.runs),
+                names,
+                paths[0],
+            )
+            # SystemExit, not an Exception: Hydra turns a callback's Exception into a warning.
+            raise SystemExit(1)
