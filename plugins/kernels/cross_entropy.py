@@ -1,0 +1,240 @@
+"""Fused cross-entropy: loss and gradient from one kernel (online softmax).
+
+Why: unfused, the loss keeps a log-softmax of the [N, V] logits for backward, in fp32 when
+the logits are half precision. Here the forward kernel writes d loss / d logits directly, in the
+logits' dtype, while each row is hot; backward only scales it by the incoming gradient.
+Semantics are those of ``F.cross_entropy(..., reduction="mean")`` with label smoothing and
+ignore_index; the loss is fp32 (fp64 for fp64 logits).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import triton_support
+from .triton_support import TRITON, tl, triton
+
+OP_NAME = "cross_entropy"
+
+#: Rows up to this many classes are held in registers: logits are read once. Wider rows are
+#: read twice, MAX_BLOCK classes at a time (tests shrink both to exercise every path).
+MAX_ONE_PASS = 32768
+MAX_BLOCK = 4096
+
+
+def cross_entropy(
+    logits: Tensor, target: Tensor, *, label_smoothing: float = 0.0, ignore_index: int = -100
+) -> Tensor:
+    """Mean cross-entropy of logits [N, V] against int64 targets [N], ignored rows excluded.
+
+    Differentiable once: the gradient is computed in forward (no double backward).
+    """
+    compute_grad = torch.is_grad_enabled() and logits.requires_grad
+    loss, _ = cross_entropy_op(logits, target, label_smoothing, ignore_index, compute_grad)
+    return loss
+
+
+@torch.library.custom_op("tuneup::cross_entropy", mutates_args=())
+def cross_entropy_op(
+    logits: Tensor, target: Tensor, label_smoothing: float, ignore_index: int, compute_grad: bool
+) -> tuple[Tensor, Tensor]:
+    """(mean loss, d loss / d logits); the gradient is empty unless `compute_grad`."""
+    implementation = triton_support.implementation(logits.device)
+    triton_support.record(OP_NAME, implementation)
+    check_targets(target, logits.shape[1], ignore_index)
+    n_valid = (target != ignore_index).sum()
+    grad = _empty_grad(logits, compute_grad)
+    row_losses = cross_entropy_rows(
+        logits,
+        target,
+        n_valid,
+        label_smoothing,
+        ignore_index,
+        grad if compute_grad else None,
+        implementation,
+    )
+    return row_losses.sum() / n_valid, grad
+
+
+@cross_entropy_op.register_fake
+def _(logits, target, label_smoothing, ignore_index, compute_grad):
+    loss = logits.new_empty((), dtype=loss_dtype(logits.dtype))
+    return loss, _empty_grad(logits, compute_grad)
+
+
+def _empty_grad(logits: Tensor, compute_grad: bool) -> Tensor:
+    """Row-major like the kernel writes it, whatever the logits' strides; empty if unused."""
+    if not compute_grad:
+        return logits.new_empty(0)
+    return torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(output[1])
+
+
+def _backward(ctx, grad_loss, _grad_of_grad):
+    (grad_logits,) = ctx.saved_tensors
+    return grad_logits * grad_loss.to(grad_logits.dtype), None, None, None, None
+
+
+cross_entropy_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def loss_dtype(logits_dtype: torch.dtype) -> torch.dtype:
+    """fp32, or fp64 for fp64 logits: half-precision losses lose too much when averaged."""
+    return torch.promote_types(logits_dtype, torch.float32)
+
+
+def check_targets(target: Tensor, n_classes: int, ignore_index: int) -> None:
+    """Fail like F.cross_entropy on out-of-range targets (asynchronously on a GPU)."""
+    in_range = ((target >= 0) & (target < n_classes)) | (target == ignore_index)
+    torch._assert_async(in_range.all(), "cross_entropy: target out of range")
+
+
+def cross_entropy_rows(
+    logits: Tensor,
+    target: Tensor,
+    n_valid: Tensor,
+    label_smoothing: float,
+    ignore_index: int,
+    grad_out: Tensor | None,
+    implementation: str,
+) -> Tensor:
+    """Per-row losses (0 for ignored rows); writes d(sum of losses / n_valid) / d logits.
+
+    `grad_out` may be `logits` itself: each element is read before its gradient is written.
+    Shared with the chunked linear + cross-entropy, which passes each chunk's logits.
+    """
+    rows = _rows_triton if implementation == TRITON else _rows_reference
+    return rows(logits, target, n_valid, label_smoothing, ignore_index, grad_out)
+
+
+def _rows_reference(logits, target, n_valid, label_smoothing, ignore_index, grad_out):
+    """Plain PyTorch: the CPU path and the test oracle for the kernel."""
+    x = logits.to(loss_dtype(logits.dtype))
+    n_classes = x.shape[1]
+    valid = target != ignore_index
+    target_or_0 = torch.where(valid, target, 0)[:, None]
+    log_sum_exp = torch.logsumexp(x, 1)
+    target_logit = x.gather(1, target_or_0)[:, 0]
+    row_losses = log_sum_exp - (1 - label_smoothing) * target_logit
+    if label_smoothing:  # skipped at 0, where 0 * (-inf logits) would make it nan
+        row_losses = row_losses - label_smoothing / n_classes * x.sum(1)
+    if grad_out is not None:
+        grad = torch.exp(x - log_sum_exp[:, None]) - label_smoothing / n_classes
+        target_share = torch.full_like(x[:, :1], label_smoothing - 1)
+        grad.scatter_add_(1, target_or_0, target_share)
+        grad_out.copy_(grad * (valid.to(x.dtype)[:, None] / n_valid))
+    return torch.where(valid, row_losses, 0)
+
+
+def _rows_triton(logits, target, n_valid, label_smoothing, ignore_index, grad_out):
+    if logits.stride(1) != 1:
+        logits = logits.contiguous()
+    n_rows, n_classes = logits.shape
+    row_losses = logits.new_empty(n_rows, dtype=loss_dtype(logits.dtype))
+    one_pass = triton.next_power_of_2(n_classes) <= MAX_ONE_PASS
+    block = triton.next_power_of_2(n_classes) if one_pass else MAX_BLOCK
+    grad = logits if grad_out is None else grad_out
+    assert grad.stride(1) == 1, "the kernel writes gradient rows contiguously"
+    _cross_entropy_rows_kernel[(n_rows,)](
+        logits,
+        logits.stride(0),
+        target,
+        grad,
+        grad.stride(0),
+        row_losses,
+        n_valid,
+        n_classes,
+        ignore_index,
+        label_smoothing,
+        COMPUTE_GRAD=grad_out is not None,
+        ONE_PASS=one_pass,
+        BLOCK=block,
+        num_warps=min(32, max(4, block // 512)),
+    )
+    return row_losses
+
+
+if triton is not None:
+
+    @triton.jit
+    def _cross_entropy_rows_kernel(
+        logits_ptr,
+        logits_row_stride,
+        target_ptr,
+        grad_ptr,
+        grad_row_stride,
+        row_loss_ptr,
+        n_valid_ptr,
+        n_classes,
+        ignore_index,
+        label_smoothing,
+        COMPUTE_GRAD: tl.constexpr,
+        ONE_PASS: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
+        """One program per row: log-sum-exp (from registers if the row fits in one block,
+        else online over blocks), then loss and gradient."""
+        row = tl.program_id(0).to(tl.int64)
+        logits_ptr += row * logits_row_stride
+        grad_ptr += row * grad_row_stride
+        target = tl.load(target_ptr + row)
+        lanes = tl.arange(0, BLOCK)
+        if target == ignore_index:
+            tl.store(row_loss_ptr + row, 0.0)
+            if COMPUTE_GRAD:
+                zeros = tl.zeros([BLOCK], dtype=grad_ptr.dtype.element_ty)
+                for start in range(0, n_classes, BLOCK):
+                    tl.store(grad_ptr + start + lanes, zeros, mask=start + lanes < n_classes)
+        else:
+            if ONE_PASS:
+                mask = lanes < n_classes
+                x = tl.load(logits_ptr + lanes, mask=mask, other=float("-inf")).to(tl.float32)
+                row_max = tl.max(x, 0)
+                shift = tl.where(row_max == float("-inf"), 0.0, row_max)  # -inf - -inf is nan
+                log_sum_exp = shift + tl.log(tl.sum(tl.exp(x - shift), 0))
+                logit_sum = tl.sum(tl.where(mask, x, 0.0), 0)
+            else:
+                log_sum_exp, logit_sum = _log_sum_exp_and_sum(logits_ptr, n_classes, BLOCK)
+            target_logit = tl.load(logits_ptr + target).to(tl.float32)
+            smooth_share = label_smoothing / n_classes
+            smoothing_term = smooth_share * tl.where(label_smoothing > 0, logit_sum, 0.0)
+            loss = log_sum_exp - (1.0 - label_smoothing) * target_logit - smoothing_term
+            tl.store(row_loss_ptr + row, loss)
+            if COMPUTE_GRAD:
+                scale = 1.0 / tl.load(n_valid_ptr).to(tl.float32)
+                if ONE_PASS:
+                    grad = tl.exp(x - log_sum_exp) - smooth_share
+                    grad = tl.where(lanes == target, grad - (1.0 - label_smoothing), grad)
+                    grad = (grad * scale).to(grad_ptr.dtype.element_ty)
+                    tl.store(grad_ptr + lanes, grad, mask=mask)
+                else:
+                    for start in range(0, n_classes, BLOCK):
+                        columns = start + lanes
+                        mask = columns < n_classes
+                        x = tl.load(logits_ptr + columns, mask=mask, other=0.0).to(tl.float32)
+                        grad = tl.exp(x - log_sum_exp) - smooth_share
+                        grad = tl.where(columns == target, grad - (1.0 - label_smoothing), grad)
+                        grad = (grad * scale).to(grad_ptr.dtype.element_ty)
+                        tl.store(grad_ptr + columns, grad, mask=mask)
+
+    @triton.jit
+    def _log_sum_exp_and_sum(logits_ptr, n_classes, BLOCK: tl.constexpr):
+        """Online softmax over a row wider than one block: log-sum-exp and sum of logits."""
+        lanes = tl.arange(0, BLOCK)
+        running_max = float("-inf")
+        running_sum = 0.0
+        logit_sum = 0.0
+        for start in range(0, n_classes, BLOCK):
+            mask = start + lanes < n_classes
+            x = tl.load(logits_ptr + start + lanes, mask=mask, other=float("-inf"))
+            x = x.to(tl.float32)
+            new_max = tl.maximum(running_max, tl.max(x, 0))
+            shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # -inf - -inf is nan
+            running_sum = running_sum * tl.exp(running_max - shift) + tl.sum(tl.exp(x - shift), 0)
+            logit_sum += tl.sum(tl.where(mask, x, 0.0), 0)
+            running_max = new_max
+        return running_max + tl.log(running_sum), logit_sum

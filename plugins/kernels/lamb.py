@@ -1,0 +1,307 @@
+"""LAMB: Adam whose step for each tensor is rescaled by the trust ratio ||w|| / ||update||.
+
+You et al. 2019, "Large Batch Optimization for Deep Learning: Training BERT in 76 Minutes"
+(arXiv:1904.00962), Algorithm 2 with bias correction and phi = identity:
+
+    m = b1 m + (1 - b1) g          v = b2 v + (1 - b2) g^2
+    u = (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps) + wd w
+    w = w - lr * (||w|| / ||u||) * u       (ratio 1 where either norm is 0)
+
+Why fused: the per-tensor norms make an eager step a dozen launches per parameter; the fused
+step is two multi-tensor Triton launches per parameter group (moments + norms, then update).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import triton_support
+from .triton_support import REFERENCE, TRITON, launch_groups, pointer_table, tl, triton
+
+OP_NAME = "lamb"
+
+#: Elements of one tensor a Triton program updates, and per loop iteration (tests shrink them).
+CHUNK_NUMEL = 16384
+BLOCK = 1024
+
+
+class Lamb(torch.optim.Optimizer):
+    """LAMB with weight-decay and trust-ratio exclusion for biases and norms.
+
+    exclude_norms_and_biases: parameters with ndim <= 1 (biases, norm scales) get no weight
+        decay and a trust ratio of 1 (a plain Adam step), as in the paper's BERT training.
+        A param-group option, so groups may differ.
+    trust_clip: upper bound on the trust ratio (None: unbounded; 1.0 gives "LAMBC").
+    fused: run the Triton kernels; needs CUDA parameters and Triton (or `triton_on_cpu`) and
+        raises otherwise, rather than silently running the reference.
+
+    `implementation` holds what the last step ran ("triton" or "reference").
+
+    AMP: when `grad_scale` / `found_inf` tensors are set on the optimizer (GradScaler does so
+    for fused optimizers, which advertise `_step_supports_amp_scaling`), gradients are unscaled
+    inside the update and the step, step count included, is skipped when found_inf != 0:
+    without a host sync on the fused path, with one on the reference path.
+    """
+
+    def __init__(
+        self,
+        params,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-6,
+        weight_decay: float = 0.01,
+        exclude_norms_and_biases: bool = True,
+        trust_clip: float | None = None,
+        fused: bool = False,
+    ):
+        if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
+            raise ValueError(f"invalid Lamb hyperparameters: {lr=} {betas=} {eps=} {weight_decay=}")
+        defaults = dict(
+            lr=lr,
+            betas=betas,
+            eps=eps,
+            weight_decay=weight_decay,
+            exclude_norms_and_biases=exclude_norms_and_biases,
+            trust_clip=trust_clip,
+        )
+        super().__init__(params, defaults)
+        self.fused = fused
+        # Tells GradScaler to hand over grad_scale/found_inf instead of unscaling; as for
+        # torch's fused Adam, only when fused (Lightning forbids clipping such optimizers).
+        self._step_supports_amp_scaling = fused
+        self.implementation: str | None = None
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        grad_scale = getattr(self, "grad_scale", None)
+        found_inf = getattr(self, "found_inf", None)
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            if self.fused:
+                triton_support.require_triton(params[0].device, "Lamb(fused=True)")
+            self.implementation = TRITON if self.fused else REFERENCE
+            triton_support.record(OP_NAME, self.implementation)
+            states = [self._state(p) for p in params]
+            step_group = _step_triton if self.fused else _step_reference
+            step_group(group, params, states, grad_scale, found_inf)
+        return loss
+
+    def _state(self, param: Tensor) -> dict:
+        state = self.state[param]
+        if not state:
+            state["step"] = torch.zeros((), dtype=torch.float32, device=param.device)
+            state["exp_avg"] = torch.zeros_like(param)
+            state["exp_avg_sq"] = torch.zeros_like(param)
+        elif state["step"].device != param.device:  # as loaded from a state dict
+            state["step"] = state["step"].to(param.device, torch.float32)
+        return state
+
+
+def is_excluded(group: dict, param: Tensor) -> bool:
+    """Biases and norm scales (ndim <= 1): no weight decay, trust ratio 1."""
+    return group["exclude_norms_and_biases"] and param.ndim <= 1
+
+
+def trust_ratio(weight_norm: Tensor, update_norm: Tensor, clip: float | None) -> Tensor:
+    ratio = torch.where((weight_norm > 0) & (update_norm > 0), weight_norm / update_norm, 1.0)
+    return ratio if clip is None else ratio.clamp(max=clip)
+
+
+def _step_reference(group, params, states, grad_scale, found_inf):
+    """One tensor at a time in plain PyTorch (syncs on found_inf to skip the step)."""
+    if found_inf is not None and found_inf.item() != 0:
+        return
+    beta1, beta2 = group["betas"]
+    for param, state in zip(params, states, strict=True):
+        grad = param.grad if grad_scale is None else param.grad / grad_scale.to(param.device)
+        state["step"] += 1
+        exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
+        exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+        exp_avg_hat = exp_avg / (1 - beta1 ** state["step"])
+        exp_avg_sq_hat = exp_avg_sq / (1 - beta2 ** state["step"])
+        update = exp_avg_hat / (exp_avg_sq_hat.sqrt() + group["eps"])
+        if not is_excluded(group, param):
+            update.add_(param, alpha=group["weight_decay"])
+            update.mul_(trust_ratio(param.norm(), update.norm(), group["trust_clip"]))
+        param.sub_(group["lr"] * update)
+
+
+def _step_triton(group, params, states, grad_scale, found_inf):
+    steps = [state["step"] for state in states]
+    torch._foreach_add_(steps, 1.0)
+    if found_inf is not None:
+        found_inf = found_inf.to(params[0].device)
+        torch._foreach_sub_(steps, [found_inf] * len(steps))
+    for indices in launch_groups(params):
+        subset = [params[i] for i in indices], [states[i] for i in indices]
+        _launch(group, *subset, grad_scale, found_inf)
+
+
+def _launch(group, params, states, grad_scale, found_inf):
+    """Pass 1: moments and squared norms of weights and updates; pass 2: the update."""
+    grads = [p.grad for p in params]
+    columns = [params, grads, *([s[k] for s in states] for k in ("exp_avg", "exp_avg_sq", "step"))]
+    table = pointer_table(columns, [is_excluded(group, p) for p in params], CHUNK_NUMEL)
+    norms = torch.zeros(len(params), 2, dtype=torch.float32, device=params[0].device)
+    beta1, beta2 = group["betas"]
+    common = (
+        table.addresses,
+        table.numels,
+        table.excluded,
+        table.chunks,
+        norms,
+        norms if grad_scale is None else grad_scale.to(norms.device),
+        norms if found_inf is None else found_inf,
+        params[0],
+        grads[0],
+        beta1,
+        beta2,
+        group["eps"],
+    )
+    flags = dict(
+        HAS_GRAD_SCALE=grad_scale is not None,
+        HAS_FOUND_INF=found_inf is not None,
+        CHUNK=CHUNK_NUMEL,
+        BLOCK=BLOCK,
+    )
+    if table.n_chunks == 0:  # only empty tensors
+        return
+    grid = (table.n_chunks,)
+    _lamb_moments_kernel[grid](*common, group["weight_decay"], **flags)
+    clip = group["trust_clip"]
+    _lamb_update_kernel[grid](
+        *common,
+        group["weight_decay"],
+        float(group["lr"]),
+        0.0 if clip is None else clip,
+        HAS_TRUST_CLIP=clip is not None,
+        **flags,
+    )
+
+
+if triton is not None:
+
+    @triton.jit
+    def _lamb_update_direction(param, exp_avg, exp_avg_sq, bias1, bias2, eps, weight_decay):
+        """u = m_hat / (sqrt(v_hat) + eps) + wd * w."""
+        return (exp_avg / bias1) / (tl.sqrt(exp_avg_sq / bias2) + eps) + weight_decay * param
+
+    @triton.jit
+    def _lamb_moments_kernel(
+        addresses,
+        numels,
+        excluded,
+        chunks,
+        norms,
+        grad_scale_ptr,
+        found_inf_ptr,
+        param_like,
+        grad_like,
+        beta1,
+        beta2,
+        eps,
+        weight_decay,
+        HAS_GRAD_SCALE: tl.constexpr,
+        HAS_FOUND_INF: tl.constexpr,
+        CHUNK: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
+        index = tl.load(chunks + 2 * tl.program_id(0))
+        start = tl.load(chunks + 2 * tl.program_id(0) + 1)
+        numel = tl.load(numels + index)
+        if HAS_FOUND_INF:
+            numel = tl.where(tl.load(found_inf_ptr) != 0, 0, numel)
+        param_ptr = tl.load(addresses + 5 * index).to(param_like.dtype)
+        grad_ptr = tl.load(addresses + 5 * index + 1).to(grad_like.dtype)
+        exp_avg_ptr = tl.load(addresses + 5 * index + 2).to(param_like.dtype)
+        exp_avg_sq_ptr = tl.load(addresses + 5 * index + 3).to(param_like.dtype)
+        step = tl.load(tl.load(addresses + 5 * index + 4).to(tl.pointer_type(tl.float32)))
+        bias1 = 1.0 - tl.exp2(step * tl.log2(beta1))
+        bias2 = 1.0 - tl.exp2(step * tl.log2(beta2))
+        inv_scale = 1.0
+        if HAS_GRAD_SCALE:
+            inv_scale = 1.0 / tl.load(grad_scale_ptr)
+        decay = tl.where(tl.load(excluded + index) != 0, 0.0, weight_decay)
+        weight_sq = tl.zeros([BLOCK], tl.float32)
+        update_sq = tl.zeros([BLOCK], tl.float32)
+        for offset in range(0, tl.minimum(numel - start, CHUNK), BLOCK):
+            elements = start + offset + tl.arange(0, BLOCK)
+            mask = elements < numel
+            param = tl.load(param_ptr + elements, mask=mask, other=0.0).to(tl.float32)
+            grad = tl.load(grad_ptr + elements, mask=mask, other=0.0).to(tl.float32) * inv_scale
+            exp_avg = tl.load(exp_avg_ptr + elements, mask=mask, other=0.0).to(tl.float32)
+            exp_avg_sq = tl.load(exp_avg_sq_ptr + elements, mask=mask, other=0.0).to(tl.float32)
+            exp_avg = beta1 * exp_avg + (1.0 - beta1) * grad
+            exp_avg_sq = beta2 * exp_avg_sq + (1.0 - beta2) * grad * grad
+            tl.store(exp_avg_ptr + elements, exp_avg.to(param_like.dtype.element_ty), mask=mask)
+            tl.store(
+                exp_avg_sq_ptr + elements, exp_avg_sq.to(param_like.dtype.element_ty), mask=mask
+            )
+            update = _lamb_update_direction(param, exp_avg, exp_avg_sq, bias1, bias2, eps, decay)
+            weight_sq += param * param
+            update_sq += tl.where(mask, update * update, 0.0)
+        tl.atomic_add(norms + 2 * index, tl.sum(weight_sq, 0))
+        tl.atomic_add(norms + 2 * index + 1, tl.sum(update_sq, 0))
+
+    @triton.jit
+    def _lamb_update_kernel(
+        addresses,
+        numels,
+        excluded,
+        chunks,
+        norms,
+        grad_scale_ptr,
+        found_inf_ptr,
+        param_like,
+        grad_like,
+        beta1,
+        beta2,
+        eps,
+        weight_decay,
+        lr,
+        trust_clip,
+        HAS_TRUST_CLIP: tl.constexpr,
+        HAS_GRAD_SCALE: tl.constexpr,
+        HAS_FOUND_INF: tl.constexpr,
+        CHUNK: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
+        index = tl.load(chunks + 2 * tl.program_id(0))
+        start = tl.load(chunks + 2 * tl.program_id(0) + 1)
+        numel = tl.load(numels + index)
+        if HAS_FOUND_INF:
+            numel = tl.where(tl.load(found_inf_ptr) != 0, 0, numel)
+        param_ptr = tl.load(addresses + 5 * index).to(param_like.dtype)
+        exp_avg_ptr = tl.load(addresses + 5 * index + 2).to(param_like.dtype)
+        exp_avg_sq_ptr = tl.load(addresses + 5 * index + 3).to(param_like.dtype)
+        step = tl.load(tl.load(addresses + 5 * index + 4).to(tl.pointer_type(tl.float32)))
+        bias1 = 1.0 - tl.exp2(step * tl.log2(beta1))
+        bias2 = 1.0 - tl.exp2(step * tl.log2(beta2))
+        is_excluded = tl.load(excluded + index) != 0
+        decay = tl.where(is_excluded, 0.0, weight_decay)
+        weight_norm = tl.sqrt(tl.load(norms + 2 * index))
+        update_norm = tl.sqrt(tl.load(norms + 2 * index + 1))
+        both_positive = (weight_norm > 0) & (update_norm > 0)
+        ratio = tl.where(
+            both_positive, weight_norm / tl.where(both_positive, update_norm, 1.0), 1.0
+        )
+        if HAS_TRUST_CLIP:
+            ratio = tl.minimum(ratio, trust_clip)
+        step_size = lr * tl.where(is_excluded, 1.0, ratio)
+        for offset in range(0, tl.minimum(numel - start, CHUNK), BLOCK):
+            elements = start + offset + tl.arange(0, BLOCK)
+            mask = elements < numel
+            param = tl.load(param_ptr + elements, mask=mask, other=0.0).to(tl.float32)
+            exp_avg = tl.load(exp_avg_ptr + elements, mask=mask, other=0.0).to(tl.float32)
+            exp_avg_sq = tl.load(exp_avg_sq_ptr + elements, mask=mask, other=0.0).to(tl.float32)
+            update = _lamb_update_direction(param, exp_avg, exp_avg_sq, bias1, bias2, eps, decay)
+            param = param - step_size * update
+            tl.store(param_ptr + elements, param.to(param_like.dtype.element_ty), mask=mask)

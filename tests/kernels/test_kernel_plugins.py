@@ -1,0 +1,79 @@
+"""The kernel ops as users switch them on: kernels=[...], optimizer=lamb|lars, experiment=large_batch."""
+
+import csv
+
+import pytest
+import torch
+
+from tests.conftest import compose_config
+from trainer.runner import ConfigError, run
+
+GPT = ["model=gpt", "data=synthetic_tokens", "model.layers=2", "model.width=32", "model.heads=2",
+       "data.context=16", "data.vocab_size=64", "data.train_samples=320", "data.val_samples=32",
+       "data.batch_size=16", "trainer.max_steps=20", "trainer.max_epochs=-1",
+       "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false"]  # fmt: skip
+
+
+def train_losses(run_dir) -> list[float]:
+    rows = csv.DictReader((run_dir / "metrics.csv").open())
+    return [float(row["train/loss"]) for row in rows if row.get("train/loss")]
+
+
+def test_fused_loss_ops_match_the_unfused_run_and_say_what_ran(train, tmp_path):
+    fused, fused_dir = train(*GPT, "kernels=[cross_entropy,linear_cross_entropy]", tiny=False,
+                             run_dir=tmp_path / "fused")  # fmt: skip
+    plain, plain_dir = train(*GPT, tiny=False, run_dir=tmp_path / "plain")
+    losses, reference = train_losses(fused_dir), train_losses(plain_dir)
+    assert len(losses) == len(reference) == 20
+    torch.testing.assert_close(losses, reference, atol=1e-5, rtol=0)
+    assert losses[-1] < losses[0] - 0.5  # it trained
+    assert abs(fused["val"]["acc"] - plain["val"]["acc"]) < 1e-6
+    # no silent fallback: the summary says what actually ran (CPU: the reference path)
+    assert fused["kernels"] == {
+        "cross_entropy": ["reference"],
+        "linear_cross_entropy": ["reference"],
+    }
+    assert fused["plugins"]["kernels"]["implementation"] == "reference"
+    # the head was fused in place: same parameters, same checkpoint keys
+    keys = [sorted(torch.load(next((d / "checkpoints").glob("*.ckpt")), weights_only=True)
+                   ["state_dict"]) for d in (fused_dir, plain_dir)]  # fmt: skip
+    assert keys[0] == keys[1]
+
+
+def test_linear_cross_entropy_on_a_model_without_the_head_is_a_clear_error(tmp_path):
+    with pytest.raises(
+        Exception, match=r"linear_cross_entropy.head='lm_head': the model has no nn.Linear"
+    ):
+        run(compose_config(["kernels=[linear_cross_entropy]"]), run_dir=tmp_path)
+
+
+def test_require_triton_on_cpu_is_a_check_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"kernels.require_triton=true, but on cpu .*reference"):
+        run(
+            compose_config(["kernels=[cross_entropy]", "kernels.require_triton=true"]),
+            run_dir=tmp_path,
+        )
+
+
+@pytest.mark.parametrize(("optimizer", "lr"), [("lamb", 0.02), ("lars", 5.0)])
+def test_large_batch_optimizers_train_and_report_their_implementation(train, optimizer, lr):
+    summary, run_dir = train(f"optimizer={optimizer}", f"optimizer.lr={lr}", "data.signal=0.3",
+                             "trainer.max_epochs=3")  # fmt: skip
+    assert summary["optimizer"] == {"implementation": "reference", "lr": pytest.approx(lr)}
+    losses = train_losses(run_dir)
+    assert losses[-1] < losses[0] - 0.2  # it trains
+    assert summary["plugins"]["large_batch"]["name"] == optimizer
+
+
+def test_fused_optimizer_on_cpu_is_a_check_error_not_a_fallback(cli):
+    result = cli("optimizer=lamb", "optimizer.fused=true")
+    assert result.returncode == 1
+    assert "optimizer.fused=true needs CUDA and Triton" in result.stderr
+    assert "optimizer.fused=false" in result.stderr
+
+
+def test_large_batch_preset_scales_the_learning_rate_linearly(train):
+    summary, _ = train("experiment=large_batch", "data.batch_size=128", "data.train_samples=512",
+                       "trainer.max_epochs=1")  # fmt: skip
+    assert summary["optimizer"]["lr"] == pytest.approx(2.0e-3 * 128 / 256)
+    assert summary["plugins"]["large_batch"]["name"] == "lamb"
