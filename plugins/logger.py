@@ -1,6 +1,7 @@
 """Experiment logger, chosen by ``logger=csv|tensorboard|wandb``; files go under the run directory.
 
-``csv`` needs nothing beyond Lightning; ``tensorboard`` needs ``tensorboard`` or
+``csv`` needs nothing beyond Lightning (a resumed run keeps the earlier
+rows: ``metrics-1.csv``, ``metrics-2.csv``... in the order they were written); ``tensorboard`` needs ``tensorboard`` or
 ``tensorboardX`` (extra ``tuneup[tensorboard]``); ``wandb`` needs ``wandb``
 (extra ``tuneup[wandb]``) and runs offline unless ``logger.offline=false``.
 """
@@ -8,6 +9,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 
 from trainer import hookimpl
 from trainer.validation import OneOf, problems
@@ -15,11 +17,30 @@ from trainer.validation import OneOf, problems
 NEEDS = {"csv": (), "tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",)}
 
 
+def keep_earlier_metrics(save_dir: str) -> Path | None:
+    """Move an earlier ``metrics.csv`` (a resumed run's) to ``metrics-<n>.csv``.
+
+    Lightning's CSV logger deletes an existing metrics.csv when it starts; a
+    resumed run must not lose the rows of the runs before it.
+    """
+    from lightning_fabric.utilities.rank_zero import rank_zero_only
+
+    current = Path(save_dir) / "metrics.csv"
+    if rank_zero_only.rank != 0 or not current.is_file():
+        return None
+    n = 1
+    while (kept := current.with_name(f"metrics-{n}.csv")).exists():
+        n += 1
+    current.rename(kept)
+    return kept
+
+
 def build_logger(settings, save_dir: str):
     """The Lightning logger named by ``settings.name``, writing under ``save_dir``."""
     from pytorch_lightning import loggers
 
     if settings.name == "csv":
+        keep_earlier_metrics(save_dir)
         return loggers.CSVLogger(save_dir=save_dir, name="", version="")
     if settings.name == "tensorboard":
         return loggers.TensorBoardLogger(save_dir=save_dir, name="", version="")

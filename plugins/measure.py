@@ -15,6 +15,12 @@ micro-batches and the first step after each validation are left out):
   batch's start (the DataLoader and host-to-device copy) / measured host time.
 - peak_memory_bytes: the CUDA caching allocator's peak on GPU; the process's
   peak resident set size on CPU.
+- flops_per_sample, achieved_tflops, mfu: model FLOPs of one sample's forward and
+  backward (counted once on the meta device, see trainer/flops.py) x samples/s,
+  and that over the device's peak when the device is known.
+- saved_activation_bytes: bytes autograd keeps for backward during the forward
+  of one micro-batch (the 2nd), see :class:`SavedActivationBytes`. Reported with
+  activation checkpointing on or off, so the two can be compared.
 """
 
 from __future__ import annotations
@@ -26,8 +32,42 @@ import time
 
 import torch
 
-from trainer import hookimpl
+from trainer import flops, hookimpl
 from trainer.validation import Integer, problems
+
+#: The training micro-batch (0-based, counted over the run) whose forward is measured for
+#: saved_activation_bytes: the 2nd, so the first step's one-time work is not in it.
+SAVED_BYTES_MICRO_BATCH = 1
+
+
+class SavedActivationBytes:
+    """Counts the bytes autograd saves for backward while active (a saved-tensors pack hook).
+
+    Every tensor an op saves for backward passes through the pack hook. Storages
+    are counted once (keyed by data pointer: views and a tensor saved by two ops
+    are one allocation), and the model's parameters and buffers are left out
+    (they stay in memory anyway). Hooks nest innermost-wins, so inside a block
+    under non-reentrant activation checkpointing the checkpoint's own hooks take
+    over and what it drops is not counted, while the block inputs it keeps are
+    saved outside them and are counted: the total is what is really kept.
+    """
+
+    def __init__(self, module) -> None:
+        tensors = (*module.parameters(), *module.buffers())
+        self.exclude = {t.untyped_storage().data_ptr() for t in tensors}
+        self.storages: dict[int, int] = {}
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self.hooks.__enter__()
+
+    def _pack(self, tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in self.exclude:
+            self.storages[storage.data_ptr()] = storage.nbytes()
+        return tensor.detach()  # not the tensor itself: that would make a reference cycle
+
+    def stop(self) -> int:
+        self.hooks.__exit__(None, None, None)
+        return sum(self.storages.values())
 
 
 class Plugin:
@@ -44,20 +84,28 @@ class Plugin:
         self.last_loss = None
         self.val: dict[str, float] = {}
         self.device = None
+        self.flops_per_sample: float | None = None
+        self.saved: SavedActivationBytes | None = None  # counting during one forward
+        self.saved_bytes: int | None = None
 
     @hookimpl
     def check(self, cfg):
         return problems(cfg, {"measure.warmup_steps": Integer(low=0)})
 
     @hookimpl
-    def on_fit_start(self, trainer, module):
+    def on_fit_start(self, cfg, trainer, module):
         self.device = module.device
+        self.flops_per_sample = flops.flops_per_sample(cfg, trainer.datamodule)  # meta: no compute
         self.world_size = trainer.world_size
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
+        else:
+            _reset_peak_rss()  # several runs in one process (a sweep): each reports its own peak
 
     @hookimpl(tryfirst=True)
-    def on_train_batch_start(self, batch):
+    def on_train_batch_start(self, batch, module):
+        if self.micro_batches == SAVED_BYTES_MICRO_BATCH:
+            self.saved = SavedActivationBytes(module)  # stopped before this batch's backward
         now = time.perf_counter()
         measured = not self.skip_next and self.micro_batches >= self.warmup_steps
         if measured:
@@ -77,20 +125,35 @@ class Plugin:
         self.skip_next = False
         self._batch_size = _batch_size(batch)
 
+    @hookimpl(trylast=True)  # the hook was pushed first (tryfirst), so it is popped last
+    def on_before_backward(self):
+        self._stop_counting()
+
+    @hookimpl
+    def on_exception(self):
+        self._stop_counting()
+
+    def _stop_counting(self) -> None:
+        if self.saved is not None:
+            self.saved_bytes, self.saved = self.saved.stop(), None
+
     @hookimpl(trylast=True)
-    def on_train_batch_end(self, outputs):
+    def on_train_batch_end(self, trainer, outputs):
+        self._stop_counting()  # a step without backward (training_step returned None)
         self.last_end = time.perf_counter()
         self.micro_batches += 1
         self.samples += self._batch_size
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        if loss is not None:
-            self.last_loss = loss.detach()
+        if loss is not None:  # Lightning hands over loss / k under accumulation: undo that
+            self.last_loss = loss.detach() * trainer.accumulate_grad_batches
 
     @hookimpl
     def on_validation_end(self, trainer):
         self.skip_next = True  # the next interval contains validation time
         metrics = trainer.callback_metrics
-        self.val = {k.split("/", 1)[1]: float(v) for k, v in metrics.items() if k.startswith("val/")}
+        self.val = {
+            k.split("/", 1)[1]: float(v) for k, v in metrics.items() if k.startswith("val/")
+        }
 
     def _drain(self, block: bool) -> None:
         done = 0
@@ -114,11 +177,14 @@ class Plugin:
             step_time_ms=_percentiles(self.intervals_ms),
             data_wait_fraction=self.wait_s / self.host_s if self.host_s else None,
             peak_memory_bytes=_peak_memory(self.device),
+            saved_activation_bytes=self.saved_bytes,
             micro_batches=self.micro_batches,
             samples=self.samples * world,
             train_loss=float(self.last_loss) if self.last_loss is not None else None,
             val=self.val,
         )
+        speed, device = summary["samples_per_s"], summary.get("device", "")
+        summary.update(flops.throughput(self.flops_per_sample, speed, device, world))
 
     def describe(self):
         return {"warmup_steps": self.warmup_steps}
@@ -142,3 +208,12 @@ def _peak_memory(device) -> int:
         return int(torch.cuda.max_memory_allocated(device))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB
+
+
+def _reset_peak_rss() -> None:
+    """Linux: start the process's peak-RSS record (VmHWM, ru_maxrss) again from the current RSS."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # not Linux, or not allowed: the peak then covers the whole process
+        pass

@@ -69,3 +69,31 @@ def cli(tmp_path):
         return run_cli(f"hydra.run.dir={out}", *args, **kwargs)
 
     return _cli
+
+
+@pytest.fixture
+def add_plugin(monkeypatch):
+    """``add_plugin(obj)``: in-process runs started in this test also register ``obj`` as a plugin.
+
+    Returns ``obj``, so a test keeps a handle on the probe it added.
+    """
+    import trainer.runner
+    from trainer.plugin_manager import PluginManager
+
+    extra = []
+
+    class WithExtra(PluginManager):
+        @classmethod
+        def from_config(cls, cfg):
+            pm = super().from_config(cfg)
+            for i, plugin in enumerate(extra):
+                pm.register(plugin, name=f"test-extra-{i}")
+            return pm
+
+    monkeypatch.setattr(trainer.runner, "PluginManager", WithExtra)
+
+    def _add(plugin):
+        extra.append(plugin)
+        return plugin
+
+    return _add

@@ -16,6 +16,15 @@ def test_csv_logger_writes_metrics_into_the_run_directory(train):
     assert any(row.get("val/acc") for row in rows)
 
 
+def test_a_resumed_run_keeps_the_earlier_metrics(train, tmp_path):
+    _, run_dir = train(run_dir=tmp_path / "run")
+    first = (run_dir / "metrics.csv").read_text()
+    train("resume=auto", "trainer.max_epochs=2", run_dir=run_dir)
+    assert (run_dir / "metrics-1.csv").read_text() == first
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    assert rows and all(int(row["epoch"]) == 1 for row in rows)  # the resumed epoch
+
+
 def test_tensorboard_logger_writes_event_files(train):
     _, run_dir = train("logger=tensorboard")
     assert list(run_dir.glob("events.out.tfevents.*"))

@@ -1,8 +1,10 @@
 """`python run.py` as a user runs it: trains, validates, prints and writes the summary."""
 
+import csv
 import json
 
 import pytest
+import torch
 
 from tests.conftest import compose_config
 from trainer.runner import ConfigError, run
@@ -47,6 +49,7 @@ def test_summary_figures_are_consistent(train):
         ("trainer.max_steps=abc", ["trainer.max_steps='abc'", "an integer >= -1"]),
         ("optimizer.lr=-1", ["optimizer.lr=-1", "a number > 0"]),
         ("model=nope", ["model/nope", "small_resnet", "mlp"]),
+        ("trainer.accelerator=tpu", ["trainer.accelerator='tpu'", "'cpu'", "'gpu'"]),
     ],
 )
 def test_bad_value_exits_1_naming_key_value_and_allowed(cli, tmp_path, override, expected):
@@ -56,6 +59,12 @@ def test_bad_value_exits_1_naming_key_value_and_allowed(cli, tmp_path, override,
         assert text in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run" / "checkpoints").exists()  # failed before training
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_gpu_requested_without_cuda_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match=r"trainer.accelerator=gpu but this machine has no CUDA"):
+        run(compose_config(["trainer.accelerator=gpu"]), run_dir=tmp_path)
 
 
 def test_all_problems_are_reported_together(tmp_path):
@@ -74,9 +83,14 @@ def test_training_does_not_synchronise_every_step(train, monkeypatch, tmp_path):
     """Tensor -> Python conversions are device syncs on GPU; none may happen per step.
 
     Counted over two runs that differ only in their number of steps, so the
-    fixed costs (moving the model, validation, the final report) cancel out.
+    fixed costs (moving the model, validation, the final report) cancel out. The
+    NaN/inf loss check takes its GPU path (deferred), as on a CUDA device.
     """
     import torch
+
+    import trainer.module
+
+    monkeypatch.setattr(trainer.module, "defer_loss_check", lambda loss, trainer: True)
 
     calls = {"n": 0}
     for name in ("item", "__float__", "__int__", "__bool__", "tolist", "cpu", "numpy"):
@@ -99,3 +113,26 @@ def test_training_does_not_synchronise_every_step(train, monkeypatch, tmp_path):
 
     extra = count(40) - count(8)
     assert extra < 8, f"{extra} host syncs for 32 more steps"
+
+
+def test_a_run_stopped_mid_epoch_by_max_steps_is_validated_at_its_last_step(train):
+    summary, run_dir = train("trainer.max_steps=5", "trainer.max_epochs=-1")  # 8 steps per epoch
+    assert summary["steps"] == 5 and set(summary["val"]) == {"acc", "loss"}
+    rows = [r for r in csv.DictReader((run_dir / "metrics.csv").open()) if r.get("val/acc")]
+    assert [int(r["step"]) for r in rows] == [5]  # logged once, after the 5th step
+
+
+def test_train_loss_is_the_real_loss_under_accumulation(train):
+    summary, run_dir = train("grad_accum.steps=2")
+    rows = [r for r in csv.DictReader((run_dir / "metrics.csv").open()) if r.get("train/loss")]
+    assert summary["train_loss"] == pytest.approx(float(rows[-1]["train/loss"]), rel=1e-6)
+
+
+def test_peak_memory_is_this_runs_not_the_processes(train):
+    """In a sweep several runs share a process; an earlier peak must not leak into this run."""
+    import torch
+
+    before = torch.ones(2**29)  # 2 GiB touched, then freed
+    del before
+    summary, _ = train()
+    assert summary["peak_memory_bytes"] < 2**31

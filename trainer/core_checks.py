@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 
 import pytorch_lightning as pl
+import torch
 
 from trainer.data import check_data
 from trainer.models import check_model
@@ -36,8 +37,13 @@ TRAINER_RULES = {
 }
 
 
-def core_problems(cfg) -> list[str]:
+def core_problems(cfg, env) -> list[str]:
     found = problems(cfg, TRAINER_RULES)
+    if env.accelerator == "cuda" and not torch.cuda.is_available():
+        found.append(
+            f"trainer.accelerator={cfg.trainer.accelerator} but this machine has no CUDA device; "
+            "allowed here: cpu or auto"
+        )
     found += _trainer_argument_problems(cfg)
     found += check_model(cfg) + check_data(cfg) + check_optim(cfg)
     return found

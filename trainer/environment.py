@@ -32,7 +32,8 @@ class Environment:
     def from_config(cls, cfg) -> Environment:
         accelerator = _accelerator(str(cfg.trainer.get("accelerator", "auto")))
         devices = _device_count(cfg.trainer.get("devices", 1), accelerator)
-        capability = torch.cuda.get_device_capability() if accelerator == "cuda" else None
+        cuda = accelerator == "cuda" and torch.cuda.is_available()
+        capability = torch.cuda.get_device_capability() if cuda else None
         return cls(
             accelerator=accelerator,
             devices=devices,

@@ -10,10 +10,12 @@ where it fires::
     configure_model(cfg, model)          pipeline, ordered by tryfirst/trylast:
                                          kernel swaps -> activation checkpointing
                                          -> memory format -> compile
-    configure_optimizer(cfg, params)     first non-None result wins
+    configure_optimizer(cfg, params, trainer)   first non-None result wins
     configure_trainer(cfg, kwargs)       mutate the pl.Trainer keyword arguments
     trainer.fit(...)
+        configure_dataloader(cfg, kwargs)    the training DataLoader's arguments
         on_fit_start(cfg, trainer, module)
+        configure_dataloader(cfg, kwargs)    the validation DataLoader's arguments
         for each batch:
             transform_batch(cfg, batch)  pipeline, after the device transfer
             on_train_batch_start(cfg, trainer, module, batch, batch_idx)
@@ -84,12 +86,27 @@ def configure_model(cfg, model):
     """
 
 
+@hookspec
+def configure_dataloader(cfg, kwargs: dict):
+    """Mutate ``kwargs``, the keyword arguments of a ``torch.utils.data.DataLoader`` about to be made.
+
+    Fires each time a data module makes a DataLoader, which is when Lightning asks
+    for one inside ``trainer.fit``: the training loader just before
+    ``on_fit_start``, the validation loader just after it. ``kwargs`` holds ``dataset``,
+    ``batch_size``, ``drop_last`` and ``generator``; the training loader's also ``sampler``,
+    the seeded order that resumes mid-epoch (:mod:`trainer.sampling`; do not set ``shuffle``). Add
+    ``num_workers``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor``...
+    Return value is ignored.
+    """
+
+
 @hookspec(firstresult=True)
-def configure_optimizer(cfg, params):
+def configure_optimizer(cfg, params, trainer):
     """Return a ``torch.optim.Optimizer`` for ``params``, or None to pass.
 
     Stops at the first non-None result; if no plugin answers, the optimizer
-    named by ``cfg.optimizer.name`` is built by the core.
+    named by ``cfg.optimizer.name`` is built by the core. ``trainer`` is the
+    Lightning Trainer (e.g. ``trainer.world_size`` for linear LR scaling).
     """
 
 

@@ -30,6 +30,8 @@ RULES = {
 
 
 def check_optim(cfg) -> list[str]:
+    if cfg.optimizer.get("plugin"):  # a plugin's optimizer (e.g. lamb): the plugin checks it
+        return problems(cfg, {k: v for k, v in RULES.items() if k.startswith("scheduler.")})
     return problems(cfg, RULES)
 
 

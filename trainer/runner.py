@@ -1,12 +1,13 @@
 """Build and run one training job from a composed config: the data flow of DESIGN.md.
 
-load plugins -> check (all problems at once) -> build data, model -> configure_model
-pipeline -> configure_trainer -> fit -> report -> summary.json
+load plugins -> check (all problems at once) -> resume= resolved -> build data, model ->
+configure_model pipeline -> configure_trainer -> fit (from the checkpoint) -> report -> summary.json
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import platform
 import sys
 import time
@@ -23,6 +24,8 @@ from trainer.environment import Environment
 from trainer.models import build_model
 from trainer.module import TrainingModule
 from trainer.plugin_manager import PluginManager
+from trainer.preemption import Preempted
+from trainer.resume import check_config, resolve
 
 log = logging.getLogger(__name__)
 
@@ -62,19 +65,33 @@ def run(cfg, run_dir: str | Path | None = None):
     try:
         plugins = PluginManager.from_config(cfg)
         env = Environment.from_config(cfg)
-        found = core_problems(cfg)
+        found = core_problems(cfg, env)
         found += plugins.check(cfg, env)
         if found:
             raise ConfigError(found)
+        resume_from = resolve(cfg.get("resume"), run_dir)  # a bad resume= fails before building
         summary.update(device=env.device_name, accelerator=env.accelerator)
         trainer, module, data = build(cfg, plugins, run_dir)
+        ckpt_path = None
+        if resume_from is not None:
+            ckpt_path, checkpoint = resume_from
+            check_config(ckpt_path, checkpoint, cfg, trainer)
+            summary["resumed_from"] = str(ckpt_path)
+            resume_from = checkpoint = None  # Lightning loads it again, into the model
         started = time.perf_counter()
-        trainer.fit(module, datamodule=data)
+        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
+        if _needs_final_validation(trainer, module):
+            trainer.validate(module, datamodule=data, verbose=False)
         summary["status"] = "ok"
         summary["fit_seconds"] = time.perf_counter() - started
     except BaseException as exc:
-        summary["status"] = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        summary["status"] = (
+            "preempted" if isinstance(exc, Preempted)
+            else "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        )  # fmt: skip
         summary["error"] = f"{type(exc).__name__}: {exc}".strip()
+        if trainer is not None and trainer.world_size > 1:
+            exc.tuneup_rank = trainer.global_rank  # main() names the process that failed
         raise
     finally:
         if trainer is None or trainer.is_global_zero:
@@ -82,10 +99,19 @@ def run(cfg, run_dir: str | Path | None = None):
     return summary.get("val", {}).get("acc")
 
 
+def _needs_final_validation(trainer, module) -> bool:
+    """Lightning validates at epoch ends; a run stopped by max_steps mid-epoch (a sweep's
+    fixed budget) would report the metrics of an older step, or none."""
+    if trainer.interrupted or (trainer.should_stop and trainer.global_step < trainer.max_steps):
+        return False
+    limit = trainer.limit_val_batches
+    return bool(limit) and module.validated_at_step != trainer.global_step
+
+
 def build(cfg, plugins: PluginManager, run_dir: Path):
     """Seed, build data and model, let plugins transform them, and create the Trainer."""
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    data = build_data(cfg)
+    data = build_data(cfg, plugins)
     model = build_model(cfg, data.input_shape, data.num_classes)
     model = plugins.pipeline("configure_model", "model", model, cfg=cfg)
     module = TrainingModule(cfg, model, plugins)
@@ -100,6 +126,9 @@ def trainer_kwargs(cfg, plugins: PluginManager, run_dir: Path) -> dict:
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     kwargs["default_root_dir"] = str(run_dir)
     kwargs["callbacks"] = [Bridge(cfg, plugins)]
+    # The data module's sampler shards each epoch by rank itself (trainer/sampling.py): Lightning must
+    # not wrap it in a DistributedSampler, which would shard the shard again.
+    kwargs["use_distributed_sampler"] = False
     return kwargs
 
 
@@ -133,16 +162,41 @@ def _torch_version() -> str:
 def main(cfg):
     """Entry point behind ``run.py``: a :class:`TuneupError` becomes a message and exit code 1.
 
-    In a multirun the error is re-raised instead, so Hydra records the failed
-    job and the sweep goes on.
+    A preempted run (:class:`trainer.preemption.Preempted`: a signal, then a checkpoint)
+    exits with ``trainer.preemption.EXIT_CODE`` (75), in a multirun too.
+
+    In a multirun a failed run must not end the sweep: its summary.json already
+    holds status "failed" and the error, so the error is logged (to the job's
+    log file too) and NaN returned. Were it raised, Hydra's basic sweeper would
+    stop after the batch and skip the sweep-end callback that writes the report
+    (trainer/sweep_callback.py, which then exits with code 1 if any run failed);
+    the Optuna sweeper records the NaN trial as failed.
     """
     try:
         return run(cfg)
-    except TuneupError as exc:
+    except Preempted as exc:  # a checkpoint is written: exit so the job can be run again
+        print(f"preempted: {exc}", file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
+    except Exception as exc:
         if _is_multirun():
+            log.error(
+                "run failed: %s%s", _rank(exc), exc, exc_info=not isinstance(exc, TuneupError)
+            )
+            return math.nan
+        if not isinstance(exc, TuneupError):
+            if _rank(exc):  # the traceback does not say which process it comes from
+                print(
+                    f"error: {_rank(exc)}{type(exc).__name__}: {exc}", file=sys.stderr, flush=True
+                )
             raise
-        print(f"error: {exc}", file=sys.stderr, flush=True)
+        print(f"error: {_rank(exc)}{exc}", file=sys.stderr, flush=True)
         sys.exit(1)
+
+
+def _rank(exc: BaseException) -> str:
+    """'rank N: ' when the run had several processes: its error must say which one failed."""
+    rank = getattr(exc, "tuneup_rank", None)
+    return "" if rank is None else f"rank {rank}: "
 
 
 def _is_multirun() -> bool:

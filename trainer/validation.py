@@ -62,8 +62,11 @@ class Number:
     ge: float | None = None
     lt: float | None = None
     le: float | None = None
+    also: tuple = ()
 
     def __call__(self, value) -> bool:
+        if _same(value, self.also):
+            return True
         if not _is_number(value):
             return False
         return (
@@ -79,7 +82,8 @@ class Number:
             for op, bound in ((">", self.gt), (">=", self.ge), ("<", self.lt), ("<=", self.le))
             if bound is not None
         ]
-        return "a number " + " and ".join(bounds)
+        text = "a number " + " and ".join(bounds)
+        return text + "".join(f" or {a!r}" for a in self.also)
 
 
 @dataclass(frozen=True)
