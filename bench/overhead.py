@@ -2,7 +2,9 @@
 
 1. a hand-written PyTorch loop,
 2. bare Lightning (a minimal LightningModule, no logger, checkpointing or progress bar),
-3. tuneup with its default plugins (measurement, csv logger, the bridge callback).
+3. tuneup with its default plugins (measurement, csv logger, the bridge callback, precision,
+   grad_accum, strategy), checkpointing off like the other two (a save costs what it costs in
+   any loop: see the checkpoint plugin).
 
 Each way trains the same number of steps from the same seed; the time of the steps after
 a warm-up is taken from the same timing callback (the hand loop times itself the same way),
@@ -41,7 +43,7 @@ def config(model: str, steps: int, batch_size: int):
     overrides = [
         f"model={model}", f"trainer.max_steps={steps}", "trainer.max_epochs=-1",
         f"data.batch_size={batch_size}", "trainer.enable_progress_bar=false",
-        "+trainer.limit_val_batches=0", "+trainer.enable_checkpointing=false",
+        "+trainer.limit_val_batches=0", "checkpoint=off",
         "scheduler=constant",
     ]  # fmt: skip
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

@@ -10,9 +10,9 @@ where it fires::
     configure_model(cfg, model)          pipeline, ordered by tryfirst/trylast:
                                          kernel swaps -> activation checkpointing
                                          -> memory format -> compile
-    configure_optimizer(cfg, params, trainer)   first non-None result wins
     configure_trainer(cfg, kwargs)       mutate the pl.Trainer keyword arguments
     trainer.fit(...)
+        configure_optimizer(cfg, params, trainer)   first non-None result wins
         configure_dataloader(cfg, kwargs)    the training DataLoader's arguments
         on_fit_start(cfg, trainer, module)
         configure_dataloader(cfg, kwargs)    the validation DataLoader's arguments
@@ -81,8 +81,11 @@ def configure_model(cfg, model):
     A pipeline: implementations run one after another in pluggy's call order
     (declare it with ``tryfirst``/``trylast``), each receiving the model the
     previous one produced; returning None keeps the model it was given.
-    Convention: kernel swaps ``tryfirst``, then activation checkpointing,
-    memory format, and ``torch.compile`` ``trylast``.
+    Convention: kernel swaps ``tryfirst``, ``torch.compile`` ``trylast``.
+    Transforms in between must commute (activation checkpointing wraps each
+    block's forward in place and channels_last converts parameters in place,
+    so either order gives the same model; tests/test_activation_checkpointing.py
+    checks both).
     """
 
 

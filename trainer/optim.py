@@ -47,13 +47,17 @@ def build_optimizer(cfg, params) -> torch.optim.Optimizer:
 
 def build_scheduler(cfg, optimizer, total_steps: int):
     """A LambdaLR: linear warm-up, then constant or cosine decay to ``min_lr_ratio``."""
-    s = cfg.scheduler
-    warmup, floor = s.get("warmup_steps", 0), s.get("min_lr_ratio", 0.0)
+    s = cfg.scheduler  # read once: the factor runs every optimizer step
+    warmup, floor, constant = (
+        s.get("warmup_steps", 0),
+        s.get("min_lr_ratio", 0.0),
+        s.name == "constant",
+    )
 
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / warmup
-        if s.name == "constant":
+        if constant:
             return 1.0
         progress = min(1.0, (step - warmup) / max(1, total_steps - warmup))
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
