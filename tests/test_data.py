@@ -207,3 +207,17 @@ def test_gpt_trains_on_a_text_file(tmp_path, train):
         summary["status"] == "ok"
         and summary["steps"] == (len(path.read_bytes()) * 9 // 10 - 1) // 16 // 8
     )
+
+
+@pytest.mark.parametrize("data", ["synthetic_images", "synthetic_tokens"])
+def test_a_batch_larger_than_the_training_set_is_a_check_error(tmp_path, data):
+    from tests.conftest import compose_config
+    from trainer.runner import ConfigError, run
+
+    cfg = compose_config(
+        [f"data={data}", "data.train_samples=16", "data.batch_size=32"], tiny=False
+    )
+    with pytest.raises(
+        ConfigError, match=r"data.batch_size=32 is larger than data.train_samples=16"
+    ):
+        run(cfg, run_dir=tmp_path)

@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import triton_support
-from .triton_support import REFERENCE, TRITON, launch_groups, pointer_table, tl, triton
+from .triton_support import launch_groups, pointer_table, tl, triton
+from .trust_ratio import TrustRatioOptimizer, is_excluded
 
 OP_NAME = "lamb"
 
@@ -26,7 +26,7 @@ CHUNK_NUMEL = 16384
 BLOCK = 1024
 
 
-class Lamb(torch.optim.Optimizer):
+class Lamb(TrustRatioOptimizer):
     """LAMB with weight-decay and trust-ratio exclusion for biases and norms.
 
     exclude_norms_and_biases: parameters with ndim <= 1 (biases, norm scales) get no weight
@@ -43,6 +43,8 @@ class Lamb(torch.optim.Optimizer):
     inside the update and the step, step count included, is skipped when found_inf != 0:
     without a host sync on the fused path, with one on the reference path.
     """
+
+    OP_NAME = OP_NAME
 
     def __init__(
         self,
@@ -65,33 +67,7 @@ class Lamb(torch.optim.Optimizer):
             exclude_norms_and_biases=exclude_norms_and_biases,
             trust_clip=trust_clip,
         )
-        super().__init__(params, defaults)
-        self.fused = fused
-        # Tells GradScaler to hand over grad_scale/found_inf instead of unscaling; as for
-        # torch's fused Adam, only when fused (Lightning forbids clipping such optimizers).
-        self._step_supports_amp_scaling = fused
-        self.implementation: str | None = None
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        grad_scale = getattr(self, "grad_scale", None)
-        found_inf = getattr(self, "found_inf", None)
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if not params:
-                continue
-            if self.fused:
-                triton_support.require_triton(params[0].device, "Lamb(fused=True)")
-            self.implementation = TRITON if self.fused else REFERENCE
-            triton_support.record(OP_NAME, self.implementation)
-            states = [self._state(p) for p in params]
-            step_group = _step_triton if self.fused else _step_reference
-            step_group(group, params, states, grad_scale, found_inf)
-        return loss
+        super().__init__(params, defaults, fused)
 
     def _state(self, param: Tensor) -> dict:
         state = self.state[param]
@@ -102,11 +78,6 @@ class Lamb(torch.optim.Optimizer):
         elif state["step"].device != param.device:  # as loaded from a state dict
             state["step"] = state["step"].to(param.device, torch.float32)
         return state
-
-
-def is_excluded(group: dict, param: Tensor) -> bool:
-    """Biases and norm scales (ndim <= 1): no weight decay, trust ratio 1."""
-    return group["exclude_norms_and_biases"] and param.ndim <= 1
 
 
 def trust_ratio(weight_norm: Tensor, update_norm: Tensor, clip: float | None) -> Tensor:
@@ -305,3 +276,8 @@ if triton is not None:
             update = _lamb_update_direction(param, exp_avg, exp_avg_sq, bias1, bias2, eps, decay)
             param = param - step_size * update
             tl.store(param_ptr + elements, param.to(param_like.dtype.element_ty), mask=mask)
+
+
+# The step functions are defined below the class, so they are attached here.
+Lamb.step_reference = staticmethod(_step_reference)
+Lamb.step_triton = staticmethod(_step_triton)

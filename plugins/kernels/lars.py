@@ -16,9 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import triton_support
-from .lamb import is_excluded
-from .triton_support import REFERENCE, TRITON, launch_groups, pointer_table, tl, triton
+from .triton_support import launch_groups, pointer_table, tl, triton
+from .trust_ratio import TrustRatioOptimizer, is_excluded
 
 OP_NAME = "lars"
 
@@ -27,7 +26,7 @@ CHUNK_NUMEL = 16384
 BLOCK = 1024
 
 
-class Lars(torch.optim.Optimizer):
+class Lars(TrustRatioOptimizer):
     """LARS with weight-decay and trust-ratio exclusion for biases and norms.
 
     trust_coefficient: eta above. exclude_norms_and_biases: parameters with ndim <= 1 get no
@@ -36,6 +35,8 @@ class Lars(torch.optim.Optimizer):
         raises otherwise. `implementation` holds what the last step ran.
     GradScaler's `grad_scale` / `found_inf` are honoured as in `Lamb`.
     """
+
+    OP_NAME = OP_NAME
 
     def __init__(
         self,
@@ -61,35 +62,10 @@ class Lars(torch.optim.Optimizer):
             eps=eps,
             exclude_norms_and_biases=exclude_norms_and_biases,
         )
-        super().__init__(params, defaults)
-        self.fused = fused
-        # Tells GradScaler to hand over grad_scale/found_inf instead of unscaling; as for
-        # torch's fused Adam, only when fused (Lightning forbids clipping such optimizers).
-        self._step_supports_amp_scaling = fused
-        self.implementation: str | None = None
+        super().__init__(params, defaults, fused)
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        grad_scale = getattr(self, "grad_scale", None)
-        found_inf = getattr(self, "found_inf", None)
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if not params:
-                continue
-            if self.fused:
-                triton_support.require_triton(params[0].device, "Lars(fused=True)")
-            self.implementation = TRITON if self.fused else REFERENCE
-            triton_support.record(OP_NAME, self.implementation)
-            buffers = [self._momentum_buffer(p) for p in params]
-            step_group = _step_triton if self.fused else _step_reference
-            step_group(group, params, buffers, grad_scale, found_inf)
-        return loss
-
-    def _momentum_buffer(self, param: Tensor) -> Tensor:
+    def _state(self, param: Tensor) -> Tensor:
+        """The momentum buffer."""
         state = self.state[param]
         if not state:
             state["momentum_buffer"] = torch.zeros_like(param)
@@ -255,3 +231,8 @@ if triton is not None:
             tl.store(
                 param_ptr + elements, (param - buffer).to(param_like.dtype.element_ty), mask=mask
             )
+
+
+# The step functions are defined below the class, so they are attached here.
+Lars.step_reference = staticmethod(_step_reference)
+Lars.step_triton = staticmethod(_step_triton)

@@ -40,7 +40,14 @@ class DataModule(pl.LightningDataModule):
     @classmethod
     def problems(cls, cfg) -> list[str]:
         """Problems with ``cfg.data`` for this data module (rules, then paths and sizes)."""
-        return problems(cfg, cls.rules)
+        found = problems(cfg, cls.rules)
+        train, batch = cfg.data.get("train_samples"), cfg.data.get("batch_size")
+        if not found and train is not None and batch is not None and train < batch:
+            found.append(
+                f"data.batch_size={batch} is larger than data.train_samples={train}: "
+                "no full training batch can be formed; lower the batch size or add samples"
+            )
+        return found
 
     def train_dataloader(self) -> DataLoader:
         return self.loader(self.train_set, train=True)

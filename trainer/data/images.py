@@ -48,17 +48,6 @@ class SyntheticImages(DataModule):
         self.input_shape = (settings.channels, settings.image_size, settings.image_size)
         self.num_classes = settings.num_classes
 
-    @classmethod
-    def problems(cls, cfg) -> list[str]:
-        found = problems(cfg, cls.rules)
-        train, batch = cfg.data.train_samples, cfg.data.batch_size
-        if not found and train < batch:
-            found.append(
-                f"data.batch_size={batch} is larger than data.train_samples={train}: "
-                "no full training batch can be formed; lower the batch size or add samples"
-            )
-        return found
-
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
             return
