@@ -22,8 +22,12 @@ def test_trace_of_the_active_steps_and_top_operators(train):
     assert steps == {"ProfilerStep#3", "ProfilerStep#4"}  # after 2 waiting and 1 warm-up step
     assert report["profiled_steps"] == 2
     top = report["top_ops_self_cpu_ms"]
-    assert 0 < len(top) <= 5 and {"aten::addmm", "aten::mm"} & top.keys()  # the linear layers
+    assert 0 < len(top) <= 5
     assert all(ms > 0 for ms in top.values())  # summary.json sorts keys; the table prints by time
+    # which operators lead depends on timing; that they are the window's own does not
+    traced = {e.get("name", "") for e in trace["traceEvents"]}
+    assert all(any(t.startswith(name.rstrip("*")) for t in traced) for name in top)
+    assert {"aten::addmm", "aten::mm"} & traced  # the linear layers ran in the window
     assert "top_ops_self_cuda_ms" not in report  # CPU run
     assert summary["plugins"]["profiler"] == {"wait": 2, "warmup": 1, "active": 2, "top_k": 5}
 
