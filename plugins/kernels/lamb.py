@@ -17,6 +17,9 @@ import torch
 from torch import Tensor
 
 from .triton_support import launch_groups, pointer_table, tl, triton
+
+if triton is not None:
+    from .triton_support import inverse_grad_scale, program_chunk
 from .trust_ratio import TrustRatioOptimizer, is_excluded
 
 OP_NAME = "lamb"
@@ -185,11 +188,7 @@ if triton is not None:
         CHUNK: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
-        index = tl.load(chunks + 2 * tl.program_id(0))
-        start = tl.load(chunks + 2 * tl.program_id(0) + 1)
-        numel = tl.load(numels + index)
-        if HAS_FOUND_INF:
-            numel = tl.where(tl.load(found_inf_ptr) != 0, 0, numel)
+        index, start, numel = program_chunk(chunks, numels, found_inf_ptr, HAS_FOUND_INF)
         param_ptr = tl.load(addresses + 5 * index).to(param_like.dtype)
         grad_ptr = tl.load(addresses + 5 * index + 1).to(grad_like.dtype)
         exp_avg_ptr = tl.load(addresses + 5 * index + 2).to(param_like.dtype)
@@ -197,9 +196,7 @@ if triton is not None:
         step = tl.load(tl.load(addresses + 5 * index + 4).to(tl.pointer_type(tl.float32)))
         bias1 = 1.0 - tl.exp2(step * tl.log2(beta1))
         bias2 = 1.0 - tl.exp2(step * tl.log2(beta2))
-        inv_scale = 1.0
-        if HAS_GRAD_SCALE:
-            inv_scale = 1.0 / tl.load(grad_scale_ptr)
+        inv_scale = inverse_grad_scale(grad_scale_ptr, HAS_GRAD_SCALE)
         decay = tl.where(tl.load(excluded + index) != 0, 0.0, weight_decay)
         weight_sq = tl.zeros([BLOCK], tl.float32)
         update_sq = tl.zeros([BLOCK], tl.float32)
@@ -245,11 +242,7 @@ if triton is not None:
         CHUNK: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
-        index = tl.load(chunks + 2 * tl.program_id(0))
-        start = tl.load(chunks + 2 * tl.program_id(0) + 1)
-        numel = tl.load(numels + index)
-        if HAS_FOUND_INF:
-            numel = tl.where(tl.load(found_inf_ptr) != 0, 0, numel)
+        index, start, numel = program_chunk(chunks, numels, found_inf_ptr, HAS_FOUND_INF)
         param_ptr = tl.load(addresses + 5 * index).to(param_like.dtype)
         exp_avg_ptr = tl.load(addresses + 5 * index + 2).to(param_like.dtype)
         exp_avg_sq_ptr = tl.load(addresses + 5 * index + 3).to(param_like.dtype)

@@ -17,6 +17,9 @@ import torch
 from torch import Tensor
 
 from .triton_support import launch_groups, pointer_table, tl, triton
+
+if triton is not None:
+    from .triton_support import inverse_grad_scale, program_chunk
 from .trust_ratio import TrustRatioOptimizer, is_excluded
 
 OP_NAME = "lars"
@@ -158,16 +161,10 @@ if triton is not None:
         CHUNK: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
-        index = tl.load(chunks + 2 * tl.program_id(0))
-        start = tl.load(chunks + 2 * tl.program_id(0) + 1)
-        numel = tl.load(numels + index)
-        if HAS_FOUND_INF:
-            numel = tl.where(tl.load(found_inf_ptr) != 0, 0, numel)
+        index, start, numel = program_chunk(chunks, numels, found_inf_ptr, HAS_FOUND_INF)
         param_ptr = tl.load(addresses + 3 * index).to(param_like.dtype)
         grad_ptr = tl.load(addresses + 3 * index + 1).to(grad_like.dtype)
-        inv_scale = 1.0
-        if HAS_GRAD_SCALE:
-            inv_scale = 1.0 / tl.load(grad_scale_ptr)
+        inv_scale = inverse_grad_scale(grad_scale_ptr, HAS_GRAD_SCALE)
         weight_sq = tl.zeros([BLOCK], tl.float32)
         grad_sq = tl.zeros([BLOCK], tl.float32)
         for offset in range(0, tl.minimum(numel - start, CHUNK), BLOCK):
@@ -201,17 +198,11 @@ if triton is not None:
         CHUNK: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
-        index = tl.load(chunks + 2 * tl.program_id(0))
-        start = tl.load(chunks + 2 * tl.program_id(0) + 1)
-        numel = tl.load(numels + index)
-        if HAS_FOUND_INF:
-            numel = tl.where(tl.load(found_inf_ptr) != 0, 0, numel)
+        index, start, numel = program_chunk(chunks, numels, found_inf_ptr, HAS_FOUND_INF)
         param_ptr = tl.load(addresses + 3 * index).to(param_like.dtype)
         grad_ptr = tl.load(addresses + 3 * index + 1).to(grad_like.dtype)
         buffer_ptr = tl.load(addresses + 3 * index + 2).to(param_like.dtype)
-        inv_scale = 1.0
-        if HAS_GRAD_SCALE:
-            inv_scale = 1.0 / tl.load(grad_scale_ptr)
+        inv_scale = inverse_grad_scale(grad_scale_ptr, HAS_GRAD_SCALE)
         is_excluded = tl.load(excluded + index) != 0
         decay = tl.where(is_excluded, 0.0, weight_decay)
         weight_norm = tl.sqrt(tl.load(norms + 2 * index))

@@ -149,3 +149,25 @@ def require_triton(device: torch.device, user: str) -> None:
             f"{user} runs Triton kernels, which need CUDA tensors (got {device}; Triton "
             f"{installed}). Use fused=False for the reference implementation."
         )
+
+
+if triton is not None:
+
+    @triton.jit
+    def program_chunk(chunks, numels, found_inf_ptr, HAS_FOUND_INF: tl.constexpr):
+        """(tensor index, first element, numel) of this program's chunk of a `pointer_table`;
+        numel is 0 when GradScaler found an inf (the whole step is skipped, no host sync)."""
+        index = tl.load(chunks + 2 * tl.program_id(0))
+        start = tl.load(chunks + 2 * tl.program_id(0) + 1)
+        numel = tl.load(numels + index)
+        if HAS_FOUND_INF:
+            numel = tl.where(tl.load(found_inf_ptr) != 0, 0, numel)
+        return index, start, numel
+
+    @triton.jit
+    def inverse_grad_scale(grad_scale_ptr, HAS_GRAD_SCALE: tl.constexpr):
+        """1 / GradScaler's scale, to unscale gradients in the same pass (1 without AMP)."""
+        inv_scale = 1.0
+        if HAS_GRAD_SCALE:
+            inv_scale = 1.0 / tl.load(grad_scale_ptr)
+        return inv_scale
