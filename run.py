@@ -1,14 +1,9 @@
-"""Train with tuneup: ``python run.py [group=option ...] [key=value ...]`` (see conf/config.yaml)."""
+"""Train with tuneup from a checkout: ``python run.py [group=option ...] [key=value ...]``.
 
-import hydra
+The same entry point as the installed ``tuneup`` command (tuneup/cli.py); see conf/config.yaml.
+"""
 
-import trainer.runner
-
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg):
-    return trainer.runner.main(cfg)
-
+from tuneup.cli import main
 
 if __name__ == "__main__":
     main()

@@ -64,7 +64,7 @@ def main() -> None:
         import triton  # noqa: F401
     except ImportError:
         sys.exit("bench/kernels.py needs Triton: pip install triton")
-    sys.path.insert(0, str(ROOT))
+
     bench = Bench(smoke=args.smoke)
     bench.run()
 
@@ -82,7 +82,7 @@ class Bench:
         import torch
         import triton.testing
 
-        import plugins.kernels as kernels
+        import tuneup.plugins.kernels as kernels
 
         self.torch, self.kernels, self.do_bench = torch, kernels, triton.testing.do_bench
         self.smoke = smoke
@@ -157,7 +157,7 @@ class Bench:
 
     def bench_cross_entropy(self, vocab: int) -> None:
         torch = self.torch
-        ce = importlib.import_module("plugins.kernels.cross_entropy")
+        ce = importlib.import_module("tuneup.plugins.kernels.cross_entropy")
         rows, dtype = self.sizes["ce_rows"], torch.bfloat16
         op = f"cross_entropy {rows}x{vocab} bf16"
         logits_bytes = rows * vocab * dtype.itemsize

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,17 +25,12 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from hydra import compose, initialize_config_dir
-
-from trainer.data import build_data
-from trainer.models import build_model
-from trainer.module import cross_entropy
-from trainer.plugin_manager import PluginManager
-from trainer.runner import build
-
-CONF = Path(__file__).resolve().parents[1] / "conf"
+import tuneup
+from tuneup.trainer.components import Plan
+from tuneup.trainer.environment import Environment
+from tuneup.trainer.plugin_manager import PluginManager
+from tuneup.trainer.runner import build
+from tuneup.trainer.task import classification_loss as cross_entropy
 
 
 def config(model: str, steps: int, batch_size: int):
@@ -46,8 +40,7 @@ def config(model: str, steps: int, batch_size: int):
         "+trainer.limit_val_batches=0", "checkpoint=off",
         "scheduler=constant",
     ]  # fmt: skip
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=overrides)
+    return tuneup.compose(overrides)
 
 
 class StepClock(pl.Callback):
@@ -80,9 +73,10 @@ def sgd(cfg, params):
 
 def hand_loop(cfg, warmup: int) -> float:
     pl.seed_everything(cfg.seed, verbose=False)
-    data = build_data(cfg)
+    plan = Plan(cfg)
+    data = plan.data
     data.setup("fit")
-    model = build_model(cfg, data.input_shape, data.num_classes)
+    model = plan.build_model()
     optimizer = sgd(cfg, model.parameters())
     scheduler = constant_schedule(optimizer)
     model.train()
@@ -118,8 +112,8 @@ class BareModule(pl.LightningModule):
 
 def bare_lightning(cfg, warmup: int) -> float:
     pl.seed_everything(cfg.seed, verbose=False)
-    data = build_data(cfg)
-    model = build_model(cfg, data.input_shape, data.num_classes)
+    plan = Plan(cfg)
+    data, model = plan.data, plan.build_model()
     clock = StepClock(warmup)
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, max_steps=cfg.trainer.max_steps, max_epochs=-1,
@@ -130,17 +124,19 @@ def bare_lightning(cfg, warmup: int) -> float:
     return clock.seconds
 
 
-def tuneup(cfg, warmup: int) -> float:
+def with_tuneup(cfg, warmup: int) -> float:
     with tempfile.TemporaryDirectory() as run_dir:
         plugins = PluginManager.from_config(cfg)
-        trainer, module, data = build(cfg, plugins, Path(run_dir))
+        plan = Plan(cfg, plugins)
+        assert not plugins.check(cfg, Environment.from_config(cfg), plan) + plan.problems
+        trainer, module, data, _ = build(cfg, plugins, plan, Path(run_dir))
         clock = StepClock(warmup)
         trainer.callbacks.append(clock)
         trainer.fit(module, datamodule=data)
     return clock.seconds
 
 
-WAYS = {"hand loop": hand_loop, "bare Lightning": bare_lightning, "tuneup": tuneup}
+WAYS = {"hand loop": hand_loop, "bare Lightning": bare_lightning, "tuneup": with_tuneup}
 
 
 def main() -> None:

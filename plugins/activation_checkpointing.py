@@ -37,9 +37,8 @@ from torch import nn
 from torch.nn.modules.batchnorm import _NormBase
 from torch.utils.checkpoint import checkpoint
 
-from trainer import TuneupError, hookimpl
-from trainer.models import build_model_on_meta
-from trainer.validation import Integer, OneOf, problem, problems
+from tuneup import TuneupError, hookimpl
+from tuneup.trainer.validation import Integer, OneOf, problem, problems
 
 
 class CheckpointedForward:
@@ -150,9 +149,10 @@ class Plugin:
         self.block_types = list(settings.get("block_types") or [])
         self.every_n = settings.get("every_n", 1)
         self.checkpointed: list[str] | None = None
+        self.model_name = "the model"
 
     @hookimpl
-    def check(self, cfg):
+    def check(self, cfg, plan):
         found = problems(
             cfg,
             {
@@ -168,14 +168,15 @@ class Plugin:
                     "a non-empty list of module class names, e.g. [BasicBlock, Bottleneck]",
                 )
             )
-        elif (model := build_model_on_meta(cfg)) is not None:
-            reason = no_blocks_reason(model, self.block_types, cfg.model.name)
+        elif (model := plan.meta_model()) is not None:
+            reason = no_blocks_reason(model, self.block_types, plan.model_name)
             found += [reason] if reason else []
+        self.model_name = plan.model_name
         return found
 
     @hookimpl
     def configure_model(self, cfg, model):
-        reason = no_blocks_reason(model, self.block_types, cfg.model.name)
+        reason = no_blocks_reason(model, self.block_types, self.model_name)
         if reason:
             raise TuneupError(reason)
         self.checkpointed = checkpoint_blocks(model, self.block_types, self.every_n)

@@ -32,17 +32,17 @@ from pathlib import Path
 import torch
 from pytorch_lightning.callbacks import Checkpoint
 
-from trainer import hookimpl
-from trainer.checkpoint_io import (
+from tuneup import hookimpl
+from tuneup.trainer.state.checkpoint_io import (
     BEST,
     AtomicCheckpointIO,
     checkpoint_name,
     prune,
     remove_leftover_temporaries,
 )
-from trainer.preemption import Preempted, SignalFlag
-from trainer.resume import checkpoint_dir
-from trainer.validation import Integer, Number, OneOf, problem, problems
+from tuneup.trainer.state.preemption import Preempted, SignalFlag
+from tuneup.trainer.state.resume import checkpoint_dir
+from tuneup.trainer.validation import Integer, Number, OneOf, problem, problems
 
 log = logging.getLogger(__name__)
 

@@ -31,8 +31,8 @@ import time
 import torch
 from torch import nn
 
-from trainer import hookimpl
-from trainer.validation import BOOL, OneOf, problem, problems
+from tuneup import hookimpl
+from tuneup.trainer.validation import BOOL, OneOf, problem, problems
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 
 import torch
 
-from trainer import hookimpl
+from tuneup import hookimpl
 
 
 @contextmanager

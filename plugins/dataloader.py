@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import os
 
-from trainer import hookimpl
-from trainer.environment import Environment
-from trainer.validation import Integer, OneOf, problems
+from tuneup import hookimpl
+from tuneup.trainer.environment import Environment
+from tuneup.trainer.validation import Integer, OneOf, problems
 
 #: ``num_workers: auto`` never starts more workers than this per process.
 MAX_AUTO_WORKERS = 8

@@ -18,9 +18,9 @@ micro-batches (each loss still divided by k).
 
 from __future__ import annotations
 
-from trainer import TuneupError, hookimpl
-from trainer.environment import Environment
-from trainer.validation import Integer, problems
+from tuneup import TuneupError, hookimpl
+from tuneup.trainer.environment import Environment
+from tuneup.trainer.validation import Integer, problems
 
 RULES = {
     "grad_accum.steps": Integer(low=1, also=(None,), note="null: 1, or from global_batch_size"),

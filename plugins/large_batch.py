@@ -14,8 +14,8 @@ accumulation x world size); combine with ``scheduler.warmup_steps`` (see
 
 from __future__ import annotations
 
-from trainer import hookimpl
-from trainer.validation import BOOL, Integer, Number, OneOf, problems
+from tuneup import hookimpl
+from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problems
 
 from .kernels import Lamb, Lars, triton_support
 
@@ -65,8 +65,15 @@ class Plugin:
         self.lr = None
 
     @hookimpl
-    def check(self, cfg, env):
+    def check(self, cfg, env, plan):
         found = problems(cfg, RULES)
+        if plan is not None and plan.sound and plan.lightning:
+            found.append(
+                f"optimizer={cfg.optimizer.name} cannot apply to model=lightning: the "
+                f"LightningModule {plan.model_name} builds its own optimizer in "
+                "configure_optimizers; remove optimizer=, or build tuneup's "
+                "tuneup.plugins.kernels.Lamb/Lars there yourself"
+            )
         if (
             cfg.optimizer.get("fused")
             and triton_support.implementation(env.accelerator) != "triton"

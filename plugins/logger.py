@@ -11,8 +11,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from trainer import hookimpl
-from trainer.validation import OneOf, problems
+from tuneup import hookimpl
+from tuneup.trainer.validation import OneOf, problems
 
 NEEDS = {"csv": (), "tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",)}
 

@@ -32,8 +32,9 @@ import time
 
 import torch
 
-from trainer import flops, hookimpl
-from trainer.validation import Integer, problems
+from tuneup import hookimpl
+from tuneup.trainer import flops
+from tuneup.trainer.validation import Integer, problems
 
 #: The training micro-batch (0-based, counted over the run) whose forward is measured for
 #: saved_activation_bytes: the 2nd, so the first step's one-time work is not in it.
@@ -87,15 +88,18 @@ class Plugin:
         self.flops_per_sample: float | None = None
         self.saved: SavedActivationBytes | None = None  # counting during one forward
         self.saved_bytes: int | None = None
+        self.plan = None
 
     @hookimpl
-    def check(self, cfg):
+    def check(self, cfg, plan):
+        self.plan = plan  # what is trained, for its FLOPs once training starts
         return problems(cfg, {"measure.warmup_steps": Integer(low=0)})
 
     @hookimpl
     def on_fit_start(self, cfg, trainer, module):
         self.device = module.device
-        self.flops_per_sample = flops.flops_per_sample(cfg, trainer.datamodule)  # meta: no compute
+        if self.plan is not None:
+            self.flops_per_sample = flops.flops_per_sample(self.plan)  # meta: no compute
         self.world_size = trainer.world_size
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -150,10 +154,7 @@ class Plugin:
     @hookimpl
     def on_validation_end(self, trainer):
         self.skip_next = True  # the next interval contains validation time
-        metrics = trainer.callback_metrics
-        self.val = {
-            k.split("/", 1)[1]: float(v) for k, v in metrics.items() if k.startswith("val/")
-        }
+        self.val = validation_metrics(trainer.callback_metrics)
 
     def _drain(self, block: bool) -> None:
         done = 0
@@ -191,8 +192,22 @@ class Plugin:
 
 
 def _batch_size(batch) -> int:
-    first = batch[0] if isinstance(batch, (list, tuple)) else batch
-    return len(first)
+    """Samples in a batch: the length of its first tensor (a tuple, list or dict batch)."""
+    from tuneup.trainer.components import first_tensor
+
+    first = first_tensor(batch)
+    return len(first) if first is not None else 0
+
+
+def validation_metrics(metrics: dict) -> dict[str, float]:
+    """The logged validation metrics by short name: ``val/acc`` (tuneup's) or ``val_acc``,
+    ``val_loss`` (a user's LightningModule) -> ``acc``, ``loss``."""
+    found = {}
+    for key, value in metrics.items():
+        for prefix in ("val/", "val_"):
+            if key.startswith(prefix) and getattr(value, "numel", lambda: 1)() == 1:
+                found[key[len(prefix) :]] = float(value)
+    return found
 
 
 def _percentiles(values: list[float]) -> dict:

@@ -27,9 +27,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trainer import TuneupError, hookimpl
-from trainer.models import build_model_on_meta, check_model
-from trainer.validation import OneOf, problems
+from tuneup import TuneupError, hookimpl
+from tuneup.trainer.validation import OneOf, problems
 
 
 def apply_channels_last(model: nn.Module) -> nn.Module:
@@ -61,41 +60,33 @@ def no_4d_input_reason(model: nn.Module, model_name: str) -> str | None:
     )
 
 
-def model_on_meta(cfg) -> tuple[nn.Module, tuple] | None:
-    """The configured model (on the meta device) and its input shape, or None (see
-    :func:`trainer.models.build_model_on_meta`; ``configure_model`` then checks the real model)."""
-    from trainer.data import build_data, check_data
-
-    if check_data(cfg):
-        return None
-    data = build_data(cfg)
-    model = build_model_on_meta(cfg, data) if not check_model(cfg) else None
-    return None if model is None else (model, tuple(getattr(data, "input_shape", ())))
-
-
 class Plugin:
     def __init__(self) -> None:
         self.converted: int | None = None  # 4-D parameters and buffers converted, once built
+        self.model_name = "the model"
 
     @hookimpl
-    def check(self, cfg):
+    def check(self, cfg, plan):
         found = problems(cfg, {"memory_format.name": OneOf(("channels_last",))})
-        built = model_on_meta(cfg)
-        if built is None:
-            return found
-        model, shape = built
+        self.model_name = plan.model_name
+        if not plan.sound:
+            return found  # the core reports the model's or the data's problems
+        model, shape = plan.meta_model(), plan.input_shape
+        if model is None or shape is None:
+            return found  # configure_model checks the real model
         if len(shape) != 3:
             found.append(
-                f"memory_format=channels_last needs 4-D (N, C, H, W) input, but data={cfg.data.name} "
-                f"gives samples of shape {shape}; use memory_format=contiguous"
+                f"memory_format=channels_last needs 4-D (N, C, H, W) input, but data "
+                f"{plan.data_name} gives samples of shape {list(shape)}; use "
+                "memory_format=contiguous"
             )
-        elif reason := no_4d_input_reason(model, cfg.model.name):
+        elif reason := no_4d_input_reason(model, plan.model_name):
             found.append(reason)
         return found
 
     @hookimpl
     def configure_model(self, cfg, model):
-        reason = no_4d_input_reason(model, cfg.model.name)
+        reason = no_4d_input_reason(model, self.model_name)
         if reason:
             raise TuneupError(reason)
         model = apply_channels_last(model)

@@ -32,9 +32,9 @@ import torch
 from omegaconf import OmegaConf
 from pytorch_lightning.plugins.precision import FSDPPrecision, HalfPrecision, MixedPrecision
 
-from trainer import TuneupError, hookimpl
-from trainer.environment import Environment
-from trainer.validation import Integer, Number, OneOf, problems
+from tuneup import TuneupError, hookimpl
+from tuneup.trainer.environment import Environment
+from tuneup.trainer.validation import Integer, Number, OneOf, problems
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from trainer import hookimpl
-from trainer.validation import BOOL, Integer, problems
+from tuneup import hookimpl
+from tuneup.trainer.validation import BOOL, Integer, problems
 
 RULES = {
     "profiler.wait": Integer(low=0),

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+
+import tuneup
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -26,10 +27,9 @@ TINY = [
 ]
 
 
-def compose_config(overrides=(), tiny=True):
+def compose_config(overrides=(), tiny=True, config_dir=None):
     """The config run.py would get for these command-line overrides."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=[*(TINY if tiny else []), *overrides])
+    return tuneup.compose([*(TINY if tiny else []), *overrides], config_dir=config_dir)
 
 
 @pytest.fixture
@@ -40,12 +40,11 @@ def make_config():
 @pytest.fixture
 def train(tmp_path):
     """Run a tiny training in this process; returns (summary dict, run dir)."""
-    import trainer
 
     def _train(*overrides, tiny=True, run_dir=None):
         cfg = compose_config(overrides, tiny=tiny)
         out = Path(run_dir or tmp_path / "run")
-        trainer.run(cfg, run_dir=out)
+        tuneup.run(cfg, run_dir=out)
         return json.loads((out / "summary.json").read_text()), out
 
     return _train
@@ -77,8 +76,8 @@ def add_plugin(monkeypatch):
 
     Returns ``obj``, so a test keeps a handle on the probe it added.
     """
-    import trainer.runner
-    from trainer.plugin_manager import PluginManager
+    from tuneup.trainer import runner
+    from tuneup.trainer.plugin_manager import PluginManager
 
     extra = []
 
@@ -90,7 +89,7 @@ def add_plugin(monkeypatch):
                 pm.register(plugin, name=f"test-extra-{i}")
             return pm
 
-    monkeypatch.setattr(trainer.runner, "PluginManager", WithExtra)
+    monkeypatch.setattr(runner, "PluginManager", WithExtra)
 
     def _add(plugin):
         extra.append(plugin)

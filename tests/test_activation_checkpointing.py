@@ -9,12 +9,16 @@ import pytest
 import torch
 from torch import nn
 
-from plugins.activation_checkpointing import checkpoint_blocks, is_checkpointed, select_blocks
 from tests.conftest import compose_config
 from tests.test_grad_accum import final_weights
-from trainer import TuneupError, hookimpl
-from trainer.models import SmallResNet
-from trainer.plugin_manager import PluginManager
+from tuneup import TuneupError, hookimpl
+from tuneup.plugins.activation_checkpointing import (
+    checkpoint_blocks,
+    is_checkpointed,
+    select_blocks,
+)
+from tuneup.trainer.plugin_manager import PluginManager
+from tuneup.zoo.models import SmallResNet
 
 
 def resnet(blocks=(1, 1, 1), width=8) -> nn.Module:
@@ -144,7 +148,7 @@ def test_setup_order_does_not_depend_on_config_order(order):
     pm, seen = PluginManager(), []
     pm.register(Compile(seen), name="compile")
     for name in order:
-        pm.register_builtin(name, cfg)
+        pm.register_named(name, cfg)
     pm.register(KernelSwap(seen), name="kernels")
     called = [impl.plugin_name for impl in pm.call_order("configure_model")]
     assert called[1:3] == list(reversed(order))  # pluggy: the later registered runs first

@@ -8,9 +8,9 @@ import pytest
 import torch
 from omegaconf import DictConfig, ListConfig
 
-from trainer import TuneupError, hookimpl
-from trainer.checkpoint_io import BEST, checkpoint_name
-from trainer.divergence import Diverged
+from tuneup import TuneupError, hookimpl
+from tuneup.trainer.state.checkpoint_io import BEST, checkpoint_name
+from tuneup.trainer.state.divergence import Diverged
 
 #: A model without BatchNorm and small: each run takes about a second.
 MLP = ["model=mlp", "model.hidden=[16]", "data.train_samples=128", "data.val_samples=32",

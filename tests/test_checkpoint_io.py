@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainer import checkpoint_io, rng
-from trainer.checkpoint_io import (
+from tuneup.trainer.state import checkpoint_io, rng
+from tuneup.trainer.state.checkpoint_io import (
     BEST,
     UnreadableCheckpoint,
     UnsafeCheckpoint,
@@ -22,8 +22,8 @@ from trainer.checkpoint_io import (
     newest_valid,
     prune,
 )
-from trainer.divergence import Diverged, LossWatch, nonfinite_tensors
-from trainer.sampling import ResumableLoader, ResumableSampler
+from tuneup.trainer.state.data_order import ResumableLoader, ResumableSampler
+from tuneup.trainer.state.divergence import Diverged, LossWatch, nonfinite_tensors
 
 
 class Exploding:

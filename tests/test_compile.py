@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from plugins.compile import Plugin, first_step_overhead
 from tests.conftest import compose_config
-from trainer.environment import Environment
+from tuneup.plugins.compile import Plugin, first_step_overhead
+from tuneup.trainer.environment import Environment
 
 MLP = ["model=mlp", "model.hidden=[32]", "data.image_size=8", "data.train_samples=128",
        "data.val_samples=64", "data.batch_size=16", "trainer.max_epochs=1",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer import TuneupError, hookimpl, runner
+from tuneup import TuneupError, hookimpl
+from tuneup.trainer import runner
 
 
 class FlagSpy:

@@ -10,8 +10,9 @@ import torch
 from PIL import Image
 
 from tests.conftest import compose_config
-from trainer.data import build_data, check_data
-from trainer.data.transforms import (
+from tuneup.trainer.components import Plan
+from tuneup.zoo.data import check_data
+from tuneup.zoo.data.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     EvalTransform,
@@ -48,7 +49,7 @@ def image_config(root, *overrides):
 
 
 def test_imagefolder_gives_normalised_crops_and_class_labels(tmp_path):
-    data = build_data(image_config(make_image_folder(tmp_path)))
+    data = Plan(image_config(make_image_folder(tmp_path))).data
     assert data.num_classes == 2 and data.input_shape == (3, 16, 16)
     data.setup()
     assert len(data.train_set) == 12 and len(data.val_set) == 4  # notes.txt is not an image
@@ -74,7 +75,7 @@ def test_imagefolder_trains_a_model_decoding_in_workers(tmp_path, train):
 
 def test_train_samples_picks_a_fixed_subset_from_every_class(tmp_path):
     cfg = image_config(make_image_folder(tmp_path, per_class=(20, 2)), "data.train_samples=10")
-    first, second = build_data(cfg), build_data(cfg)
+    first, second = Plan(cfg).data, Plan(cfg).data
     first.setup(), second.setup()
     assert first.train_set.samples == second.train_set.samples and len(first.train_set) == 10
     assert {label for _, label in first.train_set.samples} == {0, 1}
@@ -144,13 +145,13 @@ def test_train_transform_flips_half_the_time_and_eval_is_a_centre_crop():
 def test_synthetic_tokens_are_next_token_pairs_and_reproducible():
     cfg = compose_config(["data=synthetic_tokens", "data.context=12", "data.vocab_size=40"],
                          tiny=False)  # fmt: skip
-    data = build_data(cfg)
+    data = Plan(cfg).data
     assert data.input_shape == (12,) and data.num_classes == 40
     data.setup()
     x, y = data.train_set[:8]
     assert x.shape == y.shape == (8, 12) and x.dtype == y.dtype == torch.long
     assert torch.equal(y[:, :-1], x[:, 1:]) and int(x.max()) < 40
-    again = build_data(cfg)
+    again = Plan(cfg).data
     again.setup()
     assert torch.equal(again.train_set[:8][0], x)
     pairs = {pair for row in torch.cat([x, y[:, -1:]], 1).tolist() for pair in pairwise(row)}
@@ -166,7 +167,7 @@ def test_textfile_is_bytes_split_into_train_and_validation(tmp_path):
     text = "héllo wörld, " * 20  # UTF-8: multi-byte characters are several byte tokens
     path = tmp_path / "input.txt"
     path.write_text(text, encoding="utf-8")
-    data = build_data(text_config(path, "data.val_fraction=0.25"))
+    data = Plan(text_config(path, "data.val_fraction=0.25")).data
     assert data.input_shape == (8,) and data.num_classes == 256
     data.setup()
     raw = text.encode()
@@ -212,7 +213,7 @@ def test_gpt_trains_on_a_text_file(tmp_path, train):
 @pytest.mark.parametrize("data", ["synthetic_images", "synthetic_tokens"])
 def test_a_batch_larger_than_the_training_set_is_a_check_error(tmp_path, data):
     from tests.conftest import compose_config
-    from trainer.runner import ConfigError, run
+    from tuneup.trainer.runner import ConfigError, run
 
     cfg = compose_config(
         [f"data={data}", "data.train_samples=16", "data.batch_size=32"], tiny=False

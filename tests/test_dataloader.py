@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from plugins.dataloader import auto_workers, loader_arguments
 from tests.conftest import compose_config
-from trainer import hookimpl, runner
-from trainer.environment import Environment
-from trainer.plugin_manager import PluginManager
+from tuneup import hookimpl
+from tuneup.plugins.dataloader import auto_workers, loader_arguments
+from tuneup.trainer import runner
+from tuneup.trainer.environment import Environment
+from tuneup.trainer.plugin_manager import PluginManager
 
 
 class LoaderSpy:

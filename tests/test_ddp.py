@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from plugins.strategy import settings_problems
-from plugins.strategy.build import checkpointed_blocks
-from plugins.strategy.launch import config_options, job_command
 from tests.conftest import compose_config, run_cli
 from tests.plugin_dists import make_distribution
-from trainer.environment import Environment
+from tuneup.plugins.strategy import settings_problems
+from tuneup.plugins.strategy.build import checkpointed_blocks
+from tuneup.plugins.strategy.launch import config_options, job_command
+from tuneup.trainer.environment import Environment
 
 #: model=mlp (no BatchNorm: a batch's gradient does not depend on how it is split), tiny data.
 MLP = [
@@ -123,7 +123,7 @@ def test_sweep_runs_each_job_with_two_ranks_in_its_own_directory(tmp_path):
 FAILING_PLUGIN = """
 import os
 from pathlib import Path
-from trainer import hookimpl
+from tuneup import hookimpl
 
 class Plugin:
     @hookimpl

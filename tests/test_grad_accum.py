@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from plugins.grad_accum import accumulation_steps
-from trainer import TuneupError, hookimpl
+from tuneup import TuneupError, hookimpl
+from tuneup.plugins.grad_accum import accumulation_steps
 
 #: model=mlp has no model.width, so these replace conftest's TINY for mlp runs.
 MLP = [

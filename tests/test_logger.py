@@ -6,7 +6,7 @@ import importlib.util
 import pytest
 
 from tests.conftest import compose_config
-from trainer.runner import ConfigError, run
+from tuneup.trainer.runner import ConfigError, run
 
 
 def test_csv_logger_writes_metrics_into_the_run_directory(train):

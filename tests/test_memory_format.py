@@ -12,12 +12,12 @@ import pytest
 import torch
 from torch import nn
 
-import trainer.runner as runner
-from plugins.memory_format import apply_channels_last, batch_to_channels_last
+import tuneup.trainer.runner as runner
 from tests.conftest import CONF
-from trainer import TuneupError, hookimpl
-from trainer.models import SmallResNet
-from trainer.plugin_manager import PluginManager
+from tuneup import TuneupError, hookimpl
+from tuneup.plugins.memory_format import apply_channels_last, batch_to_channels_last
+from tuneup.trainer.plugin_manager import PluginManager
+from tuneup.zoo.models import SmallResNet
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp", "fp16-true", "bf16-true")
 #: Seven runs (half precision convolutions are slow on CPU): smaller than TINY.

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from tests.conftest import compose_config
-from trainer.data import build_data
-from trainer.flops import flops_per_sample, peak_tflops, throughput
-from trainer.models import check_model, resnet
-from trainer.models.gpt import GPT
+from tuneup.trainer.components import Plan
+from tuneup.trainer.flops import flops_per_sample, peak_tflops, throughput
+from tuneup.zoo.models import resnet
+from tuneup.zoo.models.gpt import GPT
 
 #: torchvision's published parameter counts (1000 classes), from its model docs.
 TORCHVISION_PARAMETERS = {"resnet18": 11_689_512, "resnet34": 21_797_672, "resnet50": 25_557_032}
@@ -132,14 +132,14 @@ def test_gpt_learns_synthetic_tokens(train):
     ],
 )  # fmt: skip
 def test_model_problems_name_the_key_and_the_way_out(overrides, expected):
-    assert any(expected in p for p in check_model(compose_config(overrides, tiny=False)))
+    assert any(expected in p for p in Plan(compose_config(overrides, tiny=False)).problems)
 
 
 def test_mlp_flops_per_sample_are_exact():
     """Linear layers: forward 2*in*out; backward 2*in*out for the weights, and as much again for
     the input gradient of every layer but the first (its input needs none)."""
     cfg = compose_config(["model=mlp", "model.hidden=[16]", "data.image_size=4"], tiny=False)
-    flops = flops_per_sample(cfg, build_data(cfg))
+    flops = flops_per_sample(Plan(cfg))
     assert flops == 2 * 48 * 16 * 2 + 2 * 16 * 10 * 3
 
 
@@ -147,7 +147,7 @@ def test_resnet50_at_224_counts_about_three_forward_passes():
     """Forward: 4.1 GMACs = 8.2 GFLOPs (torchvision's figure); with backward about 3x."""
     cfg = compose_config(["model=resnet50", "data.image_size=224", "data.num_classes=1000"],
                          tiny=False)  # fmt: skip
-    assert 23e9 < flops_per_sample(cfg, build_data(cfg)) < 25e9
+    assert 23e9 < flops_per_sample(Plan(cfg)) < 25e9
 
 
 def test_mfu_uses_the_device_peak_or_says_why_not():

@@ -7,11 +7,11 @@ import torch
 
 from tests.conftest import compose_config
 from tests.plugin_dists import make_distribution
-from trainer.plugin_manager import PluginError, PluginManager
-from trainer.runner import run
+from tuneup.trainer.plugin_manager import PluginError, PluginManager
+from tuneup.trainer.runner import run
 
 COUNTER = """
-    from trainer import hookimpl
+    from tuneup import hookimpl
 
     class Plugin:
         def __init__(self):
@@ -98,7 +98,7 @@ def test_plugin_that_fails_to_import_is_named(site):
 
 def test_plugin_with_a_misspelled_hook_is_rejected_by_name(site):
     source = """
-        from trainer import hookimpl
+        from tuneup import hookimpl
 
         class Plugin:
             @hookimpl
@@ -112,7 +112,7 @@ def test_plugin_with_a_misspelled_hook_is_rejected_by_name(site):
 
 def test_plugin_raising_in_a_loop_hook_is_named_and_the_summary_kept(site, tmp_path):
     source = """
-        from trainer import hookimpl
+        from tuneup import hookimpl
 
         class Plugin:
             @hookimpl
@@ -131,7 +131,7 @@ def test_plugin_raising_in_a_loop_hook_is_named_and_the_summary_kept(site, tmp_p
 
 def test_plugin_raising_in_cli_run_exits_1_naming_it(cli, tmp_path):
     source = """
-        from trainer import hookimpl
+        from tuneup import hookimpl
 
         class Plugin:
             @hookimpl
@@ -148,7 +148,7 @@ def test_plugin_raising_in_cli_run_exits_1_naming_it(cli, tmp_path):
 def test_configure_model_order_is_declared_not_registration_order(site):
     source = """
         import torch
-        from trainer import hookimpl
+        from tuneup import hookimpl
 
         class First:
             @hookimpl(tryfirst=True)
@@ -196,8 +196,8 @@ def test_plugins_list_prints_plugins_hooks_and_order_without_training(cli, tmp_p
     result = cli("plugins.list=true")
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
-    assert "Active plugins:" in out and "built-in plugins.measure" in out
-    assert "built-in plugins.logger" in out and "settings: {'name': 'csv'}" in out
+    assert "Active plugins:" in out and "built-in tuneup.plugins.measure" in out
+    assert "built-in tuneup.plugins.logger" in out and "settings: {'name': 'csv'}" in out
     hooks = {line.split()[0]: line for line in out.splitlines()[1:] if line.startswith("  ")}
     assert "measure (tryfirst)" in hooks["on_train_batch_start"]
     assert "logger" in hooks["configure_trainer"]

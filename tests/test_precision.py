@@ -9,8 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-import trainer.runner as runner
-from plugins.precision import (
+import tuneup.trainer.runner as runner
+from tuneup import TuneupError, hookimpl
+from tuneup.plugins.precision import (
     CHOICES,
     Choice,
     DeviceFSDPPrecision,
@@ -18,8 +19,7 @@ from plugins.precision import (
     lightning_precision,
     resolve,
 )
-from trainer import TuneupError, hookimpl
-from trainer.environment import Environment
+from tuneup.trainer.environment import Environment
 
 #: 16 steps of 16 images 8x8 (fp16 is slow on CPU): the default model learns the classes.
 LEARN = [
@@ -293,7 +293,7 @@ def test_tf32_without_tf32_hardware_runs_as_fp32_and_says_so():
 
 def test_half_precision_on_cuda_warns_about_sizes_not_multiple_of_8(make_config, caplog):
     cfg = make_config(["precision=bf16", "data.batch_size=30", "model.width=12"])
-    with caplog.at_level(logging.WARNING, logger="plugins.precision"):
+    with caplog.at_level(logging.WARNING, logger="tuneup.plugins.precision"):
         assert Plugin(cfg).check(cfg, A100) == []
     assert "data.batch_size=30" in caplog.text and "e.g. 32" in caplog.text
     assert "model.width=12" in caplog.text and "e.g. 16" in caplog.text

@@ -48,7 +48,7 @@ def test_training_ending_inside_the_window_keeps_what_was_recorded(train):
 
 @pytest.mark.parametrize("override", ["profiler.active=0", "profiler.wait=-1", "profiler.top_k=x"])
 def test_bad_window_is_a_check_error(make_config, override):
-    from plugins.profiler import Plugin
+    from tuneup.plugins.profiler import Plugin
 
     cfg = make_config(["profiler=on", override])
     (found,) = Plugin(cfg).check(cfg)

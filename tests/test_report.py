@@ -1,5 +1,5 @@
 """The sweep report from run directories written here (no training): rows, numbers, order,
-baseline, best run, failures, the PNG, and ``python -m trainer.report``."""
+baseline, best run, failures, the PNG, and ``python -m tuneup.report``."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.report_tables import assert_row_matches, best_line, png_size, read_table, run_name
-from trainer import summary as run_summary
-from trainer.report import ReportError, build_report, write_report
-from trainer.report.figure import figure_size_px
+from tuneup.report import ReportError, build_report, write_report
+from tuneup.report.figure import figure_size_px
+from tuneup.trainer import summary as run_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 2**20
@@ -145,7 +145,7 @@ def test_png_is_an_image_of_the_expected_size(sweep):
 
 
 def test_without_matplotlib_the_markdown_is_still_written(sweep, monkeypatch):
-    monkeypatch.setitem(sys.modules, "trainer.report.figure", None)  # import fails
+    monkeypatch.setitem(sys.modules, "tuneup.report.figure", None)  # import fails
     paths = write_report(build_report(sweep))
     assert [p.name for p in paths] == ["report.md"]
     assert "needs matplotlib" in (sweep / "report.md").read_text()
@@ -159,7 +159,7 @@ def test_run_without_summary_is_listed(sweep):
 
 def report_cli(*args):
     return subprocess.run(
-        [sys.executable, "-m", "trainer.report", *map(str, args)],
+        [sys.executable, "-m", "tuneup.report", *map(str, args)],
         cwd=ROOT,
         capture_output=True,
         text=True,

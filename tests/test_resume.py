@@ -21,13 +21,13 @@ import time
 import pytest
 import torch
 
-import trainer.resume
 from tests.conftest import ROOT, run_cli
 from tests.plugin_dists import make_distribution
-from trainer import TuneupError
-from trainer.checkpoint_io import UnsafeCheckpoint, checkpoint_name, list_checkpoints
-from trainer.checkpoint_io import load as load_checkpoint
-from trainer.preemption import EXIT_CODE
+from tuneup import TuneupError
+from tuneup.trainer.state.checkpoint_io import UnsafeCheckpoint, checkpoint_name, list_checkpoints
+from tuneup.trainer.state.checkpoint_io import load as load_checkpoint
+from tuneup.trainer.state.preemption import EXIT_CODE
+from tuneup.trainer.state.resume import resolve
 
 RUN = [
     "model=gpt", "model.layers=1", "model.width=8", "model.dropout=0.1",
@@ -40,8 +40,8 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 CRASH = """
 import os, signal
-import trainer.checkpoint_io
-from trainer import hookimpl
+from tuneup import hookimpl
+from tuneup.trainer.state import checkpoint_io
 
 AT = int(os.environ.get("CRASH_AT_MICRO_BATCH", "0"))
 SIGNAL = getattr(signal, os.environ.get("CRASH_SIGNAL", "SIGKILL"))
@@ -63,7 +63,7 @@ class Plugin:
     def __init__(self):
         self.micro_batches = 0
         if IN_SAVE_OF:
-            trainer.checkpoint_io.os = KillingOs()
+            checkpoint_io.os = KillingOs()
 
     @hookimpl
     def on_after_backward(self):  # gradients accumulated, optimizer step not yet taken
@@ -253,7 +253,7 @@ def test_a_checkpoint_with_a_pickle_payload_is_refused_and_never_runs(tmp_path, 
     assert f"error: {evil} holds a pickled Python object (posix.system)" in result.stderr
     assert "arbitrary code" in result.stderr
     with pytest.raises(UnsafeCheckpoint):
-        trainer.resume.resolve(str(evil), tmp_path)  # resume=<path>: the same refusal
+        resolve(str(evil), tmp_path)  # resume=<path>: the same refusal
     assert not marker.exists() and good.exists()
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.conftest import compose_config
-from trainer.runner import ConfigError, run
+from tuneup.trainer.runner import ConfigError, run
 
 REQUIRED_KEYS = {
     "samples_per_s", "step_time_ms", "data_wait_fraction", "peak_memory_bytes", "device",
@@ -88,9 +88,9 @@ def test_training_does_not_synchronise_every_step(train, monkeypatch, tmp_path):
     """
     import torch
 
-    import trainer.module
+    from tuneup.trainer.state import run_state
 
-    monkeypatch.setattr(trainer.module, "defer_loss_check", lambda loss, trainer: True)
+    monkeypatch.setattr(run_state, "defer_loss_check", lambda loss, trainer: True)
 
     calls = {"n": 0}
     for name in ("item", "__float__", "__int__", "__bool__", "tolist", "cpu", "numpy"):

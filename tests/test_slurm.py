@@ -82,7 +82,7 @@ def test_a_two_task_ddp_job_through_the_launcher(slurm, tmp_path):
 SLOW_STEPS = """
 import os, time
 from pathlib import Path
-from trainer import hookimpl
+from tuneup import hookimpl
 
 class Plugin:
     @hookimpl

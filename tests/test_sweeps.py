@@ -89,7 +89,7 @@ def test_a_failed_run_is_reported_and_the_sweep_exits_1(tmp_path):
     assert failed["status"] == "failed"
     assert rows["0"]["status"] == f"failed: {failed['error'].splitlines()[-1]}"
     assert "Expected more than 1 value per channel" in rows["0"]["status"]
-    assert "Traceback" in (sweep_dir / "0" / "run.log").read_text()
+    assert "Traceback" in (sweep_dir / "0" / "tuneup.log").read_text()
     assert rows["1"]["status"] == "ok"
     assert rows["1"]["run"] == "1 (baseline, best)"
     assert_row_matches(rows["1"], sweep_dir / "1", sweep_dir / "1")
@@ -123,7 +123,7 @@ def test_joblib_launcher_runs_jobs_in_parallel_with_threads_split(tmp_path, monk
 
 def run_cli_report(directory):
     return subprocess.run(
-        [sys.executable, "-m", "trainer.report", str(directory)],
+        [sys.executable, "-m", "tuneup.report", str(directory)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,30 +1,27 @@
-"""tuneup's core: hook specs, plugin manager, Lightning bridge, build + run, summary.
+"""The core of tuneup: the plugin contract and the training loop.
 
-Plugins mark their hook implementations with ``@hookimpl``::
+=====================  =================================================================
+module                 what it holds
+=====================  =================================================================
+hookspecs              every hook a plugin can implement, drawn on the training loop
+plugin_manager         which plugins a run has (by config name, through entry points),
+                       how they are called, and how their failures are named
+runner                 one run from a composed config: check -> build -> fit -> report
+components             what is trained: the zoo's models and data by name, or the user's
+                       by ``_target_``; the run's :class:`~components.Plan`
+task                   how a model's output becomes a loss and a metric
+module                 the LightningModule that trains an ``nn.Module`` (a user's own
+                       ``LightningModule`` trains as it is)
+datamodule             how every data set gets its DataLoaders (plugins, resumable order)
+bridge                 the one Lightning callback that forwards loop events to the hooks
+checks, validation     the core's config checks, and the rules plugins check with
+environment            the machine the run will use
+optim                  the optimizers and LR schedules the core builds
+flops, summary         model FLOPs and MFU; the run summary (table, summary.json)
+state/                 run-state mechanics: checkpoint files, resume, data order, RNG,
+                       preemption, divergence
+=====================  =================================================================
 
-    from trainer import hookimpl
-
-    class Plugin:
-        @hookimpl
-        def report(self, summary):
-            summary["hello"] = "world"
+Nothing here imports ``tuneup.plugins``: the plugin manager finds built-in and installed
+plugins alike through the ``tuneup`` entry-point group.
 """
-
-import pluggy
-
-PROJECT = "tuneup"
-hookimpl = pluggy.HookimplMarker(PROJECT)
-
-
-class TuneupError(Exception):
-    """An error the user can fix; shown without a traceback and the run exits with code 1."""
-
-
-def run(cfg, run_dir=None):
-    """Train as ``cfg`` says; see :func:`trainer.runner.run`."""
-    from trainer.runner import run as _run
-
-    return _run(cfg, run_dir)
-
-
-__all__ = ["PROJECT", "TuneupError", "hookimpl", "run"]

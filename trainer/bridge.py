@@ -45,6 +45,9 @@ class Bridge(pl.Callback):
             batch_idx=batch_idx,
         )
 
+    def on_validation_start(self, trainer, pl_module):
+        self._call("on_validation_start", trainer, pl_module)
+
     def on_validation_end(self, trainer, pl_module):
         self._call("on_validation_end", trainer, pl_module)
 

@@ -53,13 +53,6 @@ def peak_tflops(device_name: str) -> float | None:
     return None
 
 
-def count_flops(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, loss_fn) -> int:
-    """FLOPs of ``loss_fn(model(x), y)`` and its backward, as FlopCounterMode counts them."""
-    with FlopCounterMode(display=False) as counter:
-        loss_fn(model(x), y).backward()
-    return counter.get_total_flops()
-
-
 def example_batch(data, batch_size: int = 2, device="meta") -> tuple[torch.Tensor, torch.Tensor]:
     """An ``(x, y)`` batch shaped like ``data``'s: images float ``[B, C, H, W]`` with ``[B]``
     labels, tokens int64 ``[B, T]`` with ``[B, T]`` targets (zeros: values do not matter)."""
@@ -71,24 +64,33 @@ def example_batch(data, batch_size: int = 2, device="meta") -> tuple[torch.Tenso
     return x, torch.zeros(batch_size, dtype=torch.long, device=device)
 
 
-def flops_per_sample(cfg, data, loss_fn=None) -> float | None:
+def flops_per_sample(plan) -> float | None:
     """Model FLOPs of one training sample (forward + backward), counted on the meta device.
 
-    None without a data module, or when the model cannot be built or run on the
-    meta device (a custom builder that needs real tensors).
+    ``plan`` is the run's :class:`~tuneup.trainer.components.Plan`: its model on the meta
+    device and a batch shaped like the data's. None when the model cannot be built or run
+    on the meta device (a builder or a forward that needs real tensors).
     """
-    if data is None:
-        return None
-    from trainer.models import build_model_on_meta
-    from trainer.module import cross_entropy
+    from tuneup.trainer import task as tasks
+    from tuneup.trainer.components import first_tensor
 
-    batch_size = 2  # FLOPs are linear in the batch; 2 keeps BatchNorm's batch statistics defined
-    model = build_model_on_meta(cfg, data)
+    model = plan.meta_model()
     if model is None:
         return None
+    model.train()
     try:
-        x, y = example_batch(data, batch_size)
-        return count_flops(model.train(), x, y, loss_fn or cross_entropy) / batch_size
+        batch = plan.example_batch()
+        size = len(first_tensor(batch))  # FLOPs are linear in the batch (2 samples here)
+        with FlopCounterMode(display=False) as counter:
+            if plan.lightning:  # its forward; what else its training_step does is not counted
+                x = batch[0] if isinstance(batch, (list, tuple)) else batch
+                loss = model(x).float().sum()
+            elif plan.task.model_loss:
+                loss = tasks.returned_loss(tasks.call_model(model, batch))
+            else:
+                loss = plan.task.loss_fn(model(batch[0]), batch[1])
+            loss.backward()
+        return counter.get_total_flops() / size
     except Exception:  # a measurement must never stop a run; mfu_note says it is missing
         return None
 

@@ -4,8 +4,9 @@ A run of ``python run.py ...`` goes through these phases; each hook is shown
 where it fires::
 
     compose config (Hydra)
-    load plugins: built-ins named by config nodes, entry points of group "tuneup"
-    check(cfg, env)                      -> all problems shown together, then stop
+    load plugins: those config nodes name (plugin: <name>), always-on installed ones
+    plan what is trained: model and data, the zoo's or the user's (_target_)
+    check(cfg, env, plan)                -> all problems shown together, then stop
     build data, model
     configure_model(cfg, model)          pipeline, ordered by tryfirst/trylast:
                                          kernel swaps -> activation checkpointing
@@ -16,7 +17,7 @@ where it fires::
         configure_dataloader(cfg, kwargs)    the training DataLoader's arguments
         on_fit_start(cfg, trainer, module)
         configure_dataloader(cfg, kwargs)    the validation DataLoader's arguments
-        for each batch:
+        for each training batch:
             transform_batch(cfg, batch)  pipeline, after the device transfer
             on_train_batch_start(cfg, trainer, module, batch, batch_idx)
             forward, loss
@@ -26,7 +27,10 @@ where it fires::
             on_before_optimizer_step(cfg, trainer, module, optimizer)   (per optimizer step)
             optimizer step
             on_train_batch_end(cfg, trainer, module, outputs, batch, batch_idx)
-        validation ... on_validation_end(cfg, trainer, module)
+        at each validation:
+            on_validation_start(cfg, trainer, module)
+            transform_batch(cfg, batch) for each validation batch, forward, metrics
+            on_validation_end(cfg, trainer, module)
         on_save_checkpoint(cfg, trainer, module, checkpoint) / on_load_checkpoint(...)
         on_exception(cfg, trainer, module, exception)   if anything raised
         on_fit_end(cfg, trainer, module)
@@ -59,13 +63,21 @@ hookspec = pluggy.HookspecMarker("tuneup")
 
 
 @hookspec
-def check(cfg, env) -> list[str]:
+def check(cfg, env, plan) -> list[str]:
     """Return problems with the config or the machine (empty list or None: none).
 
-    ``env`` is a :class:`trainer.environment.Environment` describing the
-    accelerator the run will use. Every plugin is asked; all problems are shown
-    together in one error before a model is built or a process spawned. Each
-    problem should say what is wrong, what is allowed and what to do.
+    ``env`` is a :class:`tuneup.trainer.environment.Environment` describing the
+    accelerator the run will use. ``plan`` is a :class:`tuneup.trainer.components.Plan`:
+    what the run will train, known before anything real is built. Ask it only when
+    ``plan.sound`` (else the core reports what is wrong with the model or the data):
+    ``plan.meta_model()`` (the model on the meta device, or None), ``plan.input_shape``,
+    ``plan.lightning`` (the user's own LightningModule, trained as it is),
+    ``plan.task`` (how the loss is computed), ``plan.model_name``, ``plan.data_name``.
+    Every plugin is asked; all problems are shown together in one error before a
+    model is built or a process spawned. Each problem should say what is wrong,
+    what is allowed and what to do. A plugin that cannot apply to what is trained
+    (e.g. a loss kernel on a model that computes its own loss) says so here, never
+    skips silently.
     """
 
 
@@ -165,6 +177,13 @@ def on_before_optimizer_step(cfg, trainer, module, optimizer):
 @hookspec
 def on_train_batch_end(cfg, trainer, module, outputs, batch, batch_idx):
     """Lightning ``on_train_batch_end``; ``outputs["loss"]`` is the (unsynchronised) loss."""
+
+
+@hookspec
+def on_validation_start(cfg, trainer, module):
+    """Lightning ``on_validation_start``: a validation (at an epoch end, or the final one) is
+    about to run. With ``on_validation_end`` a plugin can swap weights in for validation and
+    out after (e.g. an exponential moving average of the weights)."""
 
 
 @hookspec

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from trainer.validation import BOOL, Integer, Number, OneOf, problems
+from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problems
 
 OPTIMIZERS = ("sgd", "adamw")
 SCHEDULERS = ("constant", "cosine")

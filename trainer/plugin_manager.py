@@ -1,31 +1,37 @@
 """Which plugins a run has, how they are called, and how their failures are named.
 
-Built-in plugins live in the ``plugins`` package, one module (or package) each.
-A config node that holds ``plugin: <name>`` switches the built-in ``<name>`` on,
-so a feature is one YAML group plus one module: ``precision=fp16`` selects
-``conf/precision/fp16.yaml`` whose ``plugin: precision`` loads
-``plugins/precision.py``. The module defines ``class Plugin`` whose instance is
-registered (constructed with the run's config when ``__init__`` takes one).
+Every plugin, built-in or installed, is an entry point of group ``tuneup``; the
+built-ins are the entry points of the ``tuneup`` distribution itself
+(``tuneup.plugins.<name>:Plugin``, listed in pyproject.toml), so the core never
+imports ``tuneup.plugins``. Which ones a run registers:
 
-Installed distributions add plugins through the entry-point group ``tuneup``
-(like pytest's ``pytest11``). ``plugins.disable=[name,...]`` blocks any plugin
-by name; ``plugins.autoload=false`` (or ``TUNEUP_DISABLE_PLUGIN_AUTOLOAD=1``)
-skips entry points altogether.
+- A config node that holds ``plugin: <name>`` switches plugin ``<name>`` on, built-in
+  or installed: ``precision=fp16`` selects ``conf/precision/fp16.yaml`` whose
+  ``plugin: precision`` loads ``plugins/precision.py``; ``gradclip=on`` selects an
+  installed package's ``conf/gradclip/on.yaml`` whose ``plugin: gradclip`` loads that
+  package's entry point ``gradclip``. Such a plugin is off until a config names it.
+- An installed plugin whose package ships no ``conf/`` has nothing to switch it, so it
+  is on whenever it is installed (like pytest plugins).
+
+The plugin object is the entry point's class, constructed with the run's config when
+``__init__`` takes an argument (or the module or object the entry point names).
+``plugins.disable=[name,...]`` blocks any plugin by name; ``plugins.autoload=false``
+(or ``TUNEUP_DISABLE_PLUGIN_AUTOLOAD=1``) skips the always-on installed plugins.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import inspect
 import os
-import pkgutil
 from collections.abc import Iterator
 
 import pluggy
 from omegaconf import DictConfig, OmegaConf
 
-from trainer import PROJECT, TuneupError, hookspecs
+from tuneup import PROJECT, TuneupError
+from tuneup.config import is_builtin, plugin_dir
+from tuneup.trainer import hookspecs
 
 #: Built-in plugins that every run has; they cannot be disabled.
 REQUIRED = ("measure",)
@@ -35,13 +41,27 @@ class PluginError(TuneupError):
     """A plugin could not be found, loaded, or it raised in a hook. Always names the plugin."""
 
 
-def builtin_names() -> list[str]:
-    """Names of the modules in the ``plugins`` package."""
-    import plugins
+def entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    """Every plugin entry point by name; a name claimed by two distributions is an error."""
+    found: dict[str, importlib.metadata.EntryPoint] = {}
+    for ep in importlib.metadata.entry_points(group=PROJECT):
+        if ep.name in found and found[ep.name].value != ep.value:
+            raise PluginError(
+                f"plugin name '{ep.name}' is claimed by {_origin(found[ep.name])} and by "
+                f"{_origin(ep)}; uninstall one of them"
+            )
+        found[ep.name] = ep
+    return found
 
-    return sorted(
-        m.name for m in pkgutil.iter_modules(plugins.__path__) if not m.name.startswith("_")
-    )
+
+def switched_by_config(ep: importlib.metadata.EntryPoint) -> bool:
+    """Whether config switches this plugin on: a built-in, or a package that ships ``conf/``."""
+    return is_builtin(ep) or plugin_dir(ep) is not None
+
+
+def _origin(ep: importlib.metadata.EntryPoint) -> str:
+    dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else "an unknown distribution"
+    return f"entry point '{ep.value}' of {dist}"
 
 
 def switched_on(cfg) -> dict[str, str]:
@@ -64,38 +84,34 @@ class PluginManager(pluggy.PluginManager):
         super().__init__(PROJECT)
         self.add_hookspecs(hookspecs)
         self.sources: dict[str, str] = {}  # plugin name -> where it came from
-        self.config_keys: dict[str, str] = {}  # built-in plugin name -> its config node
+        self.config_keys: dict[str, str] = {}  # plugin named by config -> its config node
 
     # -- loading ------------------------------------------------------------------------
 
     @classmethod
     def from_config(cls, cfg) -> PluginManager:
-        """Register the built-ins the config switches on and, unless disabled, entry points."""
+        """Register the plugins the config switches on and, unless disabled, the always-on ones."""
         pm = cls()
         settings = cfg.get("plugins") or {}
-        disabled = list(settings.get("disable") or [])
-        for name in disabled:
+        for name in settings.get("disable") or []:
             if name in REQUIRED:
                 raise PluginError(f"plugin '{name}' is required and cannot be disabled")
             pm.set_blocked(name)
         wanted = switched_on(cfg)
         for name in REQUIRED:
             wanted.setdefault(name, name)
-        known = builtin_names()
+        available = entry_points()
         for name, key in wanted.items():
-            if name not in known:
-                raise PluginError(
-                    f"unknown plugin '{name}' (named by config key '{key}.plugin'); "
-                    f"built-in plugins are: {', '.join(known)}"
-                )
             if not pm.is_blocked(name):
-                pm.register_builtin(name, cfg)
-                pm.config_keys[name] = key
+                pm.register_named(name, cfg, key, available)
         autoload = settings.get("autoload", True) and not os.environ.get(
             "TUNEUP_DISABLE_PLUGIN_AUTOLOAD"
         )
         if autoload:
-            pm.load_entry_points()
+            for ep in available.values():
+                if not (pm.is_blocked(ep.name) or pm.has_plugin(ep.name)
+                        or switched_by_config(ep)):  # fmt: skip
+                    pm.register_entry_point(ep, cfg)
         try:
             pm.check_pending()
         except pluggy.PluginValidationError as exc:
@@ -103,37 +119,31 @@ class PluginManager(pluggy.PluginManager):
             raise PluginError(f"plugin '{name}' is invalid: {exc}") from exc
         return pm
 
-    def register_builtin(self, name: str, cfg) -> None:
+    def register_named(self, name: str, cfg, key: str | None = None, available=None) -> None:
+        """Register the plugin called ``name`` (named by config node ``key``)."""
+        available = entry_points() if available is None else available
+        if name not in available:
+            raise PluginError(
+                f"unknown plugin '{name}' (named by config key '{key or name}.plugin'); "
+                f"the plugins installed are: {', '.join(sorted(available))}"
+            )
+        self.register_entry_point(available[name], cfg)
+        self.config_keys[name] = key or name
+
+    def register_entry_point(self, ep: importlib.metadata.EntryPoint, cfg) -> None:
+        """Load ``ep`` and register its plugin (a class is constructed, with ``cfg`` if it takes
+        an argument). Import errors name the plugin and where it comes from; pluggy's own
+        ``load_setuptools_entrypoints`` would not say which plugin failed."""
+        source = f"built-in {ep.module}" if is_builtin(ep) else _origin(ep)
         try:
-            module = importlib.import_module(f"plugins.{name}")
+            obj = ep.load()
         except Exception as exc:
             raise PluginError(
-                f"plugin '{name}' failed to import: {type(exc).__name__}: {exc}"
+                f"plugin '{ep.name}' ({source}) failed to import: {type(exc).__name__}: {exc}"
             ) from exc
-        if not hasattr(module, "Plugin"):
-            raise PluginError(f"plugin '{name}': module plugins.{name} defines no class Plugin")
-        self._register(_instantiate(module.Plugin, cfg, name), name, f"built-in plugins.{name}")
-
-    def load_entry_points(self) -> None:
-        """Load every entry point of group ``tuneup`` that is not blocked.
-
-        pluggy's ``load_setuptools_entrypoints`` would do, but its errors do not
-        say which plugin failed to import; ours do.
-        """
-        for ep in importlib.metadata.entry_points(group=PROJECT):
-            if self.is_blocked(ep.name) or self.has_plugin(ep.name):
-                continue
-            dist = f"{ep.dist.name} {ep.dist.version}" if ep.dist else "unknown distribution"
-            try:
-                obj = ep.load()
-            except Exception as exc:
-                raise PluginError(
-                    f"plugin '{ep.name}' (entry point '{ep.value}' of {dist}) failed to import: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from exc
-            if inspect.isclass(obj):
-                obj = _instantiate(obj, None, ep.name)
-            self._register(obj, ep.name, f"entry point {ep.value} ({dist})")
+        if inspect.isclass(obj):
+            obj = _instantiate(obj, cfg, ep.name)
+        self._register(obj, ep.name, source)
 
     def _register(self, obj, name: str, source: str) -> None:
         try:
@@ -172,11 +182,15 @@ class PluginManager(pluggy.PluginManager):
         """Hook implementations in the order pluggy calls them (first called first)."""
         return list(reversed(getattr(self.hook, hook_name).get_hookimpls()))
 
-    def check(self, cfg, env) -> list[str]:
+    def check(self, cfg, env, plan=None) -> list[str]:
         """All plugins' problems, each prefixed with the plugin that found it."""
+        if plan is None:
+            from tuneup.trainer.components import Plan
+
+            plan = Plan(cfg)
         found = []
         for impl in self.call_order("check"):
-            args = {"cfg": cfg, "env": env}
+            args = {"cfg": cfg, "env": env, "plan": plan}
             try:
                 result = impl.function(*(args[a] for a in impl.argnames))
             except Exception as exc:

@@ -1,31 +1,30 @@
 """Build and run one training job from a composed config: the data flow of DESIGN.md.
 
-load plugins -> check (all problems at once) -> resume= resolved -> build data, model ->
-configure_model pipeline -> configure_trainer -> fit (from the checkpoint) -> report -> summary.json
+load plugins -> plan what is trained (components.Plan) -> check (all problems at once) ->
+resume= resolved -> build data, model -> configure_model pipeline -> configure_trainer ->
+fit (from the checkpoint) -> report -> summary.json
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import platform
-import sys
 import time
 from pathlib import Path
 
 import pytorch_lightning as pl
 
-from trainer import TuneupError
-from trainer import summary as run_summary
-from trainer.bridge import Bridge
-from trainer.core_checks import core_problems
-from trainer.data import build_data
-from trainer.environment import Environment
-from trainer.models import build_model
-from trainer.module import TrainingModule
-from trainer.plugin_manager import PluginManager
-from trainer.preemption import Preempted
-from trainer.resume import check_config, resolve
+from tuneup import TuneupError
+from tuneup.trainer import summary as run_summary
+from tuneup.trainer.bridge import Bridge
+from tuneup.trainer.checks import core_problems
+from tuneup.trainer.components import Plan
+from tuneup.trainer.environment import Environment
+from tuneup.trainer.module import TrainingModule, with_batch_transforms
+from tuneup.trainer.plugin_manager import PluginManager
+from tuneup.trainer.state.preemption import Preempted
+from tuneup.trainer.state.resume import check_config, resolve
+from tuneup.trainer.state.run_state import RunState
 
 log = logging.getLogger(__name__)
 
@@ -65,13 +64,14 @@ def run(cfg, run_dir: str | Path | None = None):
     try:
         plugins = PluginManager.from_config(cfg)
         env = Environment.from_config(cfg)
-        found = core_problems(cfg, env)
-        found += plugins.check(cfg, env)
+        plan = Plan(cfg, plugins)
+        found = core_problems(cfg, env, plan)
+        found += plugins.check(cfg, env, plan)
         if found:
             raise ConfigError(found)
         resume_from = resolve(cfg.get("resume"), run_dir)  # a bad resume= fails before building
         summary.update(device=env.device_name, accelerator=env.accelerator)
-        trainer, module, data = build(cfg, plugins, run_dir)
+        trainer, module, data, run_state = build(cfg, plugins, plan, run_dir)
         ckpt_path = None
         if resume_from is not None:
             ckpt_path, checkpoint = resume_from
@@ -80,7 +80,7 @@ def run(cfg, run_dir: str | Path | None = None):
             resume_from = checkpoint = None  # Lightning loads it again, into the model
         started = time.perf_counter()
         trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
-        if _needs_final_validation(trainer, module):
+        if _needs_final_validation(trainer, run_state):
             trainer.validate(module, datamodule=data, verbose=False)
         summary["status"] = "ok"
         summary["fit_seconds"] = time.perf_counter() - started
@@ -99,25 +99,33 @@ def run(cfg, run_dir: str | Path | None = None):
     return summary.get("val", {}).get("acc")
 
 
-def _needs_final_validation(trainer, module) -> bool:
+def _needs_final_validation(trainer, run_state: RunState) -> bool:
     """Lightning validates at epoch ends; a run stopped by max_steps mid-epoch (a sweep's
     fixed budget) would report the metrics of an older step, or none."""
     if trainer.interrupted or (trainer.should_stop and trainer.global_step < trainer.max_steps):
         return False
     limit = trainer.limit_val_batches
-    return bool(limit) and module.validated_at_step != trainer.global_step
+    return bool(limit) and run_state.validated_at_step != trainer.global_step
 
 
-def build(cfg, plugins: PluginManager, run_dir: Path):
-    """Seed, build data and model, let plugins transform them, and create the Trainer."""
-    pl.seed_everything(cfg.seed, workers=True, verbose=False)
-    data = build_data(cfg, plugins)
-    model = build_model(cfg, data.input_shape, data.num_classes)
+def build(cfg, plugins: PluginManager, plan: Plan, run_dir: Path):
+    """Seed, build data and model, let plugins transform them, and create the Trainer.
+
+    Returns (trainer, the LightningModule, the data module, the run-state callback).
+    """
+    data = plan.data
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)  # the model's initial weights
+    model = plan.build_model()
     model = plugins.pipeline("configure_model", "model", model, cfg=cfg)
-    module = TrainingModule(cfg, model, plugins)
+    run_state = RunState(cfg, watches_outputs=plan.lightning)
+    if plan.lightning:
+        module = with_batch_transforms(model, plugins, cfg)
+    else:
+        module = TrainingModule(cfg, model, plugins, plan.task, run_state)
     kwargs = trainer_kwargs(cfg, plugins, run_dir)
     plugins.call("configure_trainer", cfg=cfg, kwargs=kwargs)
-    return pl.Trainer(**kwargs), module, data
+    kwargs["callbacks"].append(run_state)  # after the plugins' callbacks: it restores the RNG
+    return pl.Trainer(**kwargs), module, data, run_state
 
 
 def trainer_kwargs(cfg, plugins: PluginManager, run_dir: Path) -> dict:
@@ -126,7 +134,7 @@ def trainer_kwargs(cfg, plugins: PluginManager, run_dir: Path) -> dict:
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     kwargs["default_root_dir"] = str(run_dir)
     kwargs["callbacks"] = [Bridge(cfg, plugins)]
-    # The data module's sampler shards each epoch by rank itself (trainer/sampling.py): Lightning must
+    # The data module's sampler shards each epoch by rank itself (state/data_order.py): Lightning must
     # not wrap it in a DistributedSampler, which would shard the shard again.
     kwargs["use_distributed_sampler"] = False
     return kwargs
@@ -157,50 +165,3 @@ def _torch_version() -> str:
     import torch
 
     return torch.__version__
-
-
-def main(cfg):
-    """Entry point behind ``run.py``: a :class:`TuneupError` becomes a message and exit code 1.
-
-    A preempted run (:class:`trainer.preemption.Preempted`: a signal, then a checkpoint)
-    exits with ``trainer.preemption.EXIT_CODE`` (75), in a multirun too.
-
-    In a multirun a failed run must not end the sweep: its summary.json already
-    holds status "failed" and the error, so the error is logged (to the job's
-    log file too) and NaN returned. Were it raised, Hydra's basic sweeper would
-    stop after the batch and skip the sweep-end callback that writes the report
-    (trainer/sweep_callback.py, which then exits with code 1 if any run failed);
-    the Optuna sweeper records the NaN trial as failed.
-    """
-    try:
-        return run(cfg)
-    except Preempted as exc:  # a checkpoint is written: exit so the job can be run again
-        print(f"preempted: {exc}", file=sys.stderr, flush=True)
-        sys.exit(exc.exit_code)
-    except Exception as exc:
-        if _is_multirun():
-            log.error(
-                "run failed: %s%s", _rank(exc), exc, exc_info=not isinstance(exc, TuneupError)
-            )
-            return math.nan
-        if not isinstance(exc, TuneupError):
-            if _rank(exc):  # the traceback does not say which process it comes from
-                print(
-                    f"error: {_rank(exc)}{type(exc).__name__}: {exc}", file=sys.stderr, flush=True
-                )
-            raise
-        print(f"error: {_rank(exc)}{exc}", file=sys.stderr, flush=True)
-        sys.exit(1)
-
-
-def _rank(exc: BaseException) -> str:
-    """'rank N: ' when the run had several processes: its error must say which one failed."""
-    rank = getattr(exc, "tuneup_rank", None)
-    return "" if rank is None else f"rank {rank}: "
-
-
-def _is_multirun() -> bool:
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN

@@ -10,7 +10,7 @@ kernels on CPU under Triton's interpreter.
 
 ``cross_entropy`` and ``linear_cross_entropy`` here are the functions, which shadow their
 modules as attributes of this package; reach a module (e.g. for its custom op,
-``cross_entropy_op``) with ``importlib.import_module("plugins.kernels.cross_entropy")``.
+``cross_entropy_op``) with ``importlib.import_module("tuneup.plugins.kernels.cross_entropy")``.
 """
 
 from .cross_entropy import cross_entropy

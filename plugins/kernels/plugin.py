@@ -19,8 +19,8 @@ from __future__ import annotations
 from torch import nn
 from torch.nn import functional as F
 
-from trainer import TuneupError, hookimpl
-from trainer.validation import BOOL, Integer, Number, problems
+from tuneup import TuneupError, hookimpl
+from tuneup.trainer.validation import BOOL, Integer, Number, problems
 
 from . import triton_support
 from .cross_entropy import cross_entropy
@@ -93,14 +93,51 @@ RULES = {
 }
 
 
+def contract_problems(ops, plan) -> list[str]:
+    """Where the fused loss ops cannot stand in for the run's loss: a model that computes its
+    own loss, classes not on the last dim, or no ``nn.Linear`` output head at ``head``."""
+    chosen = f"kernels=[{','.join(ops)}]"
+    if plan.lightning:
+        return [f"{chosen} cannot apply to model=lightning: the LightningModule {plan.model_name} "
+                "computes its own loss in training_step, which the fused loss ops cannot "
+                "replace; remove kernels, or train its network with model=custom"]  # fmt: skip
+    if plan.task.model_loss:
+        return [f"{chosen} swaps the loss, but with task=model_loss the model computes its own; "
+                "remove kernels, or return logits and use task=classification|next_token"]  # fmt: skip
+    output = plan.output() if plan.meta_model() is not None else None
+    if plan.task.name == "classification" and output is not None and output.dim() > 2:
+        return [f"{chosen} computes cross-entropy over the last dim, but model {plan.model_name} "
+                f"outputs {list(output.shape)} with the classes on dim 1 (task=classification); "
+                "remove kernels for this model"]  # fmt: skip
+    if "linear_cross_entropy" not in ops or plan.meta_model() is None:
+        return []
+    path = ops["linear_cross_entropy"].get("head", "lm_head")
+    parent_path, _, name = path.rpartition(".")
+    try:
+        head = getattr(plan.meta_model().get_submodule(parent_path), name, None)
+    except AttributeError:
+        head = None
+    if not isinstance(head, nn.Linear):
+        found = type(head).__name__ if head is not None else "nothing"
+        return [f"kernels.ops.linear_cross_entropy.head={path!r}: model {plan.model_name} has "
+                f"{found} there, not an nn.Linear; set it to the attribute path of the layer "
+                "that makes the logits"]  # fmt: skip
+    if output is not None and output.shape[-1] != head.out_features:
+        return [f"kernels.ops.linear_cross_entropy.head={path!r} makes {head.out_features} "
+                f"outputs, but model {plan.model_name}'s logits have {output.shape[-1]}: the "
+                "head must be the model's last layer"]  # fmt: skip
+    return []
+
+
 class Plugin:
     def __init__(self, cfg) -> None:
         self.ops = dict(cfg.kernels.get("ops") or {})
         self.head: OutputHead | None = None
+        self.head_path: str | None = None
         self.device = None
 
     @hookimpl
-    def check(self, cfg, env):
+    def check(self, cfg, env, plan):
         found = problems(cfg, RULES)
         unknown = set(self.ops) - set(OPS)
         if unknown:
@@ -112,13 +149,15 @@ class Plugin:
             found.append(f"kernels.require_triton=true, but on {env.accelerator} the ops run "
                          f"their {chosen} implementation (Triton kernels need CUDA and the "
                          "tuneup[kernels] extra)")  # fmt: skip
+        if not found and plan.sound:
+            found += contract_problems(self.ops, plan)
         return found
 
     @hookimpl(tryfirst=True)  # kernel swaps come first: later transforms see the final modules
     def configure_model(self, model):
         if "linear_cross_entropy" in self.ops:
-            path = self.ops["linear_cross_entropy"].get("head", "lm_head")
-            self.head = fuse_output_head(model, path)
+            self.head_path = self.ops["linear_cross_entropy"].get("head", "lm_head")
+            self.head = fuse_output_head(model, self.head_path)
 
     @hookimpl
     def on_fit_start(self, module):
@@ -141,4 +180,10 @@ class Plugin:
 
     def describe(self):
         expected = triton_support.implementation(self.device or "cpu")
-        return {"ops": {op: dict(s) for op, s in self.ops.items()}, "implementation": expected}
+        settings = {"ops": {op: dict(s) for op, s in self.ops.items()}, "implementation": expected}
+        if self.head is not None:  # which module of the model the fused head + loss replaced
+            weight = self.head.weight
+            settings["swapped"] = (
+                f"{self.head_path} (Linear {weight.shape[1]} -> {weight.shape[0]})"
+            )
+        return settings

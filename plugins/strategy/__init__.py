@@ -26,8 +26,9 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from plugins.strategy import slurm
-from plugins.strategy.build import (
+from tuneup import hookimpl
+from tuneup.plugins.strategy import slurm
+from tuneup.plugins.strategy.build import (
     COMM_HOOKS,
     SHARDING,
     AllReduceCount,
@@ -35,10 +36,9 @@ from plugins.strategy.build import (
     ddp_strategy,
     fsdp_strategy,
 )
-from trainer import hookimpl
-from trainer.environment import Environment
-from trainer.preemption import Preempted, SignalFlag
-from trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
+from tuneup.trainer.environment import Environment
+from tuneup.trainer.state.preemption import Preempted, SignalFlag
+from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
 
 COMMON = {"plugin", "name", "timeout_s"}
 KEYS = {

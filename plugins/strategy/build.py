@@ -23,7 +23,7 @@ from datetime import timedelta
 from pytorch_lightning.strategies import DDPStrategy, FSDPStrategy
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from plugins.strategy.launch import HydraJobLauncher
+from tuneup.plugins.strategy.launch import HydraJobLauncher
 
 #: ``strategy.comm_hook`` -> torch's hook (None: DDP's built-in all-reduce of fp32 buckets).
 COMM_HOOKS = {
@@ -104,7 +104,7 @@ class FSDP(FSDPStrategy):
 
 def checkpointed_blocks(model, block_types, every_n: int = 1) -> set[int]:
     """ids of the modules FSDP checkpoints: the activation_checkpointing plugin's selection."""
-    from plugins.activation_checkpointing import select_blocks
+    from tuneup.plugins.activation_checkpointing import select_blocks
 
     return {id(model.get_submodule(name)) for name in select_blocks(model, block_types, every_n)}
 

@@ -112,7 +112,7 @@ def training_losses(loss_name, make_optimizer, steps=20, fused_ops=True):
 
     fused_ops: the head loss through plugins.kernels; otherwise plain F.cross_entropy.
     """
-    from plugins.kernels import cross_entropy, linear_cross_entropy
+    from tuneup.plugins.kernels import cross_entropy, linear_cross_entropy
 
     torch.manual_seed(0)
     model = TinyLanguageModel()

@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from plugins.kernels import cross_entropy, implementation, ran
+from tuneup.plugins.kernels import cross_entropy, implementation, ran
 
-ce_module = importlib.import_module("plugins.kernels.cross_entropy")
+ce_module = importlib.import_module("tuneup.plugins.kernels.cross_entropy")
 
 
 def make_inputs(rows=37, classes=103, dtype=torch.float32, ignored_every=5, seed=0):

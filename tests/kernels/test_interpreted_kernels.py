@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 import triton  # noqa: F401  (the optional extra must be installed here: fail, never skip)
 
-from plugins.kernels import (
+from tuneup.plugins.kernels import (
     Lamb,
     Lars,
     cross_entropy,
@@ -21,10 +21,10 @@ from plugins.kernels import (
     triton_on_cpu,
 )
 
-ce_module = importlib.import_module("plugins.kernels.cross_entropy")
-lce_module = importlib.import_module("plugins.kernels.linear_cross_entropy")
-lamb_module = importlib.import_module("plugins.kernels.lamb")
-lars_module = importlib.import_module("plugins.kernels.lars")
+ce_module = importlib.import_module("tuneup.plugins.kernels.cross_entropy")
+lce_module = importlib.import_module("tuneup.plugins.kernels.linear_cross_entropy")
+lamb_module = importlib.import_module("tuneup.plugins.kernels.lamb")
+lars_module = importlib.import_module("tuneup.plugins.kernels.lars")
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.conftest import compose_config
-from trainer.runner import ConfigError, run
+from tuneup.trainer.runner import ConfigError, run
 
 GPT = ["model=gpt", "data=synthetic_tokens", "model.layers=2", "model.width=32", "model.heads=2",
        "data.context=16", "data.vocab_size=64", "data.train_samples=320", "data.val_samples=32",
@@ -42,7 +42,8 @@ def test_fused_loss_ops_match_the_unfused_run_and_say_what_ran(train, tmp_path):
 
 def test_linear_cross_entropy_on_a_model_without_the_head_is_a_clear_error(tmp_path):
     with pytest.raises(
-        Exception, match=r"linear_cross_entropy.head='lm_head': the model has no nn.Linear"
+        ConfigError, match=r"linear_cross_entropy.head='lm_head': model small_resnet has nothing "
+        r"there, not an nn.Linear"
     ):
         run(compose_config(["kernels=[linear_cross_entropy]"]), run_dir=tmp_path)
 

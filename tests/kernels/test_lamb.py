@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from plugins.kernels import Lamb, ran
+from tuneup.plugins.kernels import Lamb, ran
 
 HYPER = dict(lr=0.02, betas=(0.9, 0.99), eps=1e-6, weight_decay=0.1)
 #: A large eps makes the update depend on the gradients' scale, so unscaling is tested.

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from plugins.kernels import Lars
+from tuneup.plugins.kernels import Lars
 
 HYPER = dict(lr=0.1, momentum=0.9, weight_decay=0.01, trust_coefficient=0.05, eps=1e-8)
 

@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from plugins.kernels import linear_cross_entropy
+from tuneup.plugins.kernels import linear_cross_entropy
 
-lce_module = importlib.import_module("plugins.kernels.linear_cross_entropy")
+lce_module = importlib.import_module("tuneup.plugins.kernels.linear_cross_entropy")
 
 
 def make_inputs(rows=29, width=16, vocab=50, dtype=torch.float32, with_bias=True, seed=0):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from plugins.kernels import Lamb, Lars
+from tuneup.plugins.kernels import Lamb, Lars
 
 
 @pytest.mark.parametrize(

@@ -16,16 +16,16 @@ import triton  # the optional extra must be installed for these tests: fail, nev
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from plugins.kernels import triton_on_cpu  # noqa: F401  (imports the kernels)
+from tuneup.plugins.kernels import triton_on_cpu  # noqa: F401  (imports the kernels)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 H200 = GPUTarget("cuda", 90, 32)
 
-support = importlib.import_module("plugins.kernels.triton_support")
-ce_module = importlib.import_module("plugins.kernels.cross_entropy")
-lamb_module = importlib.import_module("plugins.kernels.lamb")
-lars_module = importlib.import_module("plugins.kernels.lars")
+support = importlib.import_module("tuneup.plugins.kernels.triton_support")
+ce_module = importlib.import_module("tuneup.plugins.kernels.cross_entropy")
+lamb_module = importlib.import_module("tuneup.plugins.kernels.lamb")
+lars_module = importlib.import_module("tuneup.plugins.kernels.lars")
 
 
 def test_kernels_under_the_triton_interpreter():

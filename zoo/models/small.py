@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from trainer.models.resnet import BasicBlock
+from tuneup.zoo.models.resnet import BasicBlock
 
 
 class SmallResNet(nn.Module):

@@ -33,7 +33,7 @@ import math
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from trainer import TuneupError
+from tuneup import TuneupError
 
 
 class ResumableSampler(Sampler[int]):

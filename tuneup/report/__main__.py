@@ -1,4 +1,4 @@
-"""``python -m trainer.report <dir>``: write report.md and report.png for the runs under <dir>.
+"""``python -m tuneup.report <dir>``: write report.md and report.png for the runs under <dir>.
 
 <dir> is a sweep directory (``multirun/<date>/<time>``) or a directory of
 single runs (``outputs/<date>``). Without options the report compares as the
@@ -12,12 +12,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainer.report import RANK_BY, ReportError, build_report, write_report
+from tuneup.report import RANK_BY, ReportError, build_report, write_report
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m trainer.report",
+        prog="python -m tuneup.report",
         description="Compare the runs of a sweep (or a directory of single runs) side by side.",
     )
     parser.add_argument("directory", help="sweep directory or directory of single runs")

@@ -15,9 +15,9 @@ anything (see :mod:`trainer.data.datamodule`).
 
 from __future__ import annotations
 
-from trainer.data.datamodule import DataModule
-from trainer.data.images import ImageFolder, SyntheticImages
-from trainer.data.tokens import SyntheticTokens, TextFile
+from tuneup.trainer.datamodule import DataModule
+from tuneup.zoo.data.images import ImageFolder, SyntheticImages
+from tuneup.zoo.data.tokens import SyntheticTokens, TextFile
 
 DATA: dict[str, type[DataModule]] = {
     "synthetic_images": SyntheticImages,

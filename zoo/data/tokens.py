@@ -22,8 +22,8 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.data import Dataset, TensorDataset
 
-from trainer.data.datamodule import DataModule
-from trainer.validation import Integer, Number, problems
+from tuneup.trainer.datamodule import DataModule
+from tuneup.trainer.validation import Integer, Number, problems
 
 #: Successors per token in the synthetic chain, and their relative probabilities.
 BRANCHING = torch.tensor([8.0, 4.0, 2.0, 1.0])

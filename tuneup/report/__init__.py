@@ -5,8 +5,8 @@ under a directory (a sweep's, or one of single runs), compares each with the
 baseline run and ranks them; :func:`write_report` writes ``report.md`` (one
 row per run, the best run on top) and ``report.png`` (samples/s against peak
 memory, and speed-up bars) into that directory. A sweep writes both when it
-ends (``trainer/sweep_callback.py``); for an existing directory run
-``python -m trainer.report <dir>``.
+ends (``tuneup/report/callback.py``); for an existing directory run
+``python -m tuneup.report <dir>``.
 
 Settings, the config node ``report`` (saved with every run in
 ``.hydra/config.yaml``, so a report made later compares as the sweep did):
@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainer import TuneupError
-from trainer.report.runs import Run, find_runs, natural_key, saved_node
+from tuneup import TuneupError
+from tuneup.report.runs import Run, find_runs, natural_key, saved_node
 
 RANK_BY = ("samples_per_s", "val_acc")
 MARKDOWN_FILE = "report.md"
@@ -132,11 +132,11 @@ def build_report(
 
 def write_report(report: Report) -> list[Path]:
     """Write ``report.md`` and, where matplotlib is installed, ``report.png``; return the paths."""
-    from trainer.report.markdown import render_markdown
+    from tuneup.report.markdown import render_markdown
 
     written = []
     try:
-        from trainer.report.figure import draw_figure
+        from tuneup.report.figure import draw_figure
     except ImportError:
         report.notes.append(
             f"{FIGURE_FILE} was not drawn: it needs matplotlib (pip install 'tuneup[sweep]')."

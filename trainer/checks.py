@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import inspect
 
-import pytorch_lightning as pl
 import torch
 
-from trainer.data import check_data
-from trainer.models import check_model
-from trainer.optim import check_optim
-from trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
+from tuneup.trainer.optim import check_optim
+from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
 
 _FRACTION_OR_COUNT = "a fraction in (0, 1] or a whole number of batches >= 0"
 
@@ -37,7 +34,7 @@ TRAINER_RULES = {
 }
 
 
-def core_problems(cfg, env) -> list[str]:
+def core_problems(cfg, env, plan) -> list[str]:
     found = problems(cfg, TRAINER_RULES)
     if env.accelerator == "cuda" and not torch.cuda.is_available():
         found.append(
@@ -45,17 +42,28 @@ def core_problems(cfg, env) -> list[str]:
             "allowed here: cpu or auto"
         )
     found += _trainer_argument_problems(cfg)
-    found += check_model(cfg) + check_data(cfg) + check_optim(cfg)
+    found += plan.problems + check_optim(cfg)
     return found
 
 
+#: Trainer arguments conf/config.yaml sets; others are looked up in Lightning's signature.
+KNOWN_ARGUMENTS = {"accelerator", "devices", "num_nodes", "max_epochs", "max_steps",
+                   "log_every_n_steps", "num_sanity_val_steps", "enable_model_summary",
+                   "enable_progress_bar"}  # fmt: skip
+
+
 def _trainer_argument_problems(cfg) -> list[str]:
-    allowed = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
-    found = [
-        f"trainer.{key} is not a Lightning Trainer argument; allowed: {', '.join(sorted(allowed))}"
-        for key in cfg.trainer
-        if key not in allowed
-    ]
+    found = []
+    if set(cfg.trainer) - KNOWN_ARGUMENTS:  # importing Lightning costs seconds: only if needed
+        import pytorch_lightning as pl
+
+        allowed = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
+        found = [
+            f"trainer.{key} is not a Lightning Trainer argument; allowed: "
+            f"{', '.join(sorted(allowed))}"
+            for key in cfg.trainer
+            if key not in allowed
+        ]
     devices = cfg.trainer.get("devices", "auto")
     if not (devices == "auto" or (Integer(low=-1)(devices) and devices != 0) or _is_list(devices)):
         found.append(

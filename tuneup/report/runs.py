@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from trainer import summary as run_summary
+from tuneup.trainer import summary as run_summary
 
 NO_SUMMARY = "no summary.json"
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from trainer import TuneupError
+from tuneup import TuneupError
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer import TuneupError
+from tuneup import TuneupError
 
 
 class Diverged(TuneupError):

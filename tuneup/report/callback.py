@@ -1,6 +1,6 @@
 """The Hydra callback that writes a sweep's report when the sweep ends (``hydra.callbacks`` in conf/config.yaml).
 
-A failed run does not stop a sweep: ``trainer.runner.main`` records it in its
+A failed run does not stop a sweep: ``tuneup.cli.task`` records it in its
 ``summary.json`` and returns NaN (see there), so every sweeper reaches the end
 and this callback runs. It writes ``report.md`` and ``report.png`` into the
 sweep directory, then ends the process with exit code 1 if any run did not
@@ -26,7 +26,7 @@ class SweepReport(Callback):
         self.sweep_dir = Path(config.hydra.sweep.dir)
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        from trainer.report import ReportError, Settings, build_report, write_report
+        from tuneup.report import ReportError, Settings, build_report, write_report
 
         sweep_dir = self.sweep_dir or Path(config.hydra.sweep.dir)
         try:
@@ -34,7 +34,7 @@ class SweepReport(Callback):
             paths = write_report(report)
         except ReportError as exc:
             log.error("no sweep report: %s", exc)
-            log.error("fix the setting, then: python -m trainer.report %s", sweep_dir)
+            log.error("fix the setting, then: python -m tuneup.report %s", sweep_dir)
             raise SystemExit(1) from exc
         log.info("sweep report: %s", ", ".join(str(p) for p in paths))
         if report.not_ok:

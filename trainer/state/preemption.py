@@ -15,7 +15,7 @@ from __future__ import annotations
 import signal
 import threading
 
-from trainer import TuneupError
+from tuneup import TuneupError
 
 #: Exit status after a preemption checkpoint: EX_TEMPFAIL of sysexits.h, "try again later".
 EXIT_CODE = 75

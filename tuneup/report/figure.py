@@ -13,8 +13,8 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from trainer.report import Report
-from trainer.report.runs import Run
+from tuneup.report import Report
+from tuneup.report.runs import Run
 
 DPI = 100
 WIDTH_IN = 14.0

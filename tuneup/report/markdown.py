@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from trainer.report import Report, best_rule
-from trainer.report.runs import Run
+from tuneup.report import Report, best_rule
+from tuneup.report.runs import Run
 
 MIB = 2**20
 COLUMNS = (

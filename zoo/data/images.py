@@ -23,10 +23,10 @@ from PIL import Image
 from torch.nn import functional as F
 from torch.utils.data import Dataset, TensorDataset
 
-from trainer import TuneupError
-from trainer.data.datamodule import DataModule
-from trainer.data.transforms import EvalTransform, TrainTransform
-from trainer.validation import Integer, Number, problems
+from tuneup import TuneupError
+from tuneup.trainer.datamodule import DataModule
+from tuneup.trainer.validation import Integer, Number, problems
+from tuneup.zoo.data.transforms import EvalTransform, TrainTransform
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 

@@ -21,10 +21,10 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from trainer.models.gpt import GPT, Block
-from trainer.models.resnet import DEPTHS, BasicBlock, Bottleneck, ResNet, resnet
-from trainer.models.small import MLP, SmallResNet
-from trainer.validation import Integer, Number, OneOf, problems
+from tuneup.trainer.validation import Integer, Number, OneOf, problems
+from tuneup.zoo.models.gpt import GPT, Block
+from tuneup.zoo.models.resnet import DEPTHS, BasicBlock, Bottleneck, ResNet, resnet
+from tuneup.zoo.models.small import MLP, SmallResNet
 
 
 @dataclass(frozen=True)
@@ -84,24 +84,9 @@ def check_model(cfg) -> list[str]:
                 f"model.{key}={list(values)!r} is not allowed: expected a non-empty list "
                 "of integers >= 1"
             )
-    found += _input_problems(cfg, MODELS[name].inputs)
     if name == "gpt" and not found:
         found += _gpt_problems(cfg)
     return found
-
-
-def _input_problems(cfg, inputs: str) -> list[str]:
-    """A model that cannot read the data: GPT on images, a ResNet on tokens."""
-    from trainer.data import DATA
-
-    data = DATA.get(cfg.data.name)
-    if data is None or data.inputs == inputs:
-        return []  # an unknown data name is check_data's to report
-    fitting = sorted(n for n, d in DATA.items() if d.inputs == inputs)
-    return [
-        f"model={cfg.model.name} reads {inputs} but data={cfg.data.name} gives {data.inputs}; "
-        f"use data={' or data='.join(fitting)}, or a model for {data.inputs}"
-    ]
 
 
 def _gpt_problems(cfg) -> list[str]:
@@ -128,25 +113,3 @@ __all__ = [
     "GPT", "MLP", "MODELS", "BasicBlock", "Block", "Bottleneck", "ModelSpec", "ResNet",
     "SmallResNet", "build_model", "check_model", "resnet",
 ]  # fmt: skip
-
-
-def build_model_on_meta(cfg, data=None) -> nn.Module | None:
-    """The configured model built on the meta device: shapes only, no memory, no init cost.
-
-    For checks and counts before anything real is built. ``data`` is the data
-    module (built from ``cfg`` when not given). None when the config cannot build
-    a model (the core's check reports why) or the builder needs real tensors.
-    """
-    import torch
-
-    from trainer.data import build_data, check_data
-
-    if data is None:
-        if check_data(cfg) or check_model(cfg):
-            return None
-        data = build_data(cfg)
-    try:
-        with torch.device("meta"):
-            return build_model(cfg, tuple(data.input_shape), data.num_classes)
-    except Exception:
-        return None

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from trainer import TuneupError
-from trainer.checkpoint_io import list_checkpoints, load, newest_valid
+from tuneup import TuneupError
+from tuneup.trainer.state.checkpoint_io import list_checkpoints, load, newest_valid
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,93 @@
+"""The run-state callback: what exact resume and a safe stop need, for any LightningModule.
+
+Added to every run's Trainer by the runner (it is core, not a plugin), whether the model
+is trained by tuneup's TrainingModule or is the user's own LightningModule:
+
+- checkpoints get every rank's RNG states (:mod:`.rng`), the training data order
+  (:mod:`.data_order`) and the run's settings (:func:`.resume.run_facts`); on resume they
+  come back when training starts, after everything that runs between loading and the first
+  batch (setup, dataloaders, a sanity check), so those cannot shift the resumed stream;
+- a NaN/inf loss stops the run (:mod:`.divergence`): checked at once on one CPU process,
+  else at the logging interval, and before every checkpoint, which is never written with
+  non-finite weights;
+- it notes the step of the last validation, so the runner validates the final weights
+  when a run ended between validations.
+"""
+
+from __future__ import annotations
+
+import pytorch_lightning as pl
+
+from tuneup.trainer.state import rng
+from tuneup.trainer.state.data_order import data_order, restore_data_order
+from tuneup.trainer.state.divergence import Diverged, LossWatch, nonfinite_tensors
+from tuneup.trainer.state.resume import ORDER_KEY, RNG_KEY, RUN_KEY, run_facts
+
+
+def defer_loss_check(loss, trainer) -> bool:
+    """Whether the NaN/inf loss check waits for the logging interval (see LossWatch).
+
+    On one CPU process reading the loss costs nothing, so a bad step stops at once; on CUDA
+    it would drain the device queue every step, and across processes the ranks must agree.
+    """
+    return loss.device.type == "cuda" or trainer.world_size > 1
+
+
+class RunState(pl.Callback):
+    def __init__(self, cfg, watches_outputs: bool = True) -> None:
+        """``watches_outputs``: take the loss from each batch's outputs (a user's
+        LightningModule); tuneup's TrainingModule calls :meth:`observe` itself, before backward."""
+        self.cfg = cfg
+        self.watches_outputs = watches_outputs
+        self.loss_watch = LossWatch()
+        self.validated_at_step: int | None = None
+        self._resumed_rng: dict | None = None
+        self._resumed_order: dict | None = None
+
+    def observe(self, loss, trainer, batch_idx: int) -> None:
+        """Note one micro-batch's loss (raises :class:`Diverged` at once when not deferred)."""
+        step, epoch = trainer.global_step + 1, trainer.current_epoch
+        deferred = defer_loss_check(loss, trainer)
+        self.loss_watch.observe(loss, step, epoch, batch_idx, trainer.global_rank, deferred)
+
+    def check_loss(self, trainer) -> None:
+        strategy = trainer.strategy
+        self.loss_watch.check(lambda bad: strategy.reduce_boolean_decision(bad, all=False))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.watches_outputs:
+            loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+            if loss is not None:
+                self.observe(loss, trainer, batch_idx)
+        if (batch_idx + 1) % trainer.log_every_n_steps == 0:
+            self.check_loss(trainer)  # CUDA: one sync per logging interval, as logging itself
+
+    def on_train_end(self, trainer, pl_module):
+        self.check_loss(trainer)  # the last steps' losses, also when no checkpoint follows
+
+    def on_validation_end(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            self.validated_at_step = trainer.global_step
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint):
+        self.check_loss(trainer)
+        bad = nonfinite_tensors(checkpoint["state_dict"])
+        if bad:
+            raise Diverged(
+                f"not saving step {trainer.global_step}: weights {', '.join(bad[:5])} hold "
+                "NaN or inf; the checkpoints written before are kept"
+            )
+        checkpoint[RNG_KEY] = rng.capture_all_ranks()
+        checkpoint[ORDER_KEY] = data_order(trainer)
+        checkpoint[RUN_KEY] = run_facts(self.cfg, trainer, checkpoint[ORDER_KEY])
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        self._resumed_rng = rng.for_rank(checkpoint.get(RNG_KEY), trainer.global_rank)
+        self._resumed_order = checkpoint.get(ORDER_KEY)
+
+    def on_train_start(self, trainer, pl_module):
+        # The training DataLoader exists only now (data_order.py); iteration is lazy.
+        restore_data_order(trainer, self._resumed_order)
+        if self._resumed_rng is not None:
+            rng.restore(self._resumed_rng)
+        self._resumed_rng = self._resumed_order = None

@@ -1,0 +1,95 @@
+"""How a model's output becomes the training loss and the validation metrics: ``task=...``.
+
+=============  ==============================================  =========================
+task           output and targets                              loss; metric
+=============  ==============================================  =========================
+classification logits ``[B, C, ...]``, labels ``[B, ...]``      cross-entropy over dim 1;
+                                                               accuracy (argmax dim 1)
+next_token     logits ``[B, T, V]``, targets ``[B, T]``          cross-entropy over the last
+                                                               dim; token accuracy
+model_loss     the model is called with the whole batch        what it returns: a loss
+               (``model(x, y)``, or ``model(**batch)`` for a   tensor, ``out["loss"]`` or
+               dict batch) and computes its own loss           ``out.loss``; no accuracy
+auto           ``next_token`` on token data (``model=gpt``), else ``classification``
+=============  ==============================================  =========================
+
+Cross-entropy is computed in fp32 whatever the autocast type. For 2-D logits the two
+cross-entropy tasks are the same computation, so the built-in image models train exactly as
+before this option existed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional as F
+
+CHOICES = ("auto", "classification", "next_token", "model_loss")
+
+
+def classification_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy with the classes on dim 1 (``[B, C]``, or ``[B, C, H, W]`` per pixel)."""
+    if logits.dim() == 2:  # the same kernel as next_token's: bitwise the loss it always was
+        return next_token_loss(logits, target)
+    return F.cross_entropy(logits.float(), target)
+
+
+def next_token_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy with the classes on the last dim (``[B, T, V]`` with ``[B, T]``)."""
+    return F.cross_entropy(logits.flatten(0, -2).float(), target.flatten())
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    loss_fn: Callable | None  # (output, target) -> loss; None: the model returns its loss
+    class_dim: int  # where the classes are in the output, for accuracy
+
+    @property
+    def model_loss(self) -> bool:
+        return self.loss_fn is None
+
+    def accuracy(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return (logits.argmax(self.class_dim) == target).float().mean()
+
+
+TASKS = {
+    "classification": Task("classification", classification_loss, 1),
+    "next_token": Task("next_token", next_token_loss, -1),
+    "model_loss": Task("model_loss", None, -1),
+}
+
+
+def resolve(name: str, inputs: str | None) -> Task:
+    """The task ``name`` means; ``auto`` by the data's kind (``inputs``: images, tokens, None)."""
+    if name == "auto":
+        name = "next_token" if inputs == "tokens" else "classification"
+    return TASKS[name]
+
+
+def call_model(model, batch):
+    """``model`` called with a whole batch (task=model_loss): ``model(**batch)`` for a dict,
+    ``model(*batch)`` for a tuple or list, else ``model(batch)``."""
+    if isinstance(batch, Mapping):
+        return model(**batch)
+    if isinstance(batch, (tuple, list)):
+        return model(*batch)
+    return model(batch)
+
+
+def returned_loss(output) -> torch.Tensor:
+    """The loss in what a model returned: the tensor itself, ``output["loss"]`` or ``output.loss``."""
+    if isinstance(output, torch.Tensor):
+        loss = output
+    elif isinstance(output, Mapping) and "loss" in output:
+        loss = output["loss"]
+    else:
+        loss = getattr(output, "loss", None)
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise TypeError(
+            "task=model_loss: the model must return its loss (a scalar tensor, a dict with "
+            f"'loss', or an object with .loss), but returned {type(output).__name__}"
+        )
+    return loss.reshape(())

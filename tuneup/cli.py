@@ -1,0 +1,164 @@
+"""The ``tuneup`` command; ``python -m tuneup`` and ``python run.py`` (in a checkout) are the same.
+
+``tuneup [group=option ...] [key=value ...]`` composes the config with Hydra (the built-in
+configs, ``./conf`` or ``--config-dir``, installed plugins' configs: tuneup/config.py),
+and trains it (tuneup.trainer.runner). It works from any directory; Hydra's run
+directories land under the current one, and the current directory is importable (as with
+``python -m``), so ``model._target_=my_project.nets.Net`` finds the user's code.
+
+``--help`` lists the groups and their choices without composing or importing torch.
+
+Exit codes: 0 done; 1 a config or run error (one line on stderr; the full traceback in the
+run's log file, and on the console too with ``HYDRA_FULL_ERROR=1``); 75 preempted after a
+checkpoint (run it again to continue).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+from pathlib import Path
+
+from tuneup import PROJECT, TuneupError
+
+log = logging.getLogger(__name__)
+
+USAGE = f"""\
+usage: {PROJECT} [group=option ...] [key=value ...]     train once
+       {PROJECT} -m group=a,b key=x,y ...                 sweep (Hydra multirun), then report.md
+       {PROJECT} experiment=NAME ...                      a preset: conf/experiment/NAME.yaml
+       {PROJECT} --cfg job [overrides]                    print the composed config, train nothing
+       {PROJECT} plugins.list=true [overrides]            the active plugins and their hook order
+
+  model=custom model._target_=pkg.module.Net [model.<arg>=...]   your nn.Module
+  model=lightning model._target_=pkg.module.LitNet               your LightningModule
+  data=custom data._target_=pkg.module.DataModule                your data (or Datasets)
+"""
+
+
+def main() -> None:
+    """The console script: help, or compose with Hydra and train."""
+    argv = sys.argv[1:]
+    if any(a in ("-h", "--help") for a in argv):
+        print(help_text(argv))
+        return
+    from tuneup import config
+
+    config.warn_shadowed(argv)
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # the user's own modules, as `python -m tuneup` sees them
+    _hydra_main()
+
+
+def _hydra_main() -> None:
+    import hydra
+
+    hydra.main(version_base="1.3", config_path=f"pkg://{PROJECT}.conf", config_name="config")(
+        task
+    )()
+
+
+def task(cfg):
+    """Train one run (one job of a sweep): a :class:`TuneupError` becomes a message and exit 1.
+
+    A preempted run (``Preempted``: a signal, then a checkpoint) exits with 75, in a
+    multirun too. In a multirun a failed run must not end the sweep: its summary.json
+    already holds status "failed" and the error, so the error is logged and NaN returned.
+    Were it raised, Hydra's basic sweeper would stop after the batch and skip the sweep-end
+    callback that writes the report (tuneup/report/callback.py, which then exits 1 if any
+    run failed); the Optuna sweeper records the NaN trial as failed.
+    """
+    from tuneup.trainer.runner import run
+    from tuneup.trainer.state.preemption import Preempted
+
+    try:
+        return run(cfg)
+    except Preempted as exc:  # a checkpoint is written: exit so the job can be run again
+        print(f"preempted: {exc}", file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
+    except Exception as exc:
+        user_error = isinstance(exc, TuneupError)
+        if _is_multirun():
+            log.error("run failed: %s%s", _rank(exc), exc, exc_info=not user_error)
+            return math.nan
+        if not user_error:
+            if _rank(exc):  # the traceback does not say which process it comes from
+                print(f"error: {_rank(exc)}{type(exc).__name__}: {exc}", file=sys.stderr,
+                      flush=True)  # fmt: skip
+            raise
+        log_traceback(exc)
+        print(f"error: {_rank(exc)}{exc}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def log_traceback(exc: BaseException) -> None:
+    """The whole traceback of a one-line error: into the run's log file, and on the console
+    with HYDRA_FULL_ERROR=1 (Hydra's own switch for full tracebacks)."""
+    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "error: %s", (exc,),
+                            (type(exc), exc, exc.__traceback__))  # fmt: skip
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        import traceback
+
+        traceback.print_exception(exc, file=sys.stderr)
+
+
+def _rank(exc: BaseException) -> str:
+    """'rank N: ' when the run had several processes: its error must say which one failed."""
+    rank = getattr(exc, "tuneup_rank", None)
+    return "" if rank is None else f"rank {rank}: "
+
+
+def _is_multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def help_text(argv: list[str]) -> str:
+    """Usage, then every config group with its choices (default marked) from every config
+    folder the command would read; read from disk, nothing composed or imported."""
+    from omegaconf import OmegaConf
+
+    from tuneup import config
+
+    dirs = list(config.config_dirs(argv))
+    defaults = _defaults(OmegaConf.load(dirs[0][1] / "config.yaml"))
+    lines = [USAGE, "Config groups (group=option; * is the default):"]
+    for label, folder in dirs:
+        found = config.groups(folder)
+        if label != "built-in":
+            lines.append(f"\n{label} ({folder}):")
+        for group, options in found.items():
+            if group.startswith("_"):
+                continue
+            marked = [o + ("*" if defaults.get(group) == o else "") for o in options]
+            lines.append(f"  {group:<26} {', '.join(marked)}")
+    lines += [
+        "",
+        "Any value: key=value (e.g. optimizer.lr=0.01 data.batch_size=128 trainer.max_steps=500);",
+        f"the whole config: {PROJECT} --cfg job. Hydra's own flags: {PROJECT} --hydra-help.",
+        *_docs_hint(),
+    ]
+    return "\n".join(lines)
+
+
+def _defaults(root) -> dict[str, str]:
+    """group -> default option, from a primary config's defaults list."""
+    chosen = {}
+    for item in root.get("defaults") or []:
+        if not isinstance(item, str):
+            for group, option in dict(item).items():
+                name = group.removeprefix("optional ").split("@")[0]
+                chosen[name] = option if option is None else str(option)
+    return chosen
+
+
+def _docs_hint() -> list[str]:
+    docs = Path(__file__).resolve().parent.parent / "docs"  # a checkout or an editable install
+    return [f"Docs: {docs}"] if docs.is_dir() else []

@@ -1,0 +1,193 @@
+"""Where a run's config comes from: the built-in configs, the user's, and installed plugins'.
+
+Hydra searches these, in this order (for two files of the same name the first wins):
+
+1. tuneup's built-in configs, ``pkg://tuneup.conf`` (``conf/`` in the repository);
+2. a folder given with ``--config-dir DIR`` (Hydra's own flag);
+3. ``./conf`` in the current directory, so users keep their own groups and presets
+   (``conf/experiment/mine.yaml`` -> ``tuneup experiment=mine``) beside their code;
+4. the ``conf/`` folder of every installed plugin package (a distribution with an entry
+   point in group ``tuneup`` whose top-level package holds ``conf/``).
+
+3 and 4 reach Hydra as ``hydra.searchpath: ${tuneup.searchpath:}`` in conf/config.yaml,
+resolved by :func:`searchpath`. Each group an installed plugin ships gets an entry in the
+defaults list (:func:`installed_defaults`): ``<group>: off`` when the group has an
+``off.yaml``, or what the package's ``conf/defaults.yaml`` lists, so ``tuneup gradclip=on``
+works without a ``+`` and the plugin is off until asked for.
+
+Two config nodes only code can make (:func:`register`, run when ``tuneup.conf`` is
+imported, i.e. whenever Hydra reads these configs):
+
+- ``_tuneup/installed_plugins``: the installed plugins' defaults, above;
+- ``_tuneup/open``: an empty node that is not in struct mode. ``model=custom``,
+  ``model=lightning`` and ``data=custom`` start from it, so every key given beside
+  ``_target_`` (``model.width=256``) is an argument, without Hydra's ``+``.
+
+Nothing here imports torch: ``tuneup --help`` and config errors stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from tuneup import PROJECT
+
+#: The built-in configs, as a Hydra search-path entry and on disk.
+BUILTIN = f"pkg://{PROJECT}.conf"
+BUILTIN_DIR = Path(__file__).resolve().parent.parent / "conf"
+#: The folder of the user's own configs, relative to the current directory.
+USER_DIR = "conf"
+#: Groups Hydra owns, never a plugin's or a user's.
+HYDRA_GROUP = "hydra"
+
+_extra_dirs: list[Path] = []  # compose(config_dir=...): like --config-dir, for Python callers
+
+
+def builtin_dir() -> Path:
+    """Where the built-in configs are on disk (the package's ``conf``; ``conf/`` in a checkout)."""
+    spec = importlib.util.find_spec(f"{PROJECT}.conf")
+    return Path(spec.origin).parent if spec and spec.origin else BUILTIN_DIR
+
+
+def user_dir(cwd: Path | None = None) -> Path | None:
+    """``./conf`` when it exists and is not the built-in configs themselves (a checkout)."""
+    folder = (cwd or Path.cwd()) / USER_DIR
+    if not folder.is_dir() or folder.resolve() == builtin_dir().resolve():
+        return None
+    return folder.resolve()
+
+
+def is_builtin(ep: importlib.metadata.EntryPoint) -> bool:
+    """Whether an entry point of group ``tuneup`` is one of tuneup's own plugins."""
+    return ep.dist is not None and ep.dist.name.lower() == PROJECT
+
+
+def plugin_dir(ep: importlib.metadata.EntryPoint) -> Path | None:
+    """The ``conf`` folder of an installed plugin's top-level package, if it ships one.
+
+    Found without importing the plugin (``find_spec`` of a top-level package does not run
+    it), so listing configs never pays for a plugin's imports.
+    """
+    if is_builtin(ep):
+        return None
+    spec = importlib.util.find_spec(ep.module.split(".")[0])
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        folder = Path(location) / USER_DIR
+        if folder.is_dir():
+            return folder.resolve()
+    return None
+
+
+def plugin_dirs() -> dict[str, Path]:
+    """Installed plugin name -> its package's ``conf`` folder, for the plugins that ship one."""
+    found = {}
+    for ep in importlib.metadata.entry_points(group=PROJECT):
+        if (folder := plugin_dir(ep)) is not None:
+            found[ep.name] = folder
+    return found
+
+
+def searchpath() -> list[str]:
+    """Entries 3 and 4 above (and ``compose``'s ``config_dir``), as ``file://`` paths."""
+    folders = [*_extra_dirs, user_dir(), *plugin_dirs().values()]
+    return [f"file://{folder}" for folder in folders if folder is not None]
+
+
+def groups(folder: Path) -> dict[str, list[str]]:
+    """Config groups in ``folder`` (sub-folders holding .yaml files) and their options."""
+    found = {}
+    for directory in sorted(p for p in folder.rglob("*") if p.is_dir()):
+        name = directory.relative_to(folder).as_posix()
+        options = sorted(p.stem for p in directory.glob("*.yaml"))
+        if options and name.split("/")[0] != HYDRA_GROUP and "__pycache__" not in name:
+            found[name] = options
+    return found
+
+
+def installed_defaults() -> list[dict]:
+    """The defaults-list entries of the installed plugins' groups (see module docstring)."""
+    builtin = groups(builtin_dir())
+    entries: list[dict] = []
+    for folder in plugin_dirs().values():
+        declared = folder / "defaults.yaml"
+        if declared.is_file():
+            listed = OmegaConf.to_container(OmegaConf.load(declared)).get("defaults") or []
+            chosen = {k.lstrip("/"): v for item in listed for k, v in dict(item).items()}
+        else:
+            chosen = {g: "off" for g, options in groups(folder).items() if "off" in options}
+        entries += [{f"/{g}": option} for g, option in chosen.items() if g not in builtin]
+    return entries
+
+
+def shadowed(user: Path) -> list[str]:
+    """Files in the user's config folder that a built-in file of the same name hides."""
+    base, found = builtin_dir(), []
+    for path in sorted(user.rglob("*.yaml")):
+        twin = base / path.relative_to(user)
+        if twin.is_file() and twin.read_bytes() != path.read_bytes():
+            found.append(str(path.relative_to(user)))
+    return found
+
+
+def register() -> None:
+    """Make the resolver and the code-made nodes known to Hydra (idempotent)."""
+    from hydra.core.config_store import ConfigStore
+
+    OmegaConf.register_new_resolver(f"{PROJECT}.searchpath", searchpath, replace=True)
+    store = ConfigStore.instance()
+    store.store(group="_tuneup", name="installed_plugins", package="_global_",
+                node={"defaults": installed_defaults()})  # fmt: skip
+    store.store(group="_tuneup", name="open", node=OmegaConf.create({}, flags={"struct": False}))
+
+
+def compose(overrides=(), config_dir: str | Path | None = None):
+    """The config ``tuneup OVERRIDES`` would train with (``config_dir``: like ``--config-dir``)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_module
+
+    _extra_dirs[:] = [Path(config_dir).resolve()] if config_dir is not None else []
+    try:
+        with initialize_config_module(config_module=f"{PROJECT}.conf", version_base="1.3"):
+            register()  # plugins installed since the last call are seen
+            return hydra_compose("config", overrides=list(overrides))
+    finally:
+        _extra_dirs.clear()
+
+
+def config_dir_option(argv: list[str]) -> Path | None:
+    """The folder given with ``--config-dir``/``-cd`` in ``argv``, if any."""
+    for i, arg in enumerate(argv):
+        if arg in ("--config-dir", "-cd") and i + 1 < len(argv):
+            return Path(argv[i + 1])
+        for flag in ("--config-dir=", "-cd="):
+            if arg.startswith(flag):
+                return Path(arg[len(flag) :])
+    return None
+
+
+def config_dirs(argv: list[str]) -> Iterator[tuple[str, Path]]:
+    """(label, folder) for every config folder a command with ``argv`` reads, search order."""
+    yield "built-in", builtin_dir()
+    given = config_dir_option(argv)
+    if given is not None and given.is_dir():
+        yield f"--config-dir {given}", given.resolve()
+    if (own := user_dir()) is not None:
+        yield f"your configs ({USER_DIR}/)", own
+    for name, folder in plugin_dirs().items():
+        yield f"plugin {name}", folder
+
+
+def warn_shadowed(argv: list[str]) -> None:
+    """Say which of the user's files are hidden by built-in ones of the same name."""
+    for label, folder in list(config_dirs(argv))[1:]:
+        if label.startswith("plugin"):
+            continue
+        for name in shadowed(folder):
+            print(f"warning: {folder / name} is not used: tuneup's built-in {name} has the same "
+                  "name and is found first; rename yours", file=sys.stderr)  # fmt: skip
