@@ -16,6 +16,10 @@ i.e. the time the first step spent compiling. Validation compiles its own
 (eval-mode) graph on its first batch; that lands in validation time, which is
 not in the step figures either.
 
+A user's own LightningModule (``model=lightning``) is compiled the same way: its
+``forward``, which its ``training_step`` reaches by calling ``self(x)``; one that defines no
+``forward`` is a check error, not a compile that silently does nothing.
+
 On CPU, inductor generates C++ and needs a C++ compiler; on CUDA it generates
 Triton kernels and needs ``triton``. ``check`` says so before anything is built.
 """
@@ -74,6 +78,15 @@ def toolchain_problem(env, backend: str) -> str | None:
     return None
 
 
+def defines_forward(module_class) -> bool:
+    """Whether a LightningModule class has a forward of its own (Lightning's raises)."""
+    import pytorch_lightning as pl
+
+    if not isinstance(module_class, type):
+        return True  # a factory: its module is checked when built
+    return module_class.forward is not pl.LightningModule.forward
+
+
 class Plugin:
     def __init__(self, cfg) -> None:
         s = cfg.compile
@@ -87,7 +100,7 @@ class Plugin:
         self.started: float | None = None
 
     @hookimpl
-    def check(self, cfg, env):
+    def check(self, cfg, env, plan):
         found = problems(
             cfg,
             {
@@ -102,7 +115,14 @@ class Plugin:
             allowed = f"a torch.compile backend: {usual} (debugging: eager, aot_eager)"
             found.append(problem("compile.backend", backend, allowed))
         reason = toolchain_problem(env, backend)
-        return [*found, reason] if reason else found
+        found += [reason] if reason else []
+        if plan is not None and plan.lightning and not defines_forward(plan.model_target):
+            found.append(
+                f"compile=on compiles the LightningModule's forward, but {plan.model_name} "
+                "defines none (its training_step calls its layers directly); define forward, "
+                "call self(x) in training_step, or use compile=off"
+            )
+        return found
 
     @hookimpl(trylast=True)  # after kernel swaps, checkpointing, memory format: compile the result
     def configure_model(self, model):

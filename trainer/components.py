@@ -24,6 +24,7 @@ it whether they apply (``check(cfg, env, plan)``).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 from functools import cached_property
@@ -56,18 +57,41 @@ def arguments(node, drop=()) -> dict:
 
 
 def locate(path: str, key: str):
-    """The object at dotted ``path`` (a class or function); TuneupError saying why not."""
-    from hydra.utils import get_object
+    """The object at dotted ``path`` (a class or function); TuneupError saying why not.
 
-    try:
-        return get_object(path)
-    except Exception as exc:
-        cause = exc.__cause__ or exc
-        raise TuneupError(
-            f"{key}={path!r} cannot be imported ({type(cause).__name__}: {cause}); give the "
-            "dotted path of a class or function importable from the current directory or an "
-            "installed package"
-        ) from exc
+    The longest importable module prefix is imported and the rest looked up as attributes,
+    so a typo names the module and what it has, and an error raised while importing the
+    user's module is shown as that error.
+    """
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        module_name = ".".join(parts[:i])
+        try:
+            obj = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (module_name + ".").startswith(exc.name + "."):
+                continue  # this prefix is not a module: look the rest up as attributes
+            raise _cannot_import(key, path, exc) from exc
+        except Exception as exc:  # the user's module raised while being imported
+            raise _cannot_import(key, path, exc) from exc
+        for depth, attr in enumerate(parts[i:], start=i):
+            if not hasattr(obj, attr):
+                owner = ".".join(parts[:depth])
+                names = sorted(n for n in dir(obj) if not n.startswith("_"))[:12]
+                raise TuneupError(
+                    f"{key}={path!r}: {owner} has no attribute {attr!r} "
+                    f"(it has: {', '.join(names) or 'nothing public'})"
+                )
+            obj = getattr(obj, attr)
+        return obj
+    raise TuneupError(
+        f"{key}={path!r}: no module {parts[0]!r} can be imported; give the dotted path of a "
+        "class or function importable from the current directory or an installed package"
+    )
+
+
+def _cannot_import(key: str, path: str, exc: Exception) -> TuneupError:
+    return TuneupError(f"{key}={path!r} cannot be imported: {type(exc).__name__}: {exc}")
 
 
 def accepts(target, name: str) -> bool:
@@ -152,12 +176,16 @@ class Plan:
 
     @cached_property
     def lightning(self) -> bool:
-        """Whether the model is the user's own LightningModule, trained as it is."""
+        """Whether the model is the user's own LightningModule, trained as it is (False when
+        its target cannot be imported: the core reports that)."""
         if not self.user_model:
             return False
         import pytorch_lightning as pl
 
-        target = self.model_target
+        try:
+            target = self.model_target
+        except TuneupError:
+            return False
         if inspect.isclass(target):
             return issubclass(target, pl.LightningModule)
         return isinstance(self._meta_model, pl.LightningModule)

@@ -230,7 +230,10 @@ class PluginManager(pluggy.PluginManager):
         described = {}
         for name, plugin in sorted(self.named_plugins()):
             if hasattr(plugin, "describe"):
-                settings = dict(plugin.describe())
+                try:
+                    settings = dict(plugin.describe())
+                except Exception as exc:  # a summary is written also after a failure
+                    settings = {"describe_error": f"{type(exc).__name__}: {exc}"}
             elif name in self.config_keys:
                 node = OmegaConf.to_container(cfg[self.config_keys[name]], resolve=True)
                 settings = {k: v for k, v in node.items() if k != "plugin"}

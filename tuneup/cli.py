@@ -129,6 +129,7 @@ def help_text(argv: list[str]) -> str:
 
     dirs = list(config.config_dirs(argv))
     defaults = _defaults(OmegaConf.load(dirs[0][1] / "config.yaml"))
+    defaults.update(_defaults({"defaults": config.installed_defaults()}))
     lines = [USAGE, "Config groups (group=option; * is the default):"]
     for label, folder in dirs:
         found = config.groups(folder)
@@ -154,7 +155,7 @@ def _defaults(root) -> dict[str, str]:
     for item in root.get("defaults") or []:
         if not isinstance(item, str):
             for group, option in dict(item).items():
-                name = group.removeprefix("optional ").split("@")[0]
+                name = group.removeprefix("optional ").split("@")[0].lstrip("/")
                 chosen[name] = option if option is None else str(option)
     return chosen
 

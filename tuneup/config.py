@@ -178,7 +178,7 @@ def config_dirs(argv: list[str]) -> Iterator[tuple[str, Path]]:
     if given is not None and given.is_dir():
         yield f"--config-dir {given}", given.resolve()
     if (own := user_dir()) is not None:
-        yield f"your configs ({USER_DIR}/)", own
+        yield "your configs", own
     for name, folder in plugin_dirs().items():
         yield f"plugin {name}", folder
 

@@ -101,6 +101,8 @@ def contract_problems(ops, plan) -> list[str]:
         return [f"{chosen} cannot apply to model=lightning: the LightningModule {plan.model_name} "
                 "computes its own loss in training_step, which the fused loss ops cannot "
                 "replace; remove kernels, or train its network with model=custom"]  # fmt: skip
+    if not plan.sound:
+        return []  # the core reports what is wrong with the model or the data
     if plan.task.model_loss:
         return [f"{chosen} swaps the loss, but with task=model_loss the model computes its own; "
                 "remove kernels, or return logits and use task=classification|next_token"]  # fmt: skip
@@ -149,7 +151,7 @@ class Plugin:
             found.append(f"kernels.require_triton=true, but on {env.accelerator} the ops run "
                          f"their {chosen} implementation (Triton kernels need CUDA and the "
                          "tuneup[kernels] extra)")  # fmt: skip
-        if not found and plan.sound:
+        if not found:
             found += contract_problems(self.ops, plan)
         return found
 

@@ -1,0 +1,183 @@
+"""The user's own model, data and LightningModule, from a project outside the checkout, with the
+installed ``tuneup`` command: the documented commands, every optimization plugin on them,
+exact resume after a kill, and the checks that name both sides of a mismatch."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import compose_config
+from tests.own_project import (
+    blocks,
+    env,
+    final_weights,
+    summary,
+    tuneup_command,
+    write_project,
+)
+from tuneup.trainer.runner import ConfigError, run
+
+#: fp16 autocast with loss scaling, channels_last, 2 micro-batches per step, checkpointed blocks.
+LEVERS = [
+    "precision=fp16", "memory_format=channels_last", "grad_accum.steps=2",
+    "activation_checkpointing=blocks", "checkpoint.every_n_steps=1", "trainer.max_epochs=2",
+]  # fmt: skip
+KINDS = {
+    # nn.Module + LightningDataModule: 512 samples / 32 = 16 micro-batches per epoch
+    "module+datamodule": (["experiment=mine"], 21),
+    # LightningModule + a function returning Datasets: 256 / 32 = 8 micro-batches per epoch
+    "lightning+datasets": (["experiment=mine", "model=lightning",
+                            "model._target_=my_project.lit.LitNet",
+                            "data._target_=my_project.extra.make_datasets"], 11),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    return write_project(tmp_path_factory.mktemp("my-project"))
+
+
+def tuneup(project: Path, *args: str, **environment) -> subprocess.CompletedProcess:
+    """``tuneup ARGS`` run in the project, as its user runs it."""
+    return subprocess.run([tuneup_command(), *args], cwd=project, env=env(project, **environment),
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
+def newest(folder: Path) -> Path:
+    return max(folder.glob("*/*"), key=lambda p: p.stat().st_mtime)
+
+
+def test_documented_commands_train_and_sweep(project):
+    command = blocks()["command"].split()
+    assert command[0] == "tuneup"
+    result = tuneup(project, *command[1:])
+    assert result.returncode == 0, result.stderr[-3000:]
+    trained = summary(newest(project / "outputs"))  # the run directory is under the project
+    assert trained["status"] == "ok" and trained["epochs"] == 3
+    assert trained["plugins"]["precision"]["ran_as"] == "bf16"  # amp on CPU
+    assert trained["plugins"]["memory_format"]["converted_4d_tensors"] > 0
+    assert trained["val"]["acc"] > 0.6  # chance is 0.25: the model learned the quadrants
+
+    sweep = blocks()["sweep"].split()
+    result = tuneup(project, *sweep[1:])
+    assert result.returncode == 0, result.stderr[-3000:]
+    sweep_dir = max((project / "multirun").glob("*/*"), key=lambda p: p.stat().st_mtime)
+    runs = [summary(sweep_dir / str(job)) for job in range(4)]
+    assert all(r["status"] == "ok" for r in runs)
+    assert "| 3 |" in (sweep_dir / "report.md").read_text()  # one row per run
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_lever_on_and_exact_resume_after_a_kill(project, kind):
+    overrides, kill_at = KINDS[kind]
+    runs = project / "runs" / kind
+    whole = tuneup(project, *overrides, *LEVERS, f"hydra.run.dir={runs / 'whole'}")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    done = summary(runs / "whole")
+    plugins = done["plugins"]
+    assert plugins["precision"]["ran_as"] == "fp16" and plugins["precision"]["loss_scaler"]
+    assert plugins["memory_format"]["converted_4d_tensors"] > 0
+    assert plugins["activation_checkpointing"]["checkpointed_blocks"] == 2
+    assert plugins["grad_accum"]["steps"] == 2 and done["micro_batches"] == 2 * done["steps"]
+
+    cut = runs / "cut"
+    killed = tuneup(project, *overrides, *LEVERS, f"hydra.run.dir={cut}",
+                    KILL_AT_MICRO_BATCH=str(kill_at))  # fmt: skip
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    resumed = tuneup(project, *overrides, *LEVERS, f"hydra.run.dir={cut}", "resume=auto")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    again = summary(cut)
+    assert again["resumed_from"].endswith(f"step{(kill_at - 1) // 2:08d}.ckpt")
+    assert again["steps"] == done["steps"]
+    whole_weights, resumed_weights = final_weights(runs / "whole"), final_weights(cut)
+    assert whole_weights.keys() == resumed_weights.keys()
+    for name, tensor in whole_weights.items():
+        assert torch.equal(tensor, resumed_weights[name]), name
+
+
+def test_ddp_shards_the_users_data_like_one_process_on_the_whole_batch(project):
+    """2 processes of batch 16 train the weights 1 process of batch 32 does (a model without
+    BatchNorm, so a batch's gradient does not depend on how it is split)."""
+    common = ["experiment=mine", "model._target_=my_project.extra.Flat", "~model.width",
+              "data._target_=my_project.extra.make_datasets", "trainer.max_epochs=1",
+              "trainer.accelerator=cpu", "optimizer.momentum=0.0", "optimizer.nesterov=false"]  # fmt: skip
+    runs = project / "runs" / "ddp"
+    one = tuneup(project, *common, "data.batch_size=32", f"hydra.run.dir={runs / 'one'}")
+    assert one.returncode == 0, one.stderr[-3000:]
+    two = tuneup(project, *common, "data.batch_size=16", "strategy=ddp", "trainer.devices=2",
+                 f"hydra.run.dir={runs / 'two'}")  # fmt: skip
+    assert two.returncode == 0, two.stderr[-3000:]
+    assert summary(runs / "two")["world_size"] == 2
+    assert summary(runs / "two")["steps"] == summary(runs / "one")["steps"] == 256 // 32
+    expected, got = final_weights(runs / "one"), final_weights(runs / "two")
+    for name, tensor in expected.items():
+        torch.testing.assert_close(got[name], tensor, rtol=1e-5, atol=1e-6)
+
+
+# -- checks: in process, the project importable as it is from its own directory ---------------
+
+
+@pytest.fixture
+def mine(project, monkeypatch):
+    """compose(overrides) as ``tuneup`` run in the project would."""
+    monkeypatch.syspath_prepend(str(project))
+    monkeypatch.chdir(project)
+
+    def compose(*overrides):
+        return compose_config(["experiment=mine", *overrides], tiny=False)
+
+    return compose
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["model.num_classes=5"], "model my_project.nets.Net and data my_project.data.Quadrants "
+         "do not fit: the model outputs 5 classes, the data has 4"),
+        (["model._target_=torch.nn.Linear", "~model.width", "+model.in_features=7",
+          "+model.out_features=4"], "model torch.nn.Linear and data my_project.data.Quadrants do "
+         "not fit: the model fails on a batch of a list of a tensor [2, 3, 16, 16], a tensor [2]"),
+        (["model._target_=my_project.nets.Nett"], "model._target_='my_project.nets.Nett': "
+         "my_project.nets has no attribute 'Nett' (it has: Block, Net, nn, torch)"),
+        (["data._target_=my_project.extra.make_datasets", "data.batch_size=null"],
+         "data.batch_size is not set: data._target_=my_project.extra.make_datasets returns Datasets"),
+        (["model._target_=my_project.extra.Flat", "~model.width", "memory_format=channels_last"],
+         "memory_format=channels_last needs a model that takes 4-D (N, C, H, W) input, but "
+         "model=my_project.extra.Flat has no 2-D convolution"),
+        (["activation_checkpointing=blocks", "activation_checkpointing.block_types=[Layer]"],
+         "class names of the repeated blocks of model=my_project.nets.Net, which has no module"),
+        (["model=lightning", "model._target_=my_project.lit.LitNet", "optimizer=lamb",
+          "kernels=[cross_entropy]"], "kernels=[cross_entropy] cannot apply to model=lightning"),
+        (["model=lightning", "model._target_=my_project.lit.LitNet", "optimizer=lars"],
+         "optimizer=lars cannot apply to model=lightning: the LightningModule "
+         "my_project.lit.LitNet builds its own optimizer in configure_optimizers"),
+        (["kernels=[linear_cross_entropy]"], "kernels.ops.linear_cross_entropy.head='lm_head': "
+         "model my_project.nets.Net has nothing there, not an nn.Linear"),
+        (["model=lightning", "model._target_=my_project.lit.LitNoForward", "compile=on"],
+         "compile=on compiles the LightningModule's forward, but my_project.lit.LitNoForward "
+         "defines none"),
+    ],
+)  # fmt: skip
+def test_what_cannot_work_is_refused_naming_both_sides(mine, tmp_path, overrides, expected):
+    with pytest.raises(ConfigError) as info:
+        run(mine(*overrides), run_dir=tmp_path)
+    assert expected in str(info.value)
+
+
+def test_kernels_swap_the_named_head_and_model_loss_trains(mine, tmp_path):
+    run(mine("kernels=[linear_cross_entropy]", "kernels.ops.linear_cross_entropy.head=head",
+             "trainer.max_epochs=1"), run_dir=tmp_path / "fused")  # fmt: skip
+    fused = summary(tmp_path / "fused")
+    assert fused["plugins"]["kernels"]["swapped"] == "head (Linear 16 -> 4)"
+    assert fused["kernels"]["linear_cross_entropy"] == ["reference"]
+    assert fused["val"]["acc"] > 0.25
+
+    run(mine("model._target_=my_project.extra.OwnLoss", "~model.width", "task=model_loss",
+             "trainer.max_epochs=1"), run_dir=tmp_path / "own")  # fmt: skip
+    own = summary(tmp_path / "own")
+    assert own["status"] == "ok" and own["val"]["loss"] < 1.4 and "acc" not in own["val"]
+    assert own["flops_per_sample"] == 2 * 2 * (3 * 16 * 16) * 4  # fc forward + weight gradient
