@@ -39,12 +39,19 @@ def test_every_built_in_plugin_is_an_entry_point_and_the_install_is_current():
     assert installed == declared, "reinstall: pip install -e ."
 
 
-def test_the_core_never_imports_the_plugins():
+def imported(path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+        elif isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+    return names
+
+
+def test_the_core_never_imports_the_plugins_and_reaches_the_zoo_in_one_place():
     for path in (ROOT / "trainer").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = []
-            if isinstance(node, ast.ImportFrom) and node.module:
-                names = [node.module]
-            elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            assert not any(n.startswith("tuneup.plugins") for n in names), path
+        assert not any(n.startswith("tuneup.plugins") for n in imported(path)), path
+    for path in [*(ROOT / "trainer").rglob("*.py"), *(ROOT / "plugins").rglob("*.py")]:
+        if path.name != "components.py":
+            assert not any(n.startswith("tuneup.zoo") for n in imported(path)), path
