@@ -33,7 +33,7 @@ from omegaconf import OmegaConf
 from pytorch_lightning.plugins.precision import FSDPPrecision, HalfPrecision, MixedPrecision
 
 from tuneup import TuneupError, hookimpl
-from tuneup.trainer.environment import Environment
+from tuneup.trainer.environment import BF16_CPU_FLAGS, Environment
 from tuneup.trainer.validation import Integer, Number, OneOf, problems
 
 log = logging.getLogger(__name__)
@@ -110,8 +110,12 @@ class Choice:
 def resolve(name: str, env: Environment) -> Choice:
     """What ``precision=name`` runs as on ``env``; amp's pick and tf32's fallback say why."""
     if name == "amp":
-        if env.bf16_supported:
+        if env.bf16_supported and (env.is_cuda or env.bf16_native):
             return Choice(name, "bf16", _bf16_reason(env))
+        if not env.is_cuda:  # emulated half types are slower than fp32 on a CPU
+            return Choice(name, "fp32", f"{env.accelerator} without bfloat16 hardware (no "
+                          f"{', '.join(BF16_CPU_FLAGS)}): half precision would be emulated, "
+                          "slower than fp32; ran as fp32")  # fmt: skip
         return Choice(name, "fp16", f"no bfloat16 on {_where(env)}: float16 with loss scaling")
     if name == "tf32" and not tf32_available(env):
         return Choice(name, "fp32", f"tf32 not available on {_where(env)}: ran as fp32")
@@ -125,7 +129,7 @@ def tf32_available(env: Environment) -> bool:
 def _bf16_reason(env: Environment) -> str:
     if env.is_cuda:
         return f"{_where(env)} supports bfloat16"
-    return f"{env.accelerator} autocast supports bfloat16"
+    return f"{env.accelerator} autocast supports bfloat16, in hardware here ({env.bf16_native})"
 
 
 def _where(env: Environment) -> str:

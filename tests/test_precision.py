@@ -38,9 +38,10 @@ STEPS = [
 ]
 SCALER = ["precision=fp16", "precision.init_scale=1024", "precision.backoff_factor=0.25"]
 
-CPU = Environment("cpu", 1, 1, "cpu", None, True)
+CPU = Environment("cpu", 1, 1, "cpu", None, True, "avx512_bf16")
+OLD_CPU = Environment("cpu", 1, 1, "cpu", None, True, None)  # bfloat16 only emulated
 V100 = Environment("cuda", 1, 1, "Tesla V100", (7, 0), False)
-A100 = Environment("cuda", 1, 1, "NVIDIA A100", (8, 0), True)
+A100 = Environment("cuda", 1, 1, "NVIDIA A100", (8, 0), True, "bfloat16 tensor cores")
 
 #: On CPU: (dtype of conv/linear outputs, dtype of their weights) for each choice.
 EXPECTED = {
@@ -267,21 +268,29 @@ def test_bf16_on_a_gpu_without_bf16_is_a_problem_not_a_swap(make_config):
 @pytest.mark.parametrize(
     ("env", "ran_as", "why"),
     [
-        (CPU, "bf16", "cpu autocast supports bfloat16"),
+        (CPU, "bf16", "cpu autocast supports bfloat16, in hardware here (avx512_bf16)"),
+        (
+            OLD_CPU,
+            "fp32",
+            "cpu without bfloat16 hardware (no amx_bf16, avx512_bf16, bf16): "
+            "half precision would be emulated, slower than fp32; ran as fp32",
+        ),
         (A100, "bf16", "NVIDIA A100 (compute capability 8.0) supports bfloat16"),
         (V100, "fp16", "no bfloat16 on Tesla V100 (compute capability 7.0): float16 with loss"),
     ],
 )
-def test_amp_chooses_bf16_where_supported_else_fp16_and_says_why(env, ran_as, why):
+def test_amp_chooses_the_fastest_safe_half_type_here_and_says_why(env, ran_as, why):
     choice = resolve("amp", env)
     assert choice.ran_as == ran_as and choice.why.startswith(why)
     assert choice.scaled == (ran_as == "fp16")
 
 
 def test_plugin_listing_shows_what_amp_chose_and_why(make_config, capsys):
-    runner.run(make_config(["precision=amp", "plugins.list=true"]), run_dir=None)
+    cfg = make_config(["precision=amp", "plugins.list=true", "trainer.accelerator=cpu"])
+    runner.run(cfg, run_dir=None)
     out = capsys.readouterr().out
-    assert "'ran_as': 'bf16'" in out and "'why': 'cpu autocast supports bfloat16'" in out
+    expected = resolve("amp", Environment.from_config(cfg))  # this CPU: bf16 hardware or not
+    assert f"'ran_as': '{expected.ran_as}'" in out and f"'why': '{expected.why}'" in out
 
 
 def test_tf32_without_tf32_hardware_runs_as_fp32_and_says_so():

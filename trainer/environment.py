@@ -18,7 +18,8 @@ class Environment:
     num_nodes: int
     device_name: str
     cuda_capability: tuple[int, int] | None  # e.g. (9, 0) on H100/H200; None off CUDA
-    bf16_supported: bool
+    bf16_supported: bool  # autocast can compute in bfloat16 here
+    bf16_native: str | None = None  # the hardware that makes bfloat16 fast here, None: none
 
     @property
     def world_size(self) -> int:
@@ -41,6 +42,7 @@ class Environment:
             device_name=_device_name(accelerator),
             cuda_capability=capability,
             bf16_supported=_bf16_supported(accelerator),
+            bf16_native=_bf16_native(accelerator, capability),
         )
 
 
@@ -83,3 +85,31 @@ def _bf16_supported(accelerator: str) -> bool:
     if accelerator == "cuda":
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     return accelerator == "cpu"  # CPU autocast supports bfloat16 everywhere torch runs
+
+
+#: CPU feature flags (Linux /proc/cpuinfo) of bfloat16 arithmetic in hardware: Intel/AMD
+#: AVX512-BF16 and AMX, Arm's BF16 extension. Without them CPU bfloat16 is emulated, and
+#: bf16 autocast measured 10x slower than fp32 (72 vs 700 samples/s on small_resnet).
+BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16", "bf16")
+
+
+def _bf16_native(accelerator: str, capability: tuple[int, int] | None) -> str | None:
+    if accelerator == "cuda":
+        return "bfloat16 tensor cores" if capability and capability >= (8, 0) else None
+    if accelerator != "cpu":
+        return None
+    flags = cpu_flags()
+    return next((flag for flag in BF16_CPU_FLAGS if flag in flags), None)
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (x86 ``flags``, Arm ``Features``); empty where unknown."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    return set(value.split())
+    except OSError:
+        pass
+    return set()
