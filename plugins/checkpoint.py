@@ -3,11 +3,13 @@
 Writes ``<run dir>/checkpoints/epochEEE-stepSSSSSSSS.ckpt`` every
 ``every_n_steps`` optimizer steps, every ``every_n_minutes``, every
 ``every_n_epochs`` epochs and at the end of training, keeps the ``keep_last``
-newest, and with ``monitor`` also ``best.ckpt``. SIGTERM or SIGUSR1 during
+furthest trained, and with ``monitor`` also ``best.ckpt``. SIGTERM or SIGUSR1 during
 training: the current optimizer step finishes, a checkpoint is written and the
-run exits with :data:`trainer.preemption.EXIT_CODE`. ``resume=auto`` continues
-from the newest (trainer/resume.py). Files are written atomically and read back
-safely (trainer/checkpoint_io.py). See docs/checkpointing.md.
+run exits with :data:`trainer.state.preemption.EXIT_CODE`. ``resume=auto`` continues
+from the furthest trained (trainer/state/resume.py). Files are written atomically with a
+checksum, and read back safely and verified; "newest" and pruning go by the training
+progress recorded in the files, never their times (trainer/state/checkpoint_io.py). See
+docs/checkpointing.md.
 
 Saves happen only where an optimizer step has just finished: a checkpoint
 never holds half an accumulation window (the gradients of its first
@@ -40,7 +42,7 @@ from tuneup.trainer.state.checkpoint_io import (
     prune,
     remove_leftover_temporaries,
 )
-from tuneup.trainer.state.preemption import Preempted, SignalFlag
+from tuneup.trainer.state.preemption import Preempted, SignalFlag, continue_command
 from tuneup.trainer.state.resume import checkpoint_dir
 from tuneup.trainer.validation import Integer, Number, OneOf, problem, problems
 
@@ -137,7 +139,15 @@ class Saver(Checkpoint):
         self.signals.install()
         if getattr(trainer, "received_sigterm", False):
             self.signals.received = "SIGTERM"  # arrived while Lightning's handler was in place
-        self.seen_step = self.saved_step = trainer.global_step
+        self.seen_step = trainer.global_step
+        # The step resumed from is on disk here already, unless it came from elsewhere
+        # (resume=<path> in another directory, or best.ckpt): then the end is saved here too.
+        resumed = trainer.ckpt_path
+        here = resumed is None or (
+            Path(resumed).parent.resolve() == self.directory.resolve()
+            and Path(resumed).name != BEST
+        )
+        self.saved_step = trainer.global_step if here else None
         self.last_save = time.monotonic()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -154,7 +164,7 @@ class Saver(Checkpoint):
             received = self.signals.received or "a stop signal on another rank"
             raise Preempted(
                 f"received {received}: stopped after step {step} and saved {self.last_path}; "
-                "continue with resume=auto"
+                f"continue with: {continue_command(self.directory.parent)}"
             )
 
     def _step_due(self, trainer, step: int) -> bool:

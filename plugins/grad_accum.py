@@ -9,6 +9,12 @@ and under DDP skips the gradient all-reduce on the k-1 non-final micro-batches
 ``trainer.accumulate_grad_batches``, and reports the effective batch size,
 data.batch_size x k x world size. Samples/s (plugins/measure.py) counts samples.
 
+:func:`effective_batch_size` is the one definition of the samples per optimizer step,
+however the user sets it (``grad_accum.steps``, ``grad_accum.global_batch_size``, the
+world size): the Trainer's k, the summary, ``describe`` and the linear learning-rate
+scaling of ``optimizer=lamb|lars`` (plugins/large_batch.py) all read it, so none of them
+can count accumulation its own way.
+
 Exact only for models without batch-dependent layers: BatchNorm normalises over
 each micro-batch, so k micro-batches of b are not one batch of k*b (use
 ``model=mlp`` to see the equality). If an epoch's batch count is not a multiple
@@ -51,10 +57,26 @@ def accumulation_steps(steps, global_batch_size, batch_size: int, world_size: in
     return derived
 
 
+def effective_batch_size(cfg, world_size: int, batch_size: int | None = None) -> int | None:
+    """Samples per optimizer step over all processes: the batch per process x k x world size,
+    with k from ``grad_accum`` (:func:`accumulation_steps`). The batch per process is
+    ``batch_size`` when given (a user's data module's own, once it is known), else
+    ``data.batch_size``; None when neither is known. Raises TuneupError as
+    accumulation_steps does. The one definition: the Trainer's k, the summary, ``describe``
+    and the large-batch learning-rate scaling all read it."""
+    batch = batch_size or cfg.data.get("batch_size")
+    if batch is None:
+        return None
+    node = cfg.get("grad_accum") or {}
+    k = accumulation_steps(node.get("steps"), node.get("global_batch_size"), batch, world_size)
+    return batch * k * world_size
+
+
 class Plugin:
     def __init__(self, cfg) -> None:
         self.cfg = cfg
         self.world_size: int | None = None  # from check's Environment; what the run will use
+        self.batch: int | None = cfg.data.get("batch_size")  # per process; a data module's own
         self.k: int | None = None  # as given to the Trainer
 
     def world(self) -> int:
@@ -62,11 +84,19 @@ class Plugin:
 
     def steps(self) -> int:
         steps, total = (self.cfg.grad_accum.get(k) for k in ("steps", "global_batch_size"))
-        return accumulation_steps(steps, total, self.cfg.data.batch_size, self.world())
+        if total is not None and self.batch is None:
+            raise TuneupError(
+                f"grad_accum.global_batch_size={total} needs the batch per process, but "
+                "data.batch_size is null and the data module's own is not known: set "
+                "data.batch_size, or grad_accum.steps instead"
+            )
+        return accumulation_steps(steps, total, self.batch, self.world())
 
     @hookimpl
-    def check(self, cfg, env):
+    def check(self, cfg, env, plan):
         self.world_size = env.world_size
+        if self.batch is None and plan is not None and plan.sound:
+            self.batch = plan.data.batch_size  # the user's data module's, now it is set up
         found = problems(cfg, RULES)
         if found:
             return found
@@ -90,13 +120,13 @@ class Plugin:
     @hookimpl
     def report(self, cfg, summary):
         world = summary.get("world_size") or self.world()
-        summary["effective_batch_size"] = cfg.data.batch_size * (self.k or self.steps()) * world
+        summary["effective_batch_size"] = effective_batch_size(cfg, world, self.batch)
 
     def describe(self):
         settings = {k: self.cfg.grad_accum.get(k) for k in ("steps", "global_batch_size")}
         try:
             k = self.steps()
+            effective = effective_batch_size(self.cfg, self.world(), self.batch)
         except TuneupError:
             return settings  # check reports the problem
-        effective = self.cfg.data.batch_size * k * self.world()
         return {**settings, "steps": k, "effective_batch_size": effective}

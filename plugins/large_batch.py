@@ -7,16 +7,20 @@ Norms and biases (parameters with ndim <= 1) are excluded from weight decay and 
 ``tuneup[kernels]`` extra); on CPU it is a check error, never a silent fallback.
 
 Linear scaling: with ``optimizer.base_batch_size`` set, the learning rate is
-``optimizer.lr * global_batch / base_batch_size`` (global batch = data.batch_size x
-accumulation x world size); combine with ``scheduler.warmup_steps`` (see
-``experiment=large_batch``). The summary says which implementation each step ran.
+``optimizer.lr * global_batch / base_batch_size``, the global batch being the run's effective
+batch size as plugins/grad_accum.py defines it for everything else (data.batch_size x
+accumulation x world size, however accumulation is set: ``grad_accum.steps`` or
+``grad_accum.global_batch_size``); combine with ``scheduler.warmup_steps`` (see
+``experiment=large_batch``). The summary says which implementation each step ran, and the
+learning rate.
 """
 
 from __future__ import annotations
 
-from tuneup import hookimpl
+from tuneup import TuneupError, hookimpl
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problems
 
+from .grad_accum import effective_batch_size
 from .kernels import Lamb, Lars, triton_support
 
 RULES = {
@@ -33,21 +37,26 @@ RULES = {
 }
 
 
-def global_batch_size(cfg, world_size: int) -> int:
-    steps = (cfg.get("grad_accum") or {}).get("steps") or 1
-    return cfg.data.batch_size * steps * world_size
-
-
-def scaled_lr(cfg, world_size: int) -> float:
-    """``optimizer.lr``, linearly scaled to the global batch when ``base_batch_size`` is set."""
+def scaled_lr(cfg, world_size: int, batch_size: int | None = None) -> float:
+    """``optimizer.lr``, linearly scaled to the effective batch when ``base_batch_size`` is set
+    (``batch_size``: the batch per process, when the data module keeps its own)."""
     base = cfg.optimizer.get("base_batch_size")
-    return cfg.optimizer.lr * (global_batch_size(cfg, world_size) / base if base else 1.0)
+    if not base:
+        return cfg.optimizer.lr
+    effective = effective_batch_size(cfg, world_size, batch_size)
+    if effective is None:
+        raise TuneupError(
+            f"optimizer.base_batch_size={base} scales the learning rate to the effective batch "
+            "size, but data.batch_size is null (the data module's own, unknown here): set "
+            "data.batch_size, or optimizer.base_batch_size=null"
+        )
+    return cfg.optimizer.lr * effective / base
 
 
-def build_optimizer(cfg, params, world_size: int):
+def build_optimizer(cfg, params, world_size: int, batch_size: int | None = None):
     o = cfg.optimizer
     common = {
-        "lr": scaled_lr(cfg, world_size),
+        "lr": scaled_lr(cfg, world_size, batch_size),
         "weight_decay": o.weight_decay,
         "exclude_norms_and_biases": o.get("exclude_norms_and_biases", True),
         "fused": o.fused,
@@ -67,7 +76,7 @@ class Plugin:
     @hookimpl
     def check(self, cfg, env, plan):
         found = problems(cfg, RULES)
-        if plan is not None and plan.sound and plan.lightning:
+        if plan is not None and plan.lightning:
             found.append(
                 f"optimizer={cfg.optimizer.name} cannot apply to model=lightning: the "
                 f"LightningModule {plan.model_name} builds its own optimizer in "
@@ -88,7 +97,8 @@ class Plugin:
 
     @hookimpl
     def configure_optimizer(self, cfg, params, trainer):
-        self.optimizer = build_optimizer(cfg, params, trainer.world_size)
+        batch = getattr(trainer.datamodule, "batch_size", None)  # the data module's, if its own
+        self.optimizer = build_optimizer(cfg, params, trainer.world_size, batch)
         self.lr = self.optimizer.defaults["lr"]
         return self.optimizer
 

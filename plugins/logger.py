@@ -9,6 +9,7 @@ rows: ``metrics-1.csv``, ``metrics-2.csv``... in the order they were written); `
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from pathlib import Path
 
 from tuneup import hookimpl
@@ -41,6 +42,9 @@ def build_logger(settings, save_dir: str):
 
     if settings.name == "csv":
         keep_earlier_metrics(save_dir)
+        # It warns that the run directory is not empty (it holds .hydra/, the log file) and
+        # that its files would be deleted: the only one it writes, metrics.csv, was kept above.
+        warnings.filterwarnings("ignore", message=r"Experiment logs directory .* not empty")
         return loggers.CSVLogger(save_dir=save_dir, name="", version="")
     if settings.name == "tensorboard":
         return loggers.TensorBoardLogger(save_dir=save_dir, name="", version="")

@@ -32,6 +32,18 @@ def compose_config(overrides=(), tiny=True, config_dir=None):
     return tuneup.compose([*(TINY if tiny else []), *overrides], config_dir=config_dir)
 
 
+@pytest.fixture(autouse=True)
+def _environment_as_before():
+    """Each test leaves ``os.environ`` as it found it. An in-process DDP run leaves Lightning's
+    ``MASTER_PORT``, ``LOCAL_RANK``, ``WORLD_SIZE``... behind (tuneup undoes them when the next
+    run in the process launches); a later test's subprocess must not inherit them."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture
 def make_config():
     return compose_config
@@ -96,3 +108,38 @@ def add_plugin(monkeypatch):
         return plugin
 
     return _add
+
+
+# --- GPU tests ------------------------------------------------------------------------------
+
+#: Why a test marked ``gpu`` did not run here (pytest -ra prints it).
+NO_CUDA = (
+    "needs a CUDA GPU (torch.cuda.is_available() is False here); bench/gpu.sh runs the gpu "
+    "tests on a GPU machine"
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` run where CUDA is present and are skipped, saying why, where not."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason=NO_CUDA)
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def cuda_peak():
+    """The dense 16-bit peak (TFLOP/s) of this GPU from trainer/flops.py; skips if unknown."""
+    import torch
+
+    from tuneup.trainer.flops import peak_tflops
+
+    name = torch.cuda.get_device_name()
+    peak = peak_tflops(name)
+    if peak is None:
+        pytest.skip(f"no known peak for {name!r} in trainer/flops.py PEAK_TFLOPS")
+    return peak

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 import random
+import struct
 import time
+import zipfile
 
 import numpy as np
 import pytest
 import torch
 
+from tuneup import TuneupError
 from tuneup.trainer.state import checkpoint_io, rng
 from tuneup.trainer.state.checkpoint_io import (
     BEST,
@@ -43,12 +48,28 @@ class Payload:
         return (os.system, (f"touch {self.path}",))
 
 
-def write(directory, name, value=1.0, age=0.0):
+def write(directory, name, value=1.0, age=0.0, step=0):
+    """A checkpoint at optimizer step ``step``, its file time ``age`` seconds ago."""
     path = directory / name
-    atomic_save({"w": torch.full((3,), value)}, path)
+    atomic_save({"w": torch.full((3,), value), "global_step": step}, path)
     stamp = time.time() - age
     os.utime(path, (stamp, stamp))
     return path
+
+
+def flip_tensor_bytes(path, count=4):
+    """Overwrite ``count`` bytes of the first tensor's data in place: the size stays, the zip
+    stays readable, torch.load reads other numbers. What a bad disk or a bad copy does."""
+    with zipfile.ZipFile(path) as archive:
+        member = next(i for i in archive.infolist() if "/data/" in i.filename)
+    with open(path, "r+b") as f:
+        f.seek(member.header_offset + 26)
+        name_length, extra_length = struct.unpack("<HH", f.read(4))
+        start = member.header_offset + 30 + name_length + extra_length
+        f.seek(start)
+        data = f.read(count)
+        f.seek(start)
+        f.write(bytes(b ^ 0xFF for b in data))
 
 
 # -- atomic writes ------------------------------------------------------------------------
@@ -83,6 +104,50 @@ def test_save_is_temp_file_fsync_replace_then_directory_fsync(tmp_path, monkeypa
     monkeypatch.setattr(checkpoint_io.os, "replace", replace)
     atomic_save({"w": torch.ones(3)}, tmp_path / "a.ckpt")
     assert events == ["fsync file", "replace", "fsync dir"]
+
+
+# -- checksums ----------------------------------------------------------------------------
+
+
+def test_a_checkpoint_carries_the_sha256_of_its_bytes_and_stays_a_torch_file(tmp_path):
+    path = tmp_path / "a.ckpt"
+    atomic_save({"w": torch.arange(5.0)}, path)
+    data = path.read_bytes()
+    assert data[-78:-64] == b"tuneup-sha256:"
+    assert data[-64:].decode() == hashlib.sha256(data[:-78]).hexdigest()
+    assert zipfile.ZipFile(path).comment == data[-78:]  # a valid zip comment
+    assert torch.equal(torch.load(path, weights_only=True)["w"], torch.arange(5.0))
+    assert torch.equal(load(path)["w"], torch.arange(5.0))
+
+
+def test_four_flipped_bytes_of_tensor_data_are_refused_by_their_checksum(tmp_path):
+    path = tmp_path / checkpoint_name(0, 1)
+    atomic_save({"w": torch.arange(1000.0)}, path)
+    size = path.stat().st_size
+    flip_tensor_bytes(path)
+    assert path.stat().st_size == size
+    torch.load(path, weights_only=True)  # torch alone reads the damaged numbers silently
+    with pytest.raises(UnreadableCheckpoint, match=rf"{path.name} is corrupt: .*SHA-256"):
+        load(path)
+    with pytest.raises(UnreadableCheckpoint, match="corrupt"):
+        checkpoint_io.AtomicCheckpointIO().load_checkpoint(path)  # Lightning's way in
+
+
+def test_resume_auto_falls_back_past_a_corrupt_newest_file_naming_it(tmp_path, caplog):
+    write(tmp_path, checkpoint_name(0, 1), 1.0, step=1)
+    bad = write(tmp_path, checkpoint_name(0, 2), 2.0, step=2)
+    flip_tensor_bytes(bad)
+    path, state = newest_valid(tmp_path)
+    assert path.name == checkpoint_name(0, 1) and float(state["w"][0]) == 1.0
+    assert "skipping a bad checkpoint" in caplog.text and bad.name in caplog.text
+    assert bad.exists()  # never deleted
+
+
+def test_a_file_without_a_checksum_loads_with_a_warning(tmp_path, caplog):
+    path = tmp_path / "old.ckpt"
+    torch.save({"w": torch.ones(2)}, path)  # an older tuneup's, or another tool's
+    assert torch.equal(load(path)["w"], torch.ones(2))
+    assert "carries no checksum" in caplog.text and "old.ckpt" in caplog.text
 
 
 def test_checkpoint_names_sort_in_training_order_and_need_no_quoting():
@@ -125,8 +190,8 @@ def test_a_pickle_payload_is_refused_and_never_runs(tmp_path, bare):
 
 
 def test_newest_valid_skips_a_bad_newest_file_with_a_warning_and_deletes_nothing(tmp_path, caplog):
-    write(tmp_path, checkpoint_name(0, 1), 1.0, age=20)
-    write(tmp_path, checkpoint_name(0, 2), 2.0, age=10)
+    write(tmp_path, checkpoint_name(0, 1), 1.0, age=10, step=1)
+    write(tmp_path, checkpoint_name(0, 2), 2.0, age=20, step=2)  # older file time, further on
     bad = tmp_path / checkpoint_name(0, 3)
     bad.write_bytes(b"PK\x03\x04 half a zip")
     write(tmp_path, BEST, 9.0)  # never a resume candidate
@@ -145,22 +210,23 @@ def test_no_checkpoint_is_none_but_only_bad_ones_is_an_error(tmp_path):
 
 
 def test_an_unsafe_newest_file_is_an_error_not_skipped(tmp_path):
-    write(tmp_path, checkpoint_name(0, 1), age=10)
+    write(tmp_path, checkpoint_name(0, 1), age=10, step=1)
     torch.save({"x": Payload(tmp_path / "MARKER")}, tmp_path / checkpoint_name(0, 2))
     with pytest.raises(UnsafeCheckpoint, match=checkpoint_name(0, 2)):
         newest_valid(tmp_path)
     assert not (tmp_path / "MARKER").exists()
 
 
-def test_prune_keeps_the_k_newest_and_best(tmp_path):
-    for step in range(1, 6):
-        write(tmp_path, checkpoint_name(0, step), age=10 - step)
-    write(tmp_path, BEST, age=100)
+def test_prune_keeps_the_k_furthest_trained_and_best_whatever_the_file_times(tmp_path):
+    for step in range(1, 6):  # named in no order, and the furthest trained written "first"
+        write(tmp_path, f"copy-{6 - step}.ckpt", age=step, step=step * 10)
+    write(tmp_path, BEST, age=100, step=99)
+    (tmp_path / "damaged.ckpt").write_bytes(b"PK\x03\x04 half a zip")
     deleted = prune(tmp_path, keep=2)
-    assert sorted(p.name for p in deleted) == [checkpoint_name(0, s) for s in (1, 2, 3)]
+    assert sorted(p.name for p in deleted) == ["copy-3.ckpt", "copy-4.ckpt", "copy-5.ckpt"]
     kept = [p.name for p in list_checkpoints(tmp_path)]
-    assert kept == [checkpoint_name(0, 5), checkpoint_name(0, 4)]
-    assert (tmp_path / BEST).exists()
+    assert kept == ["copy-1.ckpt", "copy-2.ckpt"]  # steps 50 and 40
+    assert (tmp_path / BEST).exists() and (tmp_path / "damaged.ckpt").exists()
 
 
 # -- the data order -----------------------------------------------------------------------
@@ -265,3 +331,38 @@ def test_a_deferred_check_names_the_first_bad_micro_batch_when_read():
     healthy.check()
     with pytest.raises(Diverged, match="on another rank"):
         healthy.check(any_rank=lambda bad: True)
+
+
+def test_a_full_disk_during_a_save_says_so_and_keeps_the_previous_file(tmp_path, monkeypatch):
+    path = tmp_path / "checkpoints" / "epoch000-step00000002.ckpt"
+    checkpoint_io.atomic_save({"step": 1}, path)
+    before = path.read_bytes()
+
+    class FullDisk:
+        """A file whose writes fail once the first block is on disk, as on a full disk."""
+
+        def __init__(self, raw):
+            self.raw, self.writes = raw, 0
+
+        def write(self, data):
+            self.writes += 1
+            if self.writes > 1:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.raw.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.raw, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.raw.close()
+
+    monkeypatch.setattr(checkpoint_io, "open", lambda *a: FullDisk(open(*a)), raising=False)  # noqa: SIM115
+    with pytest.raises(TuneupError, match=r"no space left to save .*step00000002.ckpt \(No space "
+                       r"left on device; \d+ MiB free on that file system\): the checkpoints "
+                       r"written before are kept"):  # fmt: skip
+        checkpoint_io.atomic_save({"step": 2, "big": torch.zeros(100_000)}, path)
+    assert path.read_bytes() == before
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left

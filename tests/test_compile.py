@@ -7,6 +7,7 @@ import torch
 
 from tests.conftest import compose_config
 from tuneup.plugins.compile import Plugin, first_step_overhead
+from tuneup.trainer.components import Plan
 from tuneup.trainer.environment import Environment
 
 MLP = ["model=mlp", "model.hidden=[32]", "data.image_size=8", "data.train_samples=128",
@@ -45,7 +46,7 @@ def test_compile_time_is_the_first_step_beyond_the_median():
 
 def test_bad_settings_are_check_errors():
     cfg = compose_config(["compile=on", "compile.mode=fastest", "compile.backend=nope"])
-    found = Plugin(cfg).check(cfg, Environment.from_config(cfg))
+    found = Plugin(cfg).check(cfg, Environment.from_config(cfg), Plan(cfg))
     assert found == [
         "compile.mode='fastest' is not allowed: expected one of 'default', 'reduce-overhead', "
         "'max-autotune', 'max-autotune-no-cudagraphs'",
@@ -59,5 +60,5 @@ def test_cpu_without_a_cxx_compiler_is_a_check_error(monkeypatch):
     cfg = compose_config(["compile=on", "trainer.accelerator=cpu"])
     monkeypatch.setattr("shutil.which", lambda name: None)
     monkeypatch.delenv("CXX", raising=False)
-    (found,) = Plugin(cfg).check(cfg, Environment.from_config(cfg))
+    (found,) = Plugin(cfg).check(cfg, Environment.from_config(cfg), Plan(cfg))
     assert found.startswith("compile=on on CPU needs a C++ compiler (inductor generates C++)")

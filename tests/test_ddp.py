@@ -117,7 +117,7 @@ def test_sweep_runs_each_job_with_two_ranks_in_its_own_directory(tmp_path):
         assert summary["status"] == "ok" and summary["world_size"] == 2 and summary["steps"] == 2
         overrides = (sweep / job / ".hydra" / "overrides.yaml").read_text()
         assert f"optimizer.lr={lr}" in overrides
-        assert (sweep / job / "train_ddp_process_1.log").exists()  # rank 1 ran in this job's dir
+        assert (sweep / job / "tuneup.rank0-1.log").exists()  # rank 1 ran in this job's dir
 
 
 FAILING_PLUGIN = """
@@ -180,9 +180,17 @@ def problems_for(*overrides):
     return settings_problems(cfg, Environment.from_config(cfg))
 
 
-def test_ddp_with_one_process_is_a_problem():
-    (found,) = problems_for("strategy=ddp")
+def test_ddp_with_one_process_given_explicitly_is_a_problem():
+    (found,) = problems_for("strategy=ddp", "trainer.devices=1")
     assert "one process" in found and "trainer.devices=2" in found
+
+
+def test_ddp_with_devices_auto_on_one_device_runs_one_process_and_says_so(train):
+    summary, _ = train("strategy=ddp", "trainer.accelerator=cpu", "trainer.max_steps=2")
+    strategy = summary["plugins"]["strategy"]
+    assert summary["status"] == "ok" and summary["world_size"] == 1
+    assert strategy["used"] == "single process"
+    assert strategy["note"].startswith("strategy=ddp with trainer.devices=auto on cpu: one device")
 
 
 def test_fsdp_says_why_it_cannot_run_on_cpu():

@@ -176,3 +176,49 @@ def test_ddp_all_reduces_only_on_the_final_micro_batch(train, add_plugin):
         os.environ.update(environ)
     assert summary["steps"] == 3 and summary["micro_batches"] == 12
     assert sorted(set(spy.reduced)) == [3, 7, 11]  # the 4th micro-batch of each optimizer step
+
+
+# -- one effective batch size for every consumer ---------------------------------------------
+
+#: LAMB's linear scaling: lr = 0.001 x effective batch / 32; 256 samples per step -> 0.008.
+LAMB = [
+    "optimizer=lamb",
+    "optimizer.lr=0.001",
+    "optimizer.base_batch_size=32",
+    "scheduler=constant",
+]
+
+
+@pytest.mark.parametrize("accumulation", ["grad_accum.steps=8", "grad_accum.global_batch_size=256"])
+def test_the_lr_is_scaled_to_the_batch_the_summary_reports(train, add_plugin, accumulation):
+    """global_batch_size=256 trained LAMB at lr 0.001 (accumulation counted from
+    grad_accum.steps only) while the summary said 256."""
+    spy = add_plugin(LearningRates())
+    summary, _ = train(*MLP, *LAMB, "data.batch_size=32", accumulation, tiny=False)
+    assert summary["effective_batch_size"] == 256
+    assert summary["plugins"]["grad_accum"]["effective_batch_size"] == 256
+    assert summary["optimizer"]["lr"] == pytest.approx(0.008)
+    assert spy.lrs == [pytest.approx(0.008)]  # the one step of 8 x 32 samples
+
+
+@pytest.mark.parametrize("accumulation", [["grad_accum.steps=4"],
+                                          ["grad_accum.global_batch_size=256"]])  # fmt: skip
+def test_the_world_size_counts_alike_for_every_consumer(make_config, accumulation):
+    """Two processes of 32 x 4 micro-batches: 256 per step for the Trainer's k, the summary,
+    describe() and the learning rate."""
+    from types import SimpleNamespace
+
+    from tuneup.plugins import grad_accum, large_batch
+    from tuneup.trainer.components import Plan
+
+    cfg = make_config([*LAMB, "data.batch_size=32", *accumulation])
+    assert grad_accum.effective_batch_size(cfg, world_size=2) == 256
+    plugin = grad_accum.Plugin(cfg)
+    assert plugin.check(cfg, SimpleNamespace(world_size=2), Plan(cfg)) == []
+    kwargs = {}
+    plugin.configure_trainer(kwargs)
+    assert kwargs["accumulate_grad_batches"] == 4
+    summary = {"world_size": 2}
+    plugin.report(cfg, summary)
+    assert summary["effective_batch_size"] == plugin.describe()["effective_batch_size"] == 256
+    assert large_batch.scaled_lr(cfg, world_size=2) == pytest.approx(0.008)

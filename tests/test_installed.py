@@ -80,7 +80,9 @@ def test_the_command_runs_from_a_foreign_directory(installed, foreign):
     started = time.perf_counter()
     help_text = command(installed, foreign, "--help")
     assert help_text.returncode == 0 and time.perf_counter() - started < 30
-    assert "precision" in help_text.stdout and "experiment                 quick" in help_text.stdout
+    assert (
+        "precision" in help_text.stdout and "experiment                 quick" in help_text.stdout
+    )
 
     result = command(installed, foreign, *TINY, "experiment=quick")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -107,7 +109,9 @@ def test_a_failing_hook_is_one_line_here_and_a_traceback_in_the_log(installed, f
 
     result = command(installed, foreign, *args, extra_path=[site])
     assert result.returncode == 1
-    message = "error: plugin 'bomb' failed in hook 'on_train_batch_end': RuntimeError: boom in batch 1"
+    message = (
+        "error: plugin 'bomb' failed in hook 'on_train_batch_end': RuntimeError: boom in batch 1"
+    )
     assert result.stderr.strip().splitlines()[-1] == message
     assert "Traceback" not in result.stderr
     log = (run_dir / "tuneup.log").read_text()

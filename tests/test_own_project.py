@@ -4,6 +4,7 @@ exact resume after a kill, and the checks that name both sides of a mismatch."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -68,7 +69,9 @@ def test_documented_commands_train_and_sweep(project):
     sweep_dir = max((project / "multirun").glob("*/*"), key=lambda p: p.stat().st_mtime)
     runs = [summary(sweep_dir / str(job)) for job in range(4)]
     assert all(r["status"] == "ok" for r in runs)
-    assert "| 3 |" in (sweep_dir / "report.md").read_text()  # one row per run
+    rows = [line.split("|")[1].split()[0] for line in (sweep_dir / "report.md").read_text()
+            .splitlines() if re.match(r"\| \d+ ", line)]  # fmt: skip
+    assert sorted(rows) == ["0", "1", "2", "3"]  # one row per run
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -157,6 +160,8 @@ def mine(project, monkeypatch):
          "my_project.lit.LitNet builds its own optimizer in configure_optimizers"),
         (["kernels=[linear_cross_entropy]"], "kernels.ops.linear_cross_entropy.head='lm_head': "
          "model my_project.nets.Net has nothing there, not an nn.Linear"),
+        (["+model.hiden=3"], "model my_project.nets.Net cannot be built with (width=16, "
+         "hiden=3): TypeError: Net.__init__() got an unexpected keyword argument 'hiden'"),
         (["model=lightning", "model._target_=my_project.lit.LitNoForward", "compile=on"],
          "compile=on compiles the LightningModule's forward, but my_project.lit.LitNoForward "
          "defines none"),

@@ -23,8 +23,14 @@ import torch
 
 from tests.conftest import ROOT, run_cli
 from tests.plugin_dists import make_distribution
+from tests.test_checkpoint_io import flip_tensor_bytes
 from tuneup import TuneupError
-from tuneup.trainer.state.checkpoint_io import UnsafeCheckpoint, checkpoint_name, list_checkpoints
+from tuneup.trainer.state.checkpoint_io import (
+    UnreadableCheckpoint,
+    UnsafeCheckpoint,
+    checkpoint_name,
+    list_checkpoints,
+)
 from tuneup.trainer.state.checkpoint_io import load as load_checkpoint
 from tuneup.trainer.state.preemption import EXIT_CODE
 from tuneup.trainer.state.resume import resolve
@@ -223,9 +229,20 @@ def copy_checkpoints(reference_dir, run_dir, steps):
     return copies
 
 
-def test_a_truncated_newest_checkpoint_is_named_and_the_previous_one_resumed(tmp_path, reference):
+def truncate(path):
+    path.write_bytes(path.read_bytes()[:1000])  # as a killed copy or a full disk leaves it
+
+
+@pytest.mark.parametrize("damage", [truncate, flip_tensor_bytes], ids=["truncated", "4 bytes"])
+def test_a_damaged_newest_checkpoint_is_named_and_the_previous_one_resumed(
+    tmp_path, reference, damage
+):
+    """Also 4 bytes of tensor data overwritten in place (same size, a readable archive): the
+    checksum written with the file catches it; before, the run resumed from it silently."""
     good, newest = copy_checkpoints(reference(1), tmp_path, [34, 35])
-    newest.write_bytes(newest.read_bytes()[:1000])  # as a killed copy or a full disk leaves it
+    damage(newest)
+    with pytest.raises(UnreadableCheckpoint, match=newest.name):
+        resolve(str(newest), tmp_path / "elsewhere")  # resume=<path>: refused, not skipped
     result = resume_auto(tmp_path)
     output = result.stdout + result.stderr
     assert "skipping a bad checkpoint" in output and newest.name in output
@@ -275,20 +292,23 @@ def test_changed_settings_are_listed_with_old_and_new_values(tmp_path, reference
     copy_checkpoints(reference(1), tmp_path / "run", [34])
     train(*RUN, "resume=auto", "seed=1", "precision=bf16", tiny=False)
     assert "resuming" in caplog.text and "with changed settings" in caplog.text
-    assert "precision: 'fp32' -> 'bf16'" in caplog.text and "seed: 0 -> 1" in caplog.text
+    assert "precision.name: 'fp32' -> 'bf16': takes effect" in caplog.text
+    assert "seed: 0 -> 1: no effect" in caplog.text
 
 
 @pytest.mark.parametrize(
     ("override", "change"),
     [
-        ("data.batch_size=4", "data.batch_size: 8 -> 4"),
-        ("grad_accum.steps=4", "grad_accum: 1 -> 4"),
+        ("data.batch_size=4", "data.batch_size: 8 -> 4: the checkpoint stopped 80 samples"),
+        ("grad_accum.steps=4", "grad_accum.steps: 1 -> 4: the checkpoint stopped 80 samples"),
     ],
 )
 def test_settings_that_change_the_rest_of_the_epoch_are_an_error(
     tmp_path, reference, train, override, change
 ):
     copy_checkpoints(reference(1), tmp_path / "run", [34])  # 10 batches into epoch 2
-    with pytest.raises(TuneupError, match=r"cannot resume .* exactly") as info:
+    with pytest.raises(TuneupError, match=r"cannot resume .* with these changed settings") as info:
         train(*RUN, "resume=auto", override, tiny=False)
-    assert change in str(info.value)
+    assert change in str(info.value) and "from a checkpoint saved at an epoch end" in str(
+        info.value
+    )

@@ -28,7 +28,7 @@ def test_default_run_trains_to_twice_chance_and_writes_summary(cli, tmp_path):
 
 
 def test_summary_figures_are_consistent(train):
-    summary, _ = train("trainer.max_epochs=2")
+    summary, _ = train("trainer.max_epochs=2", "trainer.accelerator=cpu")  # GPU: tests/gpu/
     assert summary["steps"] == 2 * 256 // 32 and summary["epochs"] == 2
     assert summary["world_size"] == 1 and summary["device"].startswith("cpu")
     assert summary["samples_per_s"] > 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 
 import torch
+from omegaconf import OmegaConf
 
 from tuneup.trainer.optim import check_optim
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
@@ -41,9 +42,48 @@ def core_problems(cfg, env, plan) -> list[str]:
             f"trainer.accelerator={cfg.trainer.accelerator} but this machine has no CUDA device; "
             "allowed here: cpu or auto"
         )
-    found += _trainer_argument_problems(cfg)
+    found += _trainer_argument_problems(cfg) + _length_problems(cfg) + _unknown_keys(cfg)
     found += plan.problems + check_optim(cfg)
     return found
+
+
+#: Groups whose built-in options list every key they read: a key added with + is a typo.
+CLOSED_GROUPS = ("model", "data", "optimizer", "scheduler")
+
+
+def _unknown_keys(cfg) -> list[str]:
+    """Keys under a built-in option of a closed group that its config file does not define
+    (``+optimizer.lrr=0.1``): they would be accepted and silently do nothing."""
+    from tuneup.config import builtin_dir
+
+    found = []
+    for group in CLOSED_GROUPS:
+        node = cfg.get(group)
+        if node is None or "_target_" in node or not isinstance(node.get("name"), str):
+            continue  # the user's own target: every key is its argument
+        option = builtin_dir() / group / f"{node.name}.yaml"
+        if not option.is_file():
+            continue
+        allowed = set(OmegaConf.load(option)) - {"defaults"}
+        settings = ", ".join(sorted(allowed - {"name", "plugin"}))
+        found += [
+            f"{group}.{key} is not a setting of {group}={node.name}; its settings are: {settings}"
+            for key in sorted(set(node) - allowed)
+        ]
+    return found
+
+
+def _length_problems(cfg) -> list[str]:
+    """A schedule that needs the run's length, in a run without one."""
+    t = cfg.trainer
+    endless = t.get("max_epochs") == -1 and t.get("max_steps", -1) == -1
+    if endless and OmegaConf.select(cfg, "scheduler.name") != "constant":
+        return [
+            "trainer.max_epochs=-1 and trainer.max_steps=-1: the run has no end, but "
+            f"scheduler={cfg.scheduler.name} needs the number of steps; set trainer.max_steps "
+            "(or trainer.max_epochs), or use scheduler=constant"
+        ]
+    return []
 
 
 #: Trainer arguments conf/config.yaml sets; others are looked up in Lightning's signature.

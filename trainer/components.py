@@ -210,9 +210,8 @@ class Plan:
         return data
 
     def _user_data(self, configure) -> UserData:
-        from hydra.utils import instantiate
-
         import pytorch_lightning as pl
+        from hydra.utils import instantiate
 
         node = self.cfg.data
         target = locate(self.data_name, "data._target_")
@@ -306,12 +305,15 @@ class Plan:
         builder that needs real tensors, or a config the checks refuse. Built once."""
         return self._meta_model if self.sound else None
 
+    meta_error: Exception | None = None  # why the model could not be built on the meta device
+
     @cached_property
     def _meta_model(self) -> nn.Module | None:
         try:
             with torch.device("meta"):
                 return self.build_model()
         except Exception as exc:
+            self.meta_error = exc.__cause__ or exc  # Hydra wraps the target's own error
             log.debug("the model cannot be built on the meta device: %s", exc)
             return None
 
@@ -369,6 +371,10 @@ def _user_problems(touch) -> list[str]:
 def pairing_problems(plan: Plan) -> list[str]:
     """Whether the model can read the data's batches and the task can score its output."""
     cfg = plan.cfg
+    if plan.user_model and plan._meta_model is None and not about_meta(plan.meta_error):
+        args = ", ".join(f"{k}={v!r}" for k, v in arguments(cfg.model).items())
+        return [f"model {plan.model_name} cannot be built with ({args}): "
+                f"{type(plan.meta_error).__name__}: {plan.meta_error}"]  # fmt: skip
     if plan.lightning:
         if cfg.get("task", "auto") != "auto":
             return [f"task={cfg.task} does not apply to model=lightning: the LightningModule "
@@ -378,6 +384,7 @@ def pairing_problems(plan: Plan) -> list[str]:
         found = _zoo_input_problems(plan)
         if found or not plan.user_data:
             return found
+
     both = f"model {plan.model_name} and data {plan.data_name}"
     batch = plan.example_batch()
     if not plan.task.model_loss and not _pair(batch):

@@ -6,9 +6,11 @@ example, "fp16 needs a GPU with tensor cores" before a process is spawned.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
+from omegaconf import OmegaConf
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,8 @@ class Environment:
     @classmethod
     def from_config(cls, cfg) -> Environment:
         accelerator = _accelerator(str(cfg.trainer.get("accelerator", "auto")))
-        devices = _device_count(cfg.trainer.get("devices", 1), accelerator)
+        distributed = OmegaConf.select(cfg, "strategy.name") in DISTRIBUTED
+        devices = _device_count(cfg.trainer.get("devices", 1), accelerator, distributed)
         cuda = accelerator == "cuda" and torch.cuda.is_available()
         capability = torch.cuda.get_device_capability() if cuda else None
         return cls(
@@ -46,6 +49,13 @@ class Environment:
         )
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, as Slurm sets it), else the machine's."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _accelerator(requested: str) -> str:
     if requested in ("gpu", "cuda"):
         return "cuda"
@@ -56,7 +66,13 @@ def _accelerator(requested: str) -> str:
     return requested
 
 
-def _device_count(devices, accelerator: str) -> int:
+#: Strategies that spread a run over processes: with them ``trainer.devices=auto`` is every GPU.
+DISTRIBUTED = ("ddp", "fsdp")
+
+
+def _device_count(devices, accelerator: str, distributed: bool = False) -> int:
+    """Processes per node. ``auto`` (the default): every GPU of the node with strategy=ddp|fsdp,
+    else one process (Lightning's own ``auto`` would take every GPU for any strategy)."""
     if isinstance(devices, int) and not isinstance(devices, bool):
         if devices == -1:
             return torch.cuda.device_count() if accelerator == "cuda" else 1
@@ -65,7 +81,8 @@ def _device_count(devices, accelerator: str) -> int:
         parts = [p for p in devices.split(",") if p.strip()]
         return len(parts) if len(parts) > 1 else int(parts[0]) if parts else 1
     if devices == "auto":
-        return torch.cuda.device_count() if accelerator == "cuda" else 1
+        gpus = torch.cuda.device_count() if accelerator == "cuda" else 0
+        return max(1, gpus) if distributed else 1
     return len(list(devices))  # a list of device indices
 
 

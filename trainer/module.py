@@ -19,6 +19,7 @@ Run state (RNG, data order, divergence) is the run-state callback's, for both
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytorch_lightning as pl
@@ -88,7 +89,8 @@ class TrainingModule(pl.LightningModule):
         )
         if optimizer is None:
             optimizer = build_optimizer(self.cfg, params)
-        total = max(1, int(self.trainer.estimated_stepping_batches))
+        total = self.trainer.estimated_stepping_batches  # inf: no limit (scheduler=constant)
+        total = max(1, int(total)) if math.isfinite(total) else 1
         scheduler = build_scheduler(self.cfg, optimizer, total)
         return {
             "optimizer": optimizer,

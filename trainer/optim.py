@@ -32,7 +32,14 @@ RULES = {
 def check_optim(cfg) -> list[str]:
     if cfg.optimizer.get("plugin"):  # a plugin's optimizer (e.g. lamb): the plugin checks it
         return problems(cfg, {k: v for k, v in RULES.items() if k.startswith("scheduler.")})
-    return problems(cfg, RULES)
+    found = problems(cfg, RULES)
+    o = cfg.optimizer
+    if not found and o.name == "sgd" and o.get("nesterov") and o.get("momentum") == 0:
+        found.append(
+            "optimizer.momentum=0.0 with optimizer.nesterov=true: Nesterov momentum needs "
+            "momentum > 0; set optimizer.momentum (e.g. 0.9) or optimizer.nesterov=false"
+        )
+    return found
 
 
 def build_optimizer(cfg, params) -> torch.optim.Optimizer:
@@ -63,3 +70,21 @@ def build_scheduler(cfg, optimizer, total_steps: int):
         return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def set_lr_from_schedule(scheduler) -> None:
+    """Set each group's learning rate to what ``scheduler`` gives at its current step.
+
+    A resumed run restores the learning rate the old run's schedule computed; with a
+    changed schedule, limit or base rate, the new one applies from the resumed step on, not
+    one step later. For an unchanged run it computes the very value restored (LambdaLR's
+    own closed form, ``base_lr x factor(step)``), so exact resume stays exact. Other
+    schedulers are left as restored.
+    """
+    if not isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+        return
+    step = scheduler.last_epoch
+    for group, base, factor in zip(
+        scheduler.optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True
+    ):
+        group["lr"] = base * factor(step)

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import platform
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import pytorch_lightning as pl
 
-from tuneup import TuneupError
+from tuneup import TuneupError, console
 from tuneup.trainer import summary as run_summary
 from tuneup.trainer.bridge import Bridge
 from tuneup.trainer.checks import core_problems
@@ -23,7 +24,9 @@ from tuneup.trainer.environment import Environment
 from tuneup.trainer.module import TrainingModule, with_batch_transforms
 from tuneup.trainer.plugin_manager import PluginManager
 from tuneup.trainer.state.preemption import Preempted
-from tuneup.trainer.state.resume import check_config, resolve
+from tuneup.trainer.state.progress import shortfall
+from tuneup.trainer.state.resume import check_config, load_weights, resolve, weights_only_setting
+from tuneup.trainer.state.run_dir import RunDirLock, write_record
 from tuneup.trainer.state.run_state import RunState
 
 log = logging.getLogger(__name__)
@@ -53,12 +56,38 @@ def run(cfg, run_dir: str | Path | None = None):
 
     Without ``run_dir`` the Hydra run directory (``hydra.run.dir``) is used.
     Returns None for ``plugins.list=true``, which prints the plugins and exits.
+
+    The run first takes its directory (state/run_dir.py: an exclusive lock) and resolves
+    ``resume=``; a run refused there (the directory is another live run's, or holds a
+    finished run and resume=null) raises without touching anything in it. From then on the
+    directory is the run's: its record (.hydra/), its log file and its summary, written also
+    when it fails.
     """
     if cfg.get("plugins", {}).get("list", False):
         print(PluginManager.from_config(cfg).listing(cfg))
         return None
     run_dir = Path(run_dir) if run_dir is not None else run_dir_from_hydra()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    first = console.process_rank() == "0"  # the other ranks join the directory it holds
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TuneupError(f"cannot create the run directory {run_dir}: {exc.strerror}; give "
+                          "one where you can write: hydra.run.dir=<directory>") from exc  # fmt: skip
+    weights_only = weights_only_setting(cfg)
+    resume_from = resolve(cfg.get("resume"), run_dir, weights_only)  # refused: untouched
+    with RunDirLock(run_dir) if first else nullcontext():
+        if first:
+            write_record(run_dir, cfg)
+        with console.log_file(run_dir):
+            try:
+                return _train(cfg, run_dir, resume_from, weights_only)
+            except BaseException as exc:
+                console.traceback_to_file(log, exc)
+                raise
+
+
+def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
+    """Check, build, fit and report, in a run directory the run owns."""
     summary: dict = {"status": "running", "run_dir": str(run_dir)}
     plugins = trainer = None
     try:
@@ -69,34 +98,57 @@ def run(cfg, run_dir: str | Path | None = None):
         found += plugins.check(cfg, env, plan)
         if found:
             raise ConfigError(found)
-        resume_from = resolve(cfg.get("resume"), run_dir)  # a bad resume= fails before building
+        console.say(plan_line(plan, env, run_dir), log)
         summary.update(device=env.device_name, accelerator=env.accelerator)
         trainer, module, data, run_state = build(cfg, plugins, plan, run_dir)
         ckpt_path = None
         if resume_from is not None:
-            ckpt_path, checkpoint = resume_from
-            check_config(ckpt_path, checkpoint, cfg, trainer)
-            summary["resumed_from"] = str(ckpt_path)
+            path, checkpoint = resume_from
+            summary["resumed_from"] = str(path)
+            if weights_only:  # a new run from the weights: Lightning's ckpt_path restores all
+                load_weights(path, checkpoint, module)
+                summary["resumed_weights_only"] = True
+            else:
+                check_config(path, checkpoint, cfg, trainer, module)
+                ckpt_path = path
             resume_from = checkpoint = None  # Lightning loads it again, into the model
         started = time.perf_counter()
         trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
         if _needs_final_validation(trainer, run_state):
             trainer.validate(module, datamodule=data, verbose=False)
         summary["status"] = "ok"
+        if ckpt_path is not None and (short := shortfall(trainer)):
+            summary["short_of_limits"] = short  # a resumed run never ends short without a word
         summary["fit_seconds"] = time.perf_counter() - started
     except BaseException as exc:
-        summary["status"] = (
-            "preempted" if isinstance(exc, Preempted)
-            else "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
-        )  # fmt: skip
+        summary["status"] = _status(exc, trainer)
         summary["error"] = f"{type(exc).__name__}: {exc}".strip()
+        if summary["status"] == "interrupted":
+            summary["error"] = "interrupted (Ctrl-C): continue with resume=auto"
         if trainer is not None and trainer.world_size > 1:
-            exc.tuneup_rank = trainer.global_rank  # main() names the process that failed
+            exc.tuneup_rank = trainer.global_rank  # the command names the process that failed
         raise
     finally:
-        if trainer is None or trainer.is_global_zero:
+        first = console.process_rank() == "0" if trainer is None else trainer.is_global_zero
+        if first:  # one summary per run, by its first process
             _finish(cfg, plugins, trainer, summary, run_dir)
     return summary.get("val", {}).get("acc")
+
+
+def _status(exc: BaseException, trainer) -> str:
+    """preempted, interrupted (Ctrl-C: Lightning turns it into SystemExit(1)), or failed."""
+    if isinstance(exc, Preempted):
+        return "preempted"
+    interrupted = trainer is not None and trainer.interrupted and isinstance(exc, SystemExit)
+    return "interrupted" if interrupted or isinstance(exc, KeyboardInterrupt) else "failed"
+
+
+def plan_line(plan: Plan, env: Environment, run_dir: Path) -> str:
+    """The run in one line, before it starts: what trains on what, where, into which directory."""
+    choices = [f"{g}={plan.cfg[g].get('name')}" for g in ("precision", "memory_format", "strategy")
+               if plan.cfg.get(g) is not None]  # fmt: skip
+    return (f"tuneup: {plan.model_name} on {plan.data_name}, {', '.join(choices)}; "
+            f"{env.device_name}; run directory {run_dir}")  # fmt: skip
 
 
 def _needs_final_validation(trainer, run_state: RunState) -> bool:
@@ -157,8 +209,8 @@ def _finish(cfg, plugins, trainer, summary: dict, run_dir: Path) -> None:
                 summary.setdefault("report_error", str(exc))
     path = run_summary.write(summary, run_dir)
     if summary["status"] == "ok":
-        print(run_summary.format_table(summary), flush=True)
-        print(f"summary written to {path}", flush=True)
+        console.say(run_summary.format_table(summary), log)
+        console.say(f"summary written to {path}", log)
 
 
 def _torch_version() -> str:

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 FILE_NAME = "summary.json"
+RULE_MAX = 100  # the table's rules; a long value (a plugin's settings) runs past it
 
 
 def write(summary: dict, run_dir: Path) -> Path:
@@ -28,7 +29,7 @@ def format_table(summary: dict) -> str:
     plugins = summary.get("plugins") or {}
     rows += [(f"plugin {name}", _format(settings)) for name, settings in plugins.items()]
     width = max(len(k) for k, _ in rows)
-    rule = "-" * (width + 2 + max(len(v) for _, v in rows))
+    rule = "-" * min(RULE_MAX, width + 2 + max(len(v) for _, v in rows))
     lines = ["tuneup run summary", rule]
     lines += [f"{key:<{width}}  {value}" for key, value in rows]
     lines.append(rule)

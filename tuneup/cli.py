@@ -10,7 +10,8 @@ directories land under the current one, and the current directory is importable 
 
 Exit codes: 0 done; 1 a config or run error (one line on stderr; the full traceback in the
 run's log file, and on the console too with ``HYDRA_FULL_ERROR=1``); 75 preempted after a
-checkpoint (run it again to continue).
+checkpoint (run it again to continue). What the console shows and what only the log file
+keeps: tuneup/console.py.
 """
 
 from __future__ import annotations
@@ -70,9 +71,11 @@ def task(cfg):
     callback that writes the report (tuneup/report/callback.py, which then exits 1 if any
     run failed); the Optuna sweeper records the NaN trial as failed.
     """
+    from tuneup import console
     from tuneup.trainer.runner import run
     from tuneup.trainer.state.preemption import Preempted
 
+    console.route_libraries()
     try:
         return run(cfg)
     except Preempted as exc:  # a checkpoint is written: exit so the job can be run again
@@ -88,19 +91,14 @@ def task(cfg):
                 print(f"error: {_rank(exc)}{type(exc).__name__}: {exc}", file=sys.stderr,
                       flush=True)  # fmt: skip
             raise
-        log_traceback(exc)
+        show_traceback_if_asked(exc)
         print(f"error: {_rank(exc)}{exc}", file=sys.stderr, flush=True)
         sys.exit(1)
 
 
-def log_traceback(exc: BaseException) -> None:
-    """The whole traceback of a one-line error: into the run's log file, and on the console
-    with HYDRA_FULL_ERROR=1 (Hydra's own switch for full tracebacks)."""
-    record = log.makeRecord(log.name, logging.ERROR, __file__, 0, "error: %s", (exc,),
-                            (type(exc), exc, exc.__traceback__))  # fmt: skip
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(record)
+def show_traceback_if_asked(exc: BaseException) -> None:
+    """The whole traceback of a one-line error on the console too, with HYDRA_FULL_ERROR=1
+    (Hydra's own switch for full tracebacks); it is always in the run's log file."""
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         import traceback
 

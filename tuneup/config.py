@@ -135,11 +135,19 @@ def shadowed(user: Path) -> list[str]:
     return found
 
 
+def tasks_per_node(devices, gpus_per_node) -> int:
+    """Slurm tasks per node for ``trainer.devices``: ``auto`` is one per GPU asked for (or 1)."""
+    if devices == "auto":
+        return int(gpus_per_node or 1)
+    return devices if isinstance(devices, int) else len(str(devices).split(","))
+
+
 def register() -> None:
     """Make the resolver and the code-made nodes known to Hydra (idempotent)."""
     from hydra.core.config_store import ConfigStore
 
     OmegaConf.register_new_resolver(f"{PROJECT}.searchpath", searchpath, replace=True)
+    OmegaConf.register_new_resolver(f"{PROJECT}.tasks_per_node", tasks_per_node, replace=True)
     store = ConfigStore.instance()
     store.store(group="_tuneup", name="installed_plugins", package="_global_",
                 node={"defaults": installed_defaults()})  # fmt: skip

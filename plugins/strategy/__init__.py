@@ -24,6 +24,9 @@ non-final micro-batches).
 
 from __future__ import annotations
 
+import logging
+
+import torch
 from omegaconf import OmegaConf
 
 from tuneup import hookimpl
@@ -36,7 +39,7 @@ from tuneup.plugins.strategy.build import (
     ddp_strategy,
     fsdp_strategy,
 )
-from tuneup.trainer.environment import Environment
+from tuneup.trainer.environment import Environment, usable_cpus
 from tuneup.trainer.state.preemption import Preempted, SignalFlag
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
 
@@ -83,11 +86,12 @@ def settings_problems(cfg, env: Environment) -> list[str]:
             f"trainer.strategy={cfg.trainer.strategy} conflicts with strategy={name}: choose the "
             "strategy with the strategy group (strategy=ddp) and remove trainer.strategy"
         )
-    if name == "ddp" and env.world_size < 2:
+    if name == "ddp" and env.world_size < 2 and cfg.trainer.get("devices") != "auto":
         found.append(
             f"strategy=ddp with trainer.devices={env.devices} and trainer.num_nodes="
             f"{env.num_nodes} is one process: nothing to distribute. Set trainer.devices=2 "
-            "(or more; on CPU each device is a process) or use strategy=auto"
+            "(or more; on CPU each device is a process), trainer.devices=auto (every GPU of "
+            "the node), or use strategy=auto"
         )
     if name == "fsdp":
         found += _fsdp_problems(cfg, env)
@@ -131,15 +135,33 @@ def build_strategy(cfg, env: Environment, count: AllReduceCount | None):
 
 def resolved(name: str, world_size: int) -> str:
     """What ``strategy=<name>`` runs with this many processes: single process, ddp or fsdp."""
-    if name == "auto":
+    if name == "auto" or world_size == 1:
         return "ddp" if world_size > 1 else "single process"
     return name
+
+
+def layout_note(cfg, env: Environment) -> str | None:
+    """What the run does that its strategy does not say: one process for strategy=ddp|fsdp on a
+    machine with one device, or more CPU processes than cores."""
+    name = cfg.strategy.name
+    if name != "auto" and env.world_size == 1:
+        where = f"{torch.cuda.device_count()} GPU" if env.is_cuda else env.accelerator
+        return (f"strategy={name} with trainer.devices=auto on {where}: one device, so one "
+                "process; set trainer.devices=N to start N processes")  # fmt: skip
+    cpus = usable_cpus()
+    if not env.is_cuda and env.devices > cpus:
+        return (f"{env.devices} processes on {cpus} CPU core(s): each gets less than a core, so "
+                f"expect it slower than trainer.devices={cpus}")  # fmt: skip
+    return None
 
 
 def requeue_signal_received(trainer) -> bool:
     """Whether the checkpoint plugin stopped the run on the requeue signal (not on SIGTERM)."""
     flags = [getattr(c, "signals", None) for c in trainer.callbacks]
     return any(isinstance(f, SignalFlag) and f.received == slurm.REQUEUE_SIGNAL for f in flags)
+
+
+log = logging.getLogger(__name__)
 
 
 class Plugin:
@@ -154,16 +176,27 @@ class Plugin:
     @hookimpl
     def check(self, cfg, env):
         self.env = env
-        return settings_problems(cfg, env)
+        found = settings_problems(cfg, env)
+        if not found and (note := layout_note(cfg, env)):
+            log.warning("%s", note)
+        return found
 
     @hookimpl
     def configure_trainer(self, cfg, kwargs):
         env = self.env or Environment.from_config(cfg)
         self.strategy = build_strategy(cfg, env, self.count)
         kwargs["strategy"] = self.strategy
+        kwargs["devices"] = env.devices  # "auto" resolved as tuneup means it (environment.py)
         environment = slurm.cluster_environment()
         if environment is not None:
             kwargs["plugins"] = [*(kwargs.get("plugins") or []), environment]
+
+    @hookimpl
+    def on_fit_start(self, trainer):
+        # Several CPU processes: each its share of the cores (torch would give each all of
+        # them, and they would fight over them), as torchrun does with OMP_NUM_THREADS.
+        if trainer.world_size > 1 and not (self.env and self.env.is_cuda):
+            torch.set_num_threads(max(1, usable_cpus() // (self.env.devices if self.env else 1)))
 
     @hookimpl
     def on_exception(self, trainer, exception):
@@ -186,10 +219,15 @@ class Plugin:
         env = self.env or Environment.from_config(self.cfg)
         node = OmegaConf.to_container(self.cfg.strategy, resolve=True)
         node.pop("plugin", None)
-        return {
+        described = {
             **node,
             "used": resolved(node["name"], env.world_size),
             "backend": backend(env.accelerator) if env.world_size > 1 else None,
             "world_size": env.world_size,
             "cluster": self.cluster,
         }
+        if env.world_size > 1 and not env.is_cuda:
+            described["threads_per_process"] = max(1, usable_cpus() // env.devices)
+        if note := layout_note(self.cfg, env):
+            described["note"] = note
+        return described

@@ -1,7 +1,12 @@
 """Run-state mechanics: what makes a run survive kills, preemption and bad files.
 
-- :mod:`.checkpoint_io`: checkpoint files: atomic writes, safe loading, names, pruning
-- :mod:`.resume`: what ``resume=`` means and whether a run can continue exactly
+- :mod:`.checkpoint_io`: checkpoint files: atomic, checksummed writes; safe, verified loading;
+  names; the newest (by training progress, never file time); pruning
+- :mod:`.progress`: how far a checkpoint had got; epoch-end checkpoints made resumable by
+  Lightning; a resumed run that ends short of its limits says why
+- :mod:`.resume`: what ``resume=`` (and ``resume_weights_only``) means
+- :mod:`.changes`: settings changed since a checkpoint: listed, applied, or refused
+- :mod:`.run_state`: the callback that puts all of the above into checkpoints and back
 - :mod:`.data_order`: the seeded, sharded training order that resumes mid-epoch
 - :mod:`.rng`: every rank's random states, captured and restored
 - :mod:`.preemption`: SIGTERM/SIGUSR1 -> save -> exit code 75

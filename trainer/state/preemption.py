@@ -30,6 +30,33 @@ class Preempted(TuneupError):
     exit_code = EXIT_CODE
 
 
+def continue_command(run_dir) -> str:
+    """The command that continues this run where it stopped, as printed it works: the same
+    overrides, ``resume=auto`` and this run's directory (without it, a default directory would
+    be a new one, and the run would start again from step 0)."""
+    import shlex
+    import sys
+
+    overrides = []
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            overrides = list(HydraConfig.get().overrides.task)
+    except ImportError:
+        pass
+    kept = [o for o in overrides if not o.lstrip("+~").startswith(("resume=", "hydra.run.dir="))]
+    script = sys.argv[0] if sys.argv else ""
+    if script.endswith("__main__.py"):
+        command = "python -m tuneup"
+    elif script.endswith(".py"):
+        command = f"python {shlex.quote(script)}"
+    else:
+        command = "tuneup"
+    words = [*kept, "resume=auto", f"hydra.run.dir={run_dir}"]
+    return " ".join([command, *(shlex.quote(w) for w in words)])
+
+
 class SignalFlag:
     """Handlers for :data:`SIGNALS` that record the signal; :meth:`restore` puts the old ones back."""
 

@@ -1,17 +1,24 @@
-"""What ``resume=`` means: which checkpoint a run continues from, and whether it can continue exactly.
+"""What ``resume=`` means: which checkpoint a run continues from, and whether it can.
 
 ``resume=null`` (default) starts fresh; a run directory that already holds
 checkpoints is refused, so a requeued job that forgot ``resume=auto`` does not
 silently start over next to them. ``resume=auto`` continues from the newest
-valid checkpoint in ``<run dir>/checkpoints`` (skipping unreadable ones with
-a warning; starting fresh only when there is none yet). ``resume=<path>``
-continues from that file.
+valid checkpoint in ``<run dir>/checkpoints`` (the furthest trained; skipping
+unreadable or corrupt ones with a warning; starting fresh only when there is none
+yet). ``resume=<path>`` continues from that file.
 
-Every checkpoint records the settings that decide how training proceeds
-(:func:`run_facts`, under ``checkpoint["tuneup_run"]``); a resumed run with
-different ones gets a warning listing each, and an error where the rest of an
-interrupted epoch cannot be laid out as it was. Everything read back is data:
-nothing from a checkpoint is ever instantiated or imported.
+``resume_weights_only=true`` (with ``resume=<path>``) starts a *new* run from the
+file's model weights only: optimizer, schedule, data order, random states and step
+count start afresh, so any setting may change except the model's shapes. It needs a
+run directory without checkpoints of its own: a new run's steps would otherwise be
+ordered among the old run's. (``resume`` stays a plain string rather than a node with
+``resume.weights_only``, so that ``resume=auto`` and ``resume=<path>`` keep working on
+the command line: Hydra cannot hold a value and a node under one key.)
+
+Every checkpoint records the run's settings (:func:`run_facts`, under
+``checkpoint["tuneup_run"]``, with the whole config); a resumed run lists every
+setting that changed and what it does, or refuses (trainer/state/changes.py).
+Everything read back is data: nothing from a checkpoint is ever instantiated or imported.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from tuneup import TuneupError
-from tuneup.trainer.state.checkpoint_io import list_checkpoints, load, newest_valid
+from tuneup.trainer.state import changes
+from tuneup.trainer.state.checkpoint_io import checkpoint_files, load, newest_valid
 
 log = logging.getLogger(__name__)
 
@@ -32,25 +40,23 @@ CHECKPOINT_DIR = "checkpoints"
 RUN_KEY = "tuneup_run"
 RNG_KEY = "tuneup_rng"
 ORDER_KEY = "tuneup_data_order"
-#: Settings that change how a resumed run trains; compared on resume.
-WATCHED = ("precision", "grad_accum", "data.batch_size", "world_size", "seed", "data.name")
-#: Settings that decide which samples make up the rest of an interrupted epoch.
-EPOCH_LAYOUT = ("data.batch_size", "world_size")
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / CHECKPOINT_DIR
 
 
-def resolve(resume, run_dir: str | Path) -> tuple[Path, dict] | None:
+def resolve(resume, run_dir: str | Path, weights_only: bool = False) -> tuple[Path, dict] | None:
     """The checkpoint ``resume`` names and its contents (tensors memory-mapped), or None: fresh."""
     directory = checkpoint_dir(run_dir)
+    existing = checkpoint_files(directory)
+    if weights_only:
+        _check_weights_only(resume, directory, existing)
     if resume is None:
-        existing = list_checkpoints(directory)
         if existing:
             raise TuneupError(
                 f"resume=null (start fresh) but {directory} already holds {len(existing)} "
-                f"checkpoint(s) (newest: {existing[0].name}). Continue that run with "
+                f"checkpoint(s) (e.g. {existing[-1].name}). Continue that run with "
                 "resume=auto, or start fresh in another directory (hydra.run.dir=...)"
             )
         return None
@@ -73,52 +79,101 @@ def resolve(resume, run_dir: str | Path) -> tuple[Path, dict] | None:
     return path, load(path, mmap=True)
 
 
+def weights_only_setting(cfg) -> bool:
+    """``resume_weights_only``, checked: true or false."""
+    value = cfg.get("resume_weights_only", False)
+    if not isinstance(value, bool):
+        raise TuneupError(
+            f"resume_weights_only={value!r} is not allowed: expected true or false (true: a new "
+            "run from the weights of resume=<path>, nothing else)"
+        )
+    return value
+
+
+def _check_weights_only(resume, directory: Path, existing: list[Path]) -> None:
+    if resume in (None, "auto"):
+        raise TuneupError(
+            f"resume_weights_only=true needs resume=<path of a .ckpt file> (got resume={resume!r}): "
+            "a new run starts from that file's weights; resume=auto continues this directory's "
+            "own run, with everything"
+        )
+    if existing:
+        raise TuneupError(
+            f"resume_weights_only=true starts a new run, but {directory} already holds "
+            f"{len(existing)} checkpoint(s) (e.g. {existing[-1].name}): continue that run with "
+            "resume=auto (without resume_weights_only), or give this run another directory "
+            "(hydra.run.dir=...)"
+        )
+
+
 def run_facts(cfg, trainer, data_order: dict | None = None) -> dict:
-    """The watched settings of this run, plain values only, and how far into its epoch it is."""
+    """This run's settings, plain values only, and how far into its epoch it is."""
     state = data_order or {}
     return {
+        "config": changes.snapshot(cfg),
         "precision": OmegaConf.select(cfg, "precision.name", default="fp32"),
         "grad_accum": int(trainer.accumulate_grad_batches),
-        "data.batch_size": int(cfg.data.batch_size),
+        "data.batch_size": cfg.data.get("batch_size"),
         "world_size": int(trainer.world_size),
         "seed": int(cfg.seed),
-        "data.name": str(cfg.data.name),
+        "data.name": str(cfg.data.get("name") or cfg.data.get("_target_")),  # a user's: its target
+        "optimizers": [type(o).__name__ for o in getattr(trainer, "optimizers", None) or []],
         "epoch_position": int(state.get("position", 0)),  # samples of this rank's share
     }
 
 
-def config_changes(saved: dict, current: dict) -> tuple[list[str], list[str]]:
-    """(changes that only warrant a warning, changes that make resuming incorrect)."""
-    changed = [k for k in WATCHED if k in saved and saved[k] != current[k]]
-    position = saved.get("epoch_position", 0)
-    errors = []
-    if position:
-        errors = [k for k in changed if k in EPOCH_LAYOUT]
-        batches = position // saved.get("data.batch_size", 1)
-        if "grad_accum" in changed and batches % current["grad_accum"]:
-            errors.append("grad_accum")
-    lines = {k: f"{k}: {saved[k]!r} -> {current[k]!r}" for k in changed}
-    return [lines[k] for k in changed if k not in errors], [lines[k] for k in errors]
-
-
-def check_config(path: Path, checkpoint: dict, cfg, trainer) -> None:
-    """Warn about every watched setting that changed since ``checkpoint``; raise where it must not."""
-    saved = checkpoint.get(RUN_KEY)
+def weights_problem(module, checkpoint: dict) -> str | None:
+    """Why ``checkpoint``'s weights do not load into ``module`` (names, shapes); None if they do."""
+    saved, now = checkpoint.get("state_dict"), module.state_dict()
     if not isinstance(saved, dict):
-        log.warning(
-            "%s has no tuneup run settings; config changes since it cannot be checked", path
-        )
-        return
-    warn, fail = config_changes(saved, run_facts(cfg, trainer))
-    if fail:
-        position = saved.get("epoch_position", 0)
+        return "the checkpoint holds no model weights"
+    missing, extra = sorted(set(now) - set(saved)), sorted(set(saved) - set(now))
+    if missing or extra:
+        parts = [f"{len(missing)} missing, e.g. {missing[0]}"] if missing else []
+        parts += [f"{len(extra)} not in the model, e.g. {extra[0]}"] if extra else []
+        return "weights " + "; ".join(parts)
+    for name, tensor in now.items():
+        shape = getattr(saved[name], "shape", None)
+        if shape is not None and tuple(shape) != tuple(tensor.shape):
+            return f"{name} is {list(shape)} in the checkpoint, {list(tensor.shape)} now"
+    return None
+
+
+def check_config(path: Path, checkpoint: dict, cfg, trainer, module) -> None:
+    """Warn about every setting that changed since ``checkpoint`` and what it does; raise
+    TuneupError, naming each, where the checkpoint cannot continue under the change."""
+    from tuneup.trainer.module import TrainingModule
+
+    saved = checkpoint.get(RUN_KEY)
+    problem = weights_problem(module, checkpoint)
+    if not isinstance(saved, dict):
+        log.warning("%s has no tuneup run settings; config changes since it cannot be checked",
+                    path)  # fmt: skip
+        saved = {}
+    step = checkpoint.get("global_step", 0)
+    context = changes.Context(
+        step=step if isinstance(step, int) else 0,
+        position=_int(saved.get("epoch_position")),
+        saved=saved,
+        current=run_facts(cfg, trainer),
+        weights_problem=problem,
+        owns_optimizer=isinstance(module, TrainingModule),
+    )
+    changes.report(path, changes.review(context))
+
+
+def _int(value) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def load_weights(path: Path, checkpoint: dict, module) -> None:
+    """``resume_weights_only=true``: the checkpoint's model weights into ``module``, nothing else."""
+    problem = weights_problem(module, checkpoint)
+    if problem:
         raise TuneupError(
-            f"cannot resume {path} exactly: it stopped {position} samples into an epoch, and "
-            f"the rest of that epoch depends on settings that changed ({'; '.join(fail)}). "
-            "Resume with the old values, or from a checkpoint saved at an epoch end"
+            f"resume_weights_only=true: the weights of {path} do not fit the model built now "
+            f"({problem}); build the model as it was (the model.* settings of that run)"
         )
-    if warn:
-        note = ""
-        if any(line.startswith("seed:") for line in warn):
-            note = " (the checkpoint's random states and data order continue; seed has no effect)"
-        log.warning("resuming %s with changed settings%s: %s", path, note, "; ".join(warn))
+    module.load_state_dict(checkpoint["state_dict"])
+    log.info("starting a new run from the weights of %s (optimizer, schedule, data order and "
+             "step count start afresh)", path)  # fmt: skip

@@ -7,6 +7,10 @@ is trained by tuneup's TrainingModule or is the user's own LightningModule:
   (:mod:`.data_order`) and the run's settings (:func:`.resume.run_facts`); on resume they
   come back when training starts, after everything that runs between loading and the first
   batch (setup, dataloaders, a sanity check), so those cannot shift the resumed stream;
+- on resume, a checkpoint written at an epoch's end starts the next epoch as a new one
+  (:mod:`.progress`: Lightning would skip it when ``max_steps`` is set), and the config's
+  optimizer settings replace the saved ones (:mod:`.changes`), checked first: an optimizer
+  state that does not fit this run's optimizer is refused, not loaded into a ``KeyError``;
 - a NaN/inf loss stops the run (:mod:`.divergence`): checked at once on one CPU process,
   else at the logging interval, and before every checkpoint, which is never written with
   non-finite weights;
@@ -18,9 +22,13 @@ from __future__ import annotations
 
 import pytorch_lightning as pl
 
+from tuneup import TuneupError
+from tuneup.trainer.optim import set_lr_from_schedule
 from tuneup.trainer.state import rng
+from tuneup.trainer.state.changes import adopt_optimizer_settings, optimizer_layout_problem
 from tuneup.trainer.state.data_order import data_order, restore_data_order
 from tuneup.trainer.state.divergence import Diverged, LossWatch, nonfinite_tensors
+from tuneup.trainer.state.progress import settle_epoch_boundary, start_epoch_afresh
 from tuneup.trainer.state.resume import ORDER_KEY, RNG_KEY, RUN_KEY, run_facts
 
 
@@ -43,6 +51,8 @@ class RunState(pl.Callback):
         self.validated_at_step: int | None = None
         self._resumed_rng: dict | None = None
         self._resumed_order: dict | None = None
+        self._resumed: dict | None = None  # the checkpoint being restored, until training starts
+        self._between_epochs = False  # it was written at an epoch's end
 
     def observe(self, loss, trainer, batch_idx: int) -> None:
         """Note one micro-batch's loss (raises :class:`Diverged` at once when not deferred)."""
@@ -82,12 +92,45 @@ class RunState(pl.Callback):
         checkpoint[RUN_KEY] = run_facts(self.cfg, trainer, checkpoint[ORDER_KEY])
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint):
+        # Before Lightning restores its loops and optimizers from the same dict.
         self._resumed_rng = rng.for_rank(checkpoint.get(RNG_KEY), trainer.global_rank)
         self._resumed_order = checkpoint.get(ORDER_KEY)
+        self._between_epochs = settle_epoch_boundary(checkpoint)
+        self._resumed = checkpoint
+
+    def on_fit_start(self, trainer, pl_module):
+        # The optimizers exist now, fresh from the config; the checkpoint's are restored next.
+        if self._resumed is None:
+            return
+        saved = self._resumed.get(RUN_KEY)
+        names = saved.get("optimizers") if isinstance(saved, dict) else None
+        problem = optimizer_layout_problem(self._resumed, trainer, names)
+        if problem:
+            raise TuneupError(
+                f"cannot resume: the checkpoint's optimizer state does not fit this run's "
+                f"optimizer ({problem}); resume with the optimizer settings it was written with, "
+                "or start a new run from its weights only: resume=<path> "
+                "resume_weights_only=true hydra.run.dir=<a new directory>"
+            )
+        if self._owns_optimizer(pl_module):
+            adopt_optimizer_settings(self._resumed, trainer)
 
     def on_train_start(self, trainer, pl_module):
         # The training DataLoader exists only now (data_order.py); iteration is lazy.
         restore_data_order(trainer, self._resumed_order)
         if self._resumed_rng is not None:
             rng.restore(self._resumed_rng)
-        self._resumed_rng = self._resumed_order = None
+        if self._between_epochs:
+            start_epoch_afresh(trainer)
+        if self._resumed is not None and self._owns_optimizer(pl_module):
+            for config in trainer.lr_scheduler_configs:  # the new schedule, at the resumed step
+                set_lr_from_schedule(config.scheduler)
+        self._resumed_rng = self._resumed_order = self._resumed = None
+        self._between_epochs = False
+
+    @staticmethod
+    def _owns_optimizer(pl_module) -> bool:
+        """Whether tuneup built the optimizer from the config (not a user's LightningModule)."""
+        from tuneup.trainer.module import TrainingModule
+
+        return isinstance(pl_module, TrainingModule)

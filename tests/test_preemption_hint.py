@@ -1,0 +1,52 @@
+"""After a preemption the printed hint is a command that continues the run as printed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+from tests.conftest import ROOT, TINY
+from tests.plugin_dists import make_distribution
+from tuneup.trainer.state.preemption import EXIT_CODE
+
+TERM = """
+    import os
+    import signal
+
+    from tuneup import hookimpl
+
+
+    class Plugin:
+        seen = 0
+
+        @hookimpl
+        def on_after_backward(self):
+            self.seen += 1
+            if self.seen == int(os.environ.get("TERM_AT", "0")):
+                os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def test_the_hint_after_a_preemption_continues_the_run_as_printed(tmp_path):
+    site = make_distribution(tmp_path / "site", "tuneup-term", {"tuneup_term": TERM},
+                             {"term": "tuneup_term:Plugin"})  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(site), "PYTHONUNBUFFERED": "1"}
+    # no hydra.run.dir: the run gets a fresh default directory under the current one
+    first = subprocess.run([sys.executable, str(ROOT / "run.py"), *TINY, "optimizer.lr=0.02"],
+                           cwd=tmp_path, env={**env, "TERM_AT": "3"}, capture_output=True,
+                           text=True, timeout=300)  # fmt: skip
+    assert first.returncode == EXIT_CODE, first.stderr[-3000:]
+    hint = first.stderr.split("continue with: ", 1)[1].strip()
+    (run_dir,) = (tmp_path / "outputs").glob("*/*")
+    assert hint == (f"python {ROOT / 'run.py'} {' '.join(TINY)} optimizer.lr=0.02 resume=auto "
+                    f"hydra.run.dir={run_dir}")  # fmt: skip
+    words = shlex.split(hint)
+    again = subprocess.run([sys.executable, *words[1:]], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["resumed_from"].endswith("step00000003.ckpt")
+    assert summary["steps"] == 256 // 32  # the whole epoch, in the run's own directory

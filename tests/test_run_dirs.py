@@ -1,0 +1,127 @@
+"""Run directories: one run per directory (two real processes), a refused run touches nothing,
+runs started together get their own, and the console/log file split (issue: nothing lost,
+nothing confusing)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, TINY
+from tests.plugin_dists import make_distribution
+
+#: Always-on plugin (no conf/): when BARRIER is set, training waits in on_fit_start until that
+#: file exists, so a test can act while the run holds its directory.
+BARRIER = """
+    import os
+    import time
+    from pathlib import Path
+
+    from tuneup import hookimpl
+
+
+    class Plugin:
+        @hookimpl
+        def on_fit_start(self):
+            barrier = os.environ.get("BARRIER")
+            if barrier:
+                Path(barrier + ".waiting").write_text("")
+                while not Path(barrier).exists():
+                    time.sleep(0.05)
+"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    return make_distribution(tmp_path_factory.mktemp("site"), "tuneup-barrier",
+                             {"tuneup_barrier": BARRIER}, {"barrier": "tuneup_barrier:Plugin"})  # fmt: skip
+
+
+def start(site: Path, cwd: Path, *args: str, **environment) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(site), "PYTHONUNBUFFERED": "1", **environment}
+    return subprocess.Popen([sys.executable, str(ROOT / "run.py"), *TINY, *args], cwd=cwd,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.1)
+
+
+def snapshot(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+
+def test_one_run_per_directory_and_a_refused_run_touches_nothing(site, tmp_path):
+    run_dir, barrier = tmp_path / "run", tmp_path / "go"
+    first = start(site, tmp_path, f"hydra.run.dir={run_dir}", BARRIER=str(barrier))
+    wait_for(Path(f"{barrier}.waiting"), first)  # it holds the directory, training not begun
+
+    second = start(site, tmp_path, f"hydra.run.dir={run_dir}", "trainer.max_epochs=2")
+    _, err = second.communicate(timeout=300)
+    assert second.returncode == 1, err[-3000:]
+    assert (
+        f"error: run directory {run_dir} is in use by another run (process {first.pid} on " in err
+    )
+    assert not (run_dir / "summary.json").exists()  # the first run's directory is untouched
+
+    barrier.write_text("")
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["epochs"] == 1  # not the second's 2 epochs
+    before = snapshot(run_dir)
+
+    refused = start(site, tmp_path, f"hydra.run.dir={run_dir}", "optimizer.lr=0.5")
+    _, err = refused.communicate(timeout=300)
+    assert refused.returncode == 1 and "resume=null (start fresh) but" in err
+    assert snapshot(run_dir) == before  # summary, .hydra/overrides.yaml, log: all as they were
+
+
+def test_runs_started_together_get_their_own_directories(site, tmp_path):
+    runs = [start(site, tmp_path, "plugins.list=true") for _ in range(2)]
+    assert all(run.wait(timeout=300) == 0 for run in runs)
+    assert len(list((tmp_path / "outputs").glob("*/*"))) == 2
+
+
+def test_the_console_keeps_to_tuneup_and_the_log_file_keeps_everything(site, tmp_path):
+    run = start(site, tmp_path, f"hydra.run.dir={tmp_path / 'run'}")
+    out, err = run.communicate(timeout=300)
+    assert run.returncode == 0, err[-3000:]
+    log = (tmp_path / "run" / "tuneup.log").read_text()
+    for line in ("tuneup: small_resnet on synthetic_images", "tuneup run summary"):
+        assert line in out and line in log
+    for noise in ("GPU available", "Tip:", "is deprecated", "not empty"):
+        assert noise not in out + err, noise
+    assert "GPU available" in log and "is deprecated" in log  # kept, in the file
+
+
+def test_ctrl_c_is_an_interruption_not_a_failure(site, tmp_path):
+    run_dir, barrier = tmp_path / "run", tmp_path / "go"
+    run = start(site, tmp_path, f"hydra.run.dir={run_dir}", BARRIER=str(barrier))
+    wait_for(Path(f"{barrier}.waiting"), run)
+    run.send_signal(signal.SIGINT)
+    run.communicate(timeout=300)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted", summary.get("error")
+    assert "resume=auto" in summary["error"]
+
+
+def test_a_run_directory_that_cannot_be_made_is_one_line(site, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    run = start(site, tmp_path, f"hydra.run.dir={blocker / 'run'}")
+    _, err = run.communicate(timeout=300)
+    assert run.returncode == 1
+    assert err.strip() == (f"error: cannot create the run directory {blocker / 'run'} (Not a "
+                           "directory); give one where you can write: hydra.run.dir=<directory>")  # fmt: skip

@@ -1,0 +1,147 @@
+"""One run per run directory: an exclusive lock, and the record of what ran there.
+
+Two runs given the same ``hydra.run.dir`` would interleave their ``metrics.csv`` and keep
+one ``summary.json``. The first process of a run takes an exclusive lock on
+``<run dir>/.tuneup.lock`` (``fcntl.flock``) and holds it for the run: the operating system
+releases it on any exit, a crash or a ``kill -9`` included, so a stale lock cannot block a
+later run, and the second run is refused naming the first (its pid and host, written in
+the file). The other ranks of a multi-process run join the directory the first one locked.
+On file systems without ``flock`` (some network mounts) the lock is the file itself,
+created exclusively, and a leftover from a dead process of this host is detected by its pid.
+
+Only once the lock is held and ``resume=`` is resolved does a run own the directory: then
+it writes Hydra's record (``.hydra/config.yaml``, ``hydra.yaml``, ``overrides.yaml``; Hydra
+itself is told not to, ``hydra.output_subdir: null``) and its log file. A run refused there
+touches nothing of the run it refused.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+import sys
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+
+from tuneup import TuneupError
+
+LOCK_FILE = ".tuneup.lock"
+RECORD_DIR = ".hydra"
+
+
+class RunDirInUse(TuneupError):
+    """Another live run holds this run directory."""
+
+
+class RunDirLock:
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / LOCK_FILE
+        self.fd: int | None = None
+
+    def acquire(self) -> RunDirLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise RunDirInUse(self._in_use_message()) from exc
+            return self._acquire_by_creation()  # flock is not supported on this file system
+        self.fd = fd
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+        return self
+
+    def _acquire_by_creation(self) -> RunDirLock:
+        if self.path.exists() and not self._holder_alive():
+            self.path.unlink()
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError as exc:
+            raise RunDirInUse(self._in_use_message()) from exc
+        os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
+        self.fd, self.created = fd, True
+        return self
+
+    def _holder_alive(self) -> bool:
+        pid, host = self._holder()
+        if host != socket.gethostname() or pid is None:
+            return True  # another host's process: cannot tell, so it is alive
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def _holder(self) -> tuple[int | None, str | None]:
+        try:
+            pid, host = self.path.read_text().split()
+            return int(pid), host
+        except (OSError, ValueError):
+            return None, None
+
+    def _in_use_message(self) -> str:
+        pid, host = self._holder()
+        holder = f"process {pid} on {host}" if pid else "another process"
+        return (
+            f"run directory {self.path.parent} is in use by another run ({holder}); two runs "
+            "in one directory would mix their metrics and checkpoints. Wait for it to end, "
+            "or give this run its own directory: hydra.run.dir=<another directory>"
+        )
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        if getattr(self, "created", False):
+            self.path.unlink(missing_ok=True)
+        os.close(self.fd)  # closing releases the flock
+        self.fd = None
+
+    def __enter__(self) -> RunDirLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def write_record(run_dir: Path, cfg) -> None:
+    """Hydra's record of the run in ``<run dir>/.hydra``, as Hydra would write it."""
+    from omegaconf import OmegaConf
+
+    record = Path(run_dir) / RECORD_DIR
+    record.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, record / "config.yaml")
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        hydra = HydraConfig.get()
+        OmegaConf.save(OmegaConf.create({"hydra": hydra}), record / "hydra.yaml")
+        OmegaConf.save(hydra.overrides.task, record / "overrides.yaml")
+
+
+class RunDirectoryCheck(Callback):
+    """A Hydra callback: the run (or sweep) directory can be made, else one line and exit 1.
+
+    Hydra makes the directory before the job starts and would end with its own traceback.
+    """
+
+    def on_run_start(self, config, **kwargs) -> None:
+        self._check(config.hydra.run.dir, "hydra.run.dir")
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        self._check(config.hydra.sweep.dir, "hydra.sweep.dir")
+
+    @staticmethod
+    def _check(directory: str, key: str) -> None:
+        try:
+            Path(directory).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"error: cannot create the run directory {directory} ({exc.strerror}); "
+                  f"give one where you can write: {key}=<directory>", file=sys.stderr)  # fmt: skip
+            sys.exit(1)

@@ -1,0 +1,103 @@
+"""What the console shows, and what goes only to the run's log file.
+
+The console keeps to what tuneup says (the plan, progress, the summary table), real
+warnings, and errors, each warning once. Everything, the console's lines included, goes
+to the run's log file (``<run dir>/tuneup.log``): Lightning's banners and tips, every
+repeat of a warning, and full tracebacks. Hydra's ``hydra.job_logging`` (conf/config.yaml)
+installs the console handler with :class:`ConsoleFilter`; the log file is opened by
+:func:`log_file` once the run owns its directory (tuneup/trainer/runner.py), so a run that
+is refused (the directory is another run's) writes nothing there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
+#: The run's log file, in its run directory (rank > 0 of a multi-process run: tuneup.rank<N>.log).
+LOG_FILE = "tuneup.log"
+#: Loggers whose INFO lines the console shows; others' (Lightning's banners) go to the file.
+SPOKEN = ("tuneup", "hydra", "__main__")
+FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+#: Lightning's loggers: they print through their own handler unless told to propagate.
+LIGHTNING = ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric")
+
+
+class ConsoleFilter(logging.Filter):
+    """Let through tuneup's and Hydra's INFO lines, and each distinct warning or error once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "file_only", False):
+            return False
+        if record.levelno < logging.WARNING:
+            return record.name.split(".")[0] in SPOKEN
+        if record.name == "py.warnings" and "deprecat" in record.getMessage().lower():
+            return False  # a library's notice about its own API: nothing the user can act on
+        key = (record.name, record.getMessage())
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+def route_libraries() -> None:
+    """Warnings and Lightning's messages go through logging (so to the file and the filter)."""
+    logging.captureWarnings(True)
+    for name in LIGHTNING:
+        logger = logging.getLogger(name)
+        for handler in list(logger.handlers):
+            if type(handler) is logging.StreamHandler:  # Lightning's own, made before Hydra's
+                logger.removeHandler(handler)
+        logger.propagate = True
+
+
+def say(text: str, logger: logging.Logger) -> None:
+    """Tell the user ``text``: through logging (the console and the log file); printed as well
+    where nothing shows logging on a console (tuneup.run called from Python)."""
+    logger.info("%s", text)
+    root = logging.getLogger()
+    shown = any(type(h) is logging.StreamHandler for h in root.handlers)
+    if not shown and not any(type(h) is logging.StreamHandler for h in logger.handlers):
+        print(text, flush=True)
+
+
+def traceback_to_file(logger: logging.Logger, exc: BaseException) -> None:
+    """The whole traceback of ``exc`` into the log file only (the console has its one line)."""
+    logger.error("the run ended with %s: %s", type(exc).__name__, exc,
+                 exc_info=(type(exc), exc, exc.__traceback__), extra={"file_only": True})  # fmt: skip
+
+
+def process_rank() -> str:
+    """This process's rank as its launcher set it: "0" for the first (or only) process."""
+    for name in ("RANK", "SLURM_PROCID"):
+        if os.environ.get(name, "").isdigit():
+            return os.environ[name]
+    node, local = os.environ.get("NODE_RANK", "0"), os.environ.get("LOCAL_RANK", "0")
+    return "0" if (node, local) in (("0", "0"), ("", "")) else f"{node}-{local}"
+
+
+def log_file_name() -> str:
+    rank = process_rank()
+    return LOG_FILE if rank == "0" else f"tuneup.rank{rank}.log"
+
+
+@contextmanager
+def log_file(run_dir: Path):
+    """Everything logged while active is appended to this process's log file of the run."""
+    handler = logging.FileHandler(Path(run_dir) / log_file_name(), encoding="utf-8")
+    handler.setFormatter(logging.Formatter(FORMAT))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    if root.level > logging.INFO or root.level == logging.NOTSET:
+        root.setLevel(logging.INFO)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+        handler.close()
