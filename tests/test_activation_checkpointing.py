@@ -8,17 +8,20 @@ import pickle
 import pytest
 import torch
 from torch import nn
+from torch.utils.checkpoint import CheckpointPolicy
 
 from tests.conftest import compose_config
 from tests.test_grad_accum import final_weights
 from tuneup import TuneupError, hookimpl
 from tuneup.plugins.activation_checkpointing import (
+    SavePolicy,
     checkpoint_blocks,
     is_checkpointed,
     select_blocks,
 )
 from tuneup.trainer.plugin_manager import PluginManager
 from tuneup.zoo.models import SmallResNet
+from tuneup.zoo.models.gpt import GPT
 
 
 def resnet(blocks=(1, 1, 1), width=8) -> nn.Module:
@@ -90,6 +93,7 @@ def test_saved_activation_bytes_drop_at_least_40_percent_and_weights_match(train
     runs = {}
     for choice in ("off", "blocks"):
         summary, run_dir = train(f"activation_checkpointing={choice}", "model.width=16",
+                                 "trainer.accelerator=cpu",  # bitwise on CPU; GPU: tests/gpu/
                                  run_dir=tmp_path / choice)  # fmt: skip
         runs[choice] = summary, final_weights(run_dir)
     (off, off_state), (on, on_state) = runs["off"], runs["blocks"]
@@ -174,3 +178,97 @@ def test_compiles_as_one_graph_without_counting_batchnorm_twice():
     expected, got = step(off, x), step(compiled, x, owner=on)
     for name, value in expected.items():
         torch.testing.assert_close(got[name], value, msg=name)
+
+
+# --- selective: a policy by op -----------------------------------------------------------------
+
+
+def gpt(layers=2, width=32) -> GPT:
+    torch.manual_seed(0)
+    return GPT(vocab_size=64, context=16, layers=layers, heads=2, width=width)
+
+
+class Recording(SavePolicy):
+    """The policy, noting what it decided for each op of the forward (not the recompute)."""
+
+    def __init__(self, **settings) -> None:
+        super().__init__(**settings)
+        self.decisions: list[tuple[str, bool]] = []
+
+    def __call__(self, ctx, func, *args, **kwargs):
+        decision = super().__call__(ctx, func, *args, **kwargs)
+        if not ctx.is_recompute:
+            self.decisions.append((func.name(), decision is CheckpointPolicy.MUST_SAVE))
+        return decision
+
+
+def test_selective_keeps_matmul_and_attention_outputs_and_recomputes_the_rest():
+    policy = Recording()
+    model = gpt(layers=1)
+    checkpoint_blocks(model, ["Block"], policy=policy)
+    model(torch.randint(0, 64, (2, 16))).sum().backward()
+    kept = [name for name, saved in policy.decisions if saved]
+    recomputed = {name for name, saved in policy.decisions if not saved}
+    # c_attn (3x wider), attention, attn.c_proj, mlp.c_proj; not mlp.c_fc (4x wider: recomputed)
+    assert kept == ["aten::addmm", "aten::_scaled_dot_product_flash_attention_for_cpu",
+                    "aten::addmm", "aten::addmm"]  # fmt: skip
+    assert {"aten::native_layer_norm", "aten::gelu", "aten::addmm"} <= recomputed
+    keep_all = Recording(recompute_wider_than=None)
+    model = gpt(layers=1)
+    checkpoint_blocks(model, ["Block"], policy=keep_all)
+    model(torch.randint(0, 64, (2, 16))).sum().backward()
+    assert [name for name, saved in keep_all.decisions if saved].count("aten::addmm") == 4
+
+
+@pytest.mark.parametrize("make", [gpt, resnet], ids=["gpt", "resnet"])
+def test_selective_gradients_and_statistics_identical_to_off(make):
+    off = make()
+    on = copy.deepcopy(off)
+    assert checkpoint_blocks(on, ["Block", "BasicBlock"], policy=SavePolicy())
+    x = torch.randint(0, 64, (2, 16)) if make is gpt else torch.randn(4, 3, 16, 16)
+    expected, got = step(off, x), step(on, x)
+    for name, value in expected.items():
+        assert torch.equal(value, got[name]), name  # bitwise, BatchNorm statistics included
+
+
+def test_selective_model_survives_pickle_and_compiles_as_one_graph():
+    model = gpt()
+    checkpoint_blocks(model, ["Block"], policy=SavePolicy())
+    x = torch.randint(0, 64, (2, 16))
+    expected = step(copy.deepcopy(model), x)
+    clone = pickle.loads(pickle.dumps(model))
+    assert clone.transformer.h[0].forward.policy.names == SavePolicy().names
+    compiled = torch.compile(clone, backend="aot_eager", fullgraph=True)
+    got = step(compiled, x, owner=clone)
+    for name, value in expected.items():
+        torch.testing.assert_close(got[name], value, msg=name)
+
+
+#: A 4-layer GPT on tiny token data, 3 steps (measure counts the 2nd step's saved bytes).
+GPT_RUN = [
+    "model=gpt", "data=synthetic_tokens", "data.vocab_size=64", "data.context=64",
+    "model.width=32", "model.heads=2", "model.layers=4", "data.train_samples=48",
+    "data.batch_size=16", "trainer.max_epochs=1", "++trainer.limit_val_batches=0",
+    "trainer.log_every_n_steps=1",
+    "checkpoint=off", "trainer.enable_progress_bar=false", "trainer.accelerator=cpu",
+]  # fmt: skip
+
+
+def test_selective_saves_40_percent_fewer_bytes_on_the_gpt_and_trains_like_off(train, tmp_path):
+    """The summary's saved_activation_bytes (plugins/measure.py) sees what selective keeps."""
+    off, selective = (
+        train(*GPT_RUN, f"activation_checkpointing={name}", tiny=False, run_dir=tmp_path / name)[0]
+        for name in ("off", "selective")
+    )
+    assert selective["saved_activation_bytes"] <= 0.6 * off["saved_activation_bytes"]
+    assert selective["loss_curve"]["loss"] == off["loss_curve"]["loss"]  # exactly
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ("activation_checkpointing.save=[matmul,softmax]", "expected a non-empty list of matmul, "
+                                                       "attention, convolution"),
+    ("activation_checkpointing.recompute_wider_than=0.5", "expected a number >= 1 or None"),
+])  # fmt: skip
+def test_bad_selective_settings_are_check_errors(train, override, message):
+    with pytest.raises(TuneupError, match=message):
+        train("activation_checkpointing=selective", override)

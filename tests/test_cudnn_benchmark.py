@@ -30,7 +30,7 @@ def spy(add_plugin, monkeypatch):
 
 def test_flag_is_on_during_training_and_restored_after(train, spy):
     flags = spy()
-    summary, _ = train("cudnn_benchmark=on", "trainer.max_steps=2")
+    summary, _ = train("cudnn_benchmark=on", "trainer.max_steps=2", "trainer.accelerator=cpu")
     assert flags.during == [True, True]
     assert torch.backends.cudnn.benchmark is False
     assert summary["plugins"]["cudnn_benchmark"] == {

@@ -46,7 +46,7 @@ def spy(monkeypatch):
 
 
 def test_workers_load_training_and_validation_batches(train, spy):
-    summary, _ = train("dataloader=workers", "dataloader.num_workers=2")
+    summary, _ = train("dataloader=workers", "dataloader.num_workers=2", "trainer.accelerator=cpu")
     assert spy.used == (2, False, True)  # persistent by default; no pinning on CPU
     assert [k["drop_last"] for k in spy.kwargs] == [True, False]  # training, then validation
     assert all(k["num_workers"] == 2 for k in spy.kwargs)

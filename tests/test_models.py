@@ -162,7 +162,8 @@ def test_mfu_uses_the_device_peak_or_says_why_not():
 
 def test_summary_reports_flops_and_achieved_tflops(train):
     summary, _ = train("model=mlp", "data.train_samples=256", "data.val_samples=64",
-                       "trainer.max_epochs=1", "trainer.enable_progress_bar=false", tiny=False)  # fmt: skip
+                       "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
+                       "trainer.accelerator=cpu", tiny=False)  # fmt: skip
     assert summary["flops_per_sample"] == pytest.approx(
         2 * 3 * 32 * 32 * 256 * 2 + 2 * 256 * 128 * 3 + 2 * 128 * 10 * 3
     )

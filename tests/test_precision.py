@@ -121,10 +121,10 @@ def probe(add_plugin):
 # --- each choice computes in its dtype and trains ---------------------------------------
 
 
-@pytest.mark.parametrize("name", CHOICES)
+@pytest.mark.parametrize("name", [c for c in CHOICES if c != "fp8"])  # fp8: tests/test_fp8.py
 def test_choice_computes_in_its_dtype_and_learns(name, train, probe):
     spy = probe()
-    summary, _ = train(f"precision={name}", *LEARN)
+    summary, _ = train(f"precision={name}", *LEARN, "trainer.accelerator=cpu")  # GPU: tests/gpu/
     output_dtype, weight_dtype = EXPECTED[name]
     assert spy.outputs == {output_dtype}, "conv/linear outputs"
     assert spy.weights == {weight_dtype}, "conv/linear weights"
@@ -134,7 +134,7 @@ def test_choice_computes_in_its_dtype_and_learns(name, train, probe):
 
 
 def test_fp16_on_cpu_is_fp16_with_a_scaler_not_bf16(train):
-    summary, _ = train(*SCALER, *STEPS)
+    summary, _ = train(*SCALER, *STEPS, "trainer.accelerator=cpu")
     assert summary["precision"]["ran_as"] == "fp16"
     assert summary["precision"]["autocast_dtype"] == "float16"
     assert summary["precision"]["skipped_steps"] == 0
@@ -202,7 +202,7 @@ def test_tf32_flags_are_set_during_the_run_and_restored_after(
     name, during, tf32_flags, train, probe
 ):
     spy = probe()
-    summary, _ = train(f"precision={name}", *STEPS)
+    summary, _ = train(f"precision={name}", *STEPS, "trainer.accelerator=cpu")  # GPU: tests/gpu/
     assert spy.tf32 == during
     assert torch.get_float32_matmul_precision() == "medium"
     assert torch.backends.cudnn.allow_tf32 is False
@@ -242,7 +242,7 @@ def test_bad_scaler_settings_are_all_reported(make_config):
             "precision.max_consecutive_skips=0",
         ]
     )
-    found = "\n".join(Plugin(cfg).check(cfg, CPU))
+    found = "\n".join(Plugin(cfg).check(cfg, CPU, None))
     for key in (
         "init_scale=0",
         "growth_factor=1.0",
@@ -255,13 +255,13 @@ def test_bad_scaler_settings_are_all_reported(make_config):
 
 def test_lightning_precision_argument_conflicts(make_config):
     cfg = make_config(["precision=bf16", "+trainer.precision=16-mixed"])
-    (found,) = Plugin(cfg).check(cfg, CPU)
+    (found,) = Plugin(cfg).check(cfg, CPU, None)
     assert "trainer.precision=16-mixed conflicts with precision=bf16" in found
 
 
 def test_bf16_on_a_gpu_without_bf16_is_a_problem_not_a_swap(make_config):
     cfg = make_config(["precision=bf16"])
-    (found,) = Plugin(cfg).check(cfg, V100)
+    (found,) = Plugin(cfg).check(cfg, V100, None)
     assert "Tesla V100 (compute capability 7.0)" in found and "precision=amp" in found
 
 
@@ -303,13 +303,13 @@ def test_tf32_without_tf32_hardware_runs_as_fp32_and_says_so():
 def test_half_precision_on_cuda_warns_about_sizes_not_multiple_of_8(make_config, caplog):
     cfg = make_config(["precision=bf16", "data.batch_size=30", "model.width=12"])
     with caplog.at_level(logging.WARNING, logger="tuneup.plugins.precision"):
-        assert Plugin(cfg).check(cfg, A100) == []
+        assert Plugin(cfg).check(cfg, A100, None) == []
     assert "data.batch_size=30" in caplog.text and "e.g. 32" in caplog.text
     assert "model.width=12" in caplog.text and "e.g. 16" in caplog.text
     caplog.clear()
     for overrides, env in ((["precision=bf16"], CPU), (["precision=fp32"], A100)):
         cfg = make_config([*overrides, "data.batch_size=30"])
-        Plugin(cfg).check(cfg, env)
+        Plugin(cfg).check(cfg, env, None)
     assert caplog.text == ""
 
 

@@ -12,7 +12,8 @@ MLP = ["model=mlp", "model.hidden=[32]", "data.train_samples=256", "data.val_sam
 
 def test_trace_of_the_active_steps_and_top_operators(train):
     summary, run_dir = train(*MLP, "profiler=on", "profiler.wait=2", "profiler.warmup=1",
-                             "profiler.active=2", "profiler.top_k=5", tiny=False)  # fmt: skip
+                             "profiler.active=2", "profiler.top_k=5", "trainer.accelerator=cpu",
+                             tiny=False)  # fmt: skip
     report = summary["profiler"]
     assert report["trace"] == str(run_dir / "profiler" / "trace.json")
     trace = json.loads((run_dir / "profiler" / "trace.json").read_text())

@@ -200,7 +200,8 @@ if triton is not None:
         decay = tl.where(tl.load(excluded + index) != 0, 0.0, weight_decay)
         weight_sq = tl.zeros([BLOCK], tl.float32)
         update_sq = tl.zeros([BLOCK], tl.float32)
-        for offset in range(0, tl.minimum(numel - start, CHUNK), BLOCK):
+        limit, offset = tl.minimum(numel - start, CHUNK), 0
+        while offset < limit:  # not a for-range loop: see triton_support's docstring
             elements = start + offset + tl.arange(0, BLOCK)
             mask = elements < numel
             param = tl.load(param_ptr + elements, mask=mask, other=0.0).to(tl.float32)
@@ -216,6 +217,7 @@ if triton is not None:
             update = _lamb_update_direction(param, exp_avg, exp_avg_sq, bias1, bias2, eps, decay)
             weight_sq += param * param
             update_sq += tl.where(mask, update * update, 0.0)
+            offset += BLOCK
         tl.atomic_add(norms + 2 * index, tl.sum(weight_sq, 0))
         tl.atomic_add(norms + 2 * index + 1, tl.sum(update_sq, 0))
 
@@ -260,7 +262,8 @@ if triton is not None:
         if HAS_TRUST_CLIP:
             ratio = tl.minimum(ratio, trust_clip)
         step_size = lr * tl.where(is_excluded, 1.0, ratio)
-        for offset in range(0, tl.minimum(numel - start, CHUNK), BLOCK):
+        limit, offset = tl.minimum(numel - start, CHUNK), 0
+        while offset < limit:  # not a for-range loop: see triton_support's docstring
             elements = start + offset + tl.arange(0, BLOCK)
             mask = elements < numel
             param = tl.load(param_ptr + elements, mask=mask, other=0.0).to(tl.float32)
@@ -269,6 +272,7 @@ if triton is not None:
             update = _lamb_update_direction(param, exp_avg, exp_avg_sq, bias1, bias2, eps, decay)
             param = param - step_size * update
             tl.store(param_ptr + elements, param.to(param_like.dtype.element_ty), mask=mask)
+            offset += BLOCK
 
 
 # The step functions are defined below the class, so they are attached here.

@@ -167,13 +167,15 @@ if triton is not None:
         inv_scale = inverse_grad_scale(grad_scale_ptr, HAS_GRAD_SCALE)
         weight_sq = tl.zeros([BLOCK], tl.float32)
         grad_sq = tl.zeros([BLOCK], tl.float32)
-        for offset in range(0, tl.minimum(numel - start, CHUNK), BLOCK):
+        limit, offset = tl.minimum(numel - start, CHUNK), 0
+        while offset < limit:  # not a for-range loop: see triton_support's docstring
             elements = start + offset + tl.arange(0, BLOCK)
             mask = elements < numel
             param = tl.load(param_ptr + elements, mask=mask, other=0.0).to(tl.float32)
             grad = tl.load(grad_ptr + elements, mask=mask, other=0.0).to(tl.float32) * inv_scale
             weight_sq += param * param
             grad_sq += grad * grad
+            offset += BLOCK
         tl.atomic_add(norms + 2 * index, tl.sum(weight_sq, 0))
         tl.atomic_add(norms + 2 * index + 1, tl.sum(grad_sq, 0))
 
@@ -203,15 +205,16 @@ if triton is not None:
         grad_ptr = tl.load(addresses + 3 * index + 1).to(grad_like.dtype)
         buffer_ptr = tl.load(addresses + 3 * index + 2).to(param_like.dtype)
         inv_scale = inverse_grad_scale(grad_scale_ptr, HAS_GRAD_SCALE)
-        is_excluded = tl.load(excluded + index) != 0
-        decay = tl.where(is_excluded, 0.0, weight_decay)
+        is_included = tl.load(excluded + index) == 0  # not `~is_excluded`: Triton <= 3.3's
+        decay = tl.where(is_included, weight_decay, 0.0)  # interpreter cannot invert a bool
         weight_norm = tl.sqrt(tl.load(norms + 2 * index))
         grad_norm = tl.sqrt(tl.load(norms + 2 * index + 1))
-        adapted = (weight_norm > 0) & (grad_norm > 0) & ~is_excluded
+        adapted = (weight_norm > 0) & (grad_norm > 0) & is_included
         denominator = tl.where(adapted, grad_norm + weight_decay * weight_norm + eps, 1.0)
         ratio = tl.where(adapted, trust_coefficient * weight_norm / denominator, 1.0)
         step_size = lr * ratio
-        for offset in range(0, tl.minimum(numel - start, CHUNK), BLOCK):
+        limit, offset = tl.minimum(numel - start, CHUNK), 0
+        while offset < limit:  # not a for-range loop: see triton_support's docstring
             elements = start + offset + tl.arange(0, BLOCK)
             mask = elements < numel
             param = tl.load(param_ptr + elements, mask=mask, other=0.0).to(tl.float32)
@@ -222,6 +225,7 @@ if triton is not None:
             tl.store(
                 param_ptr + elements, (param - buffer).to(param_like.dtype.element_ty), mask=mask
             )
+            offset += BLOCK
 
 
 # The step functions are defined below the class, so they are attached here.

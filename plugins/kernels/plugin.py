@@ -12,6 +12,9 @@
 The summary says, per op, which implementation actually ran (``triton`` on CUDA with the
 ``tuneup[kernels]`` extra, else ``reference``); ``kernels.require_triton=true`` makes the
 reference path a check error instead of a fallback.
+
+``kernels.backend=liger`` runs Liger-Kernel's ops instead of ours (plugins/kernels/liger.py):
+the same swaps, their kernels; ``liger`` in the summary. CUDA only, a check error elsewhere.
 """
 
 from __future__ import annotations
@@ -20,13 +23,15 @@ from torch import nn
 from torch.nn import functional as F
 
 from tuneup import TuneupError, hookimpl
-from tuneup.trainer.validation import BOOL, Integer, Number, problems
+from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problems
 
-from . import triton_support
+from . import liger, triton_support
 from .cross_entropy import cross_entropy
 from .linear_cross_entropy import linear_cross_entropy
 
 OPS = ("cross_entropy", "linear_cross_entropy")
+#: Whose kernels run the ops: tuneup's own, or Liger-Kernel's.
+BACKENDS = ("tuneup", liger.BACKEND)
 
 
 class OutputHead(nn.Module):
@@ -84,6 +89,7 @@ def fused_linear_cross_entropy(head: OutputHead, settings):
 
 
 RULES = {
+    "kernels.backend": OneOf(BACKENDS),
     "kernels.require_triton": BOOL,
     "kernels.ops.cross_entropy.label_smoothing": Number(ge=0, lt=1),
     "kernels.ops.cross_entropy.ignore_index": Integer(),
@@ -134,6 +140,7 @@ def contract_problems(ops, plan) -> list[str]:
 class Plugin:
     def __init__(self, cfg) -> None:
         self.ops = dict(cfg.kernels.get("ops") or {})
+        self.backend = cfg.kernels.get("backend", "tuneup")
         self.head: OutputHead | None = None
         self.head_path: str | None = None
         self.device = None
@@ -147,7 +154,14 @@ class Plugin:
         if not self.ops:
             found.append("kernels: no op chosen; use e.g. kernels=[cross_entropy]")
         chosen = triton_support.implementation(env.accelerator)
-        if cfg.kernels.get("require_triton") and chosen != triton_support.TRITON:
+        if self.backend == liger.BACKEND:
+            found += liger.problems(env.accelerator)
+            chunk = (self.ops.get("linear_cross_entropy") or {}).get("chunk_size")
+            if chunk is not None:
+                found.append(f"kernels.ops.linear_cross_entropy.chunk_size={chunk} sets tuneup's "
+                             "chunks; Liger-Kernel picks its own: remove it, or use "
+                             "kernels.backend=tuneup")  # fmt: skip
+        elif cfg.kernels.get("require_triton") and chosen != triton_support.TRITON:
             found.append(f"kernels.require_triton=true, but on {env.accelerator} the ops run "
                          f"their {chosen} implementation (Triton kernels need CUDA and the "
                          "tuneup[kernels] extra)")  # fmt: skip
@@ -165,12 +179,15 @@ class Plugin:
     def on_fit_start(self, module):
         self.device = module.device
         triton_support.ran.clear()
+        ours = self.backend != liger.BACKEND
         if self.head is not None:
             settings = {k: v for k, v in self.ops["linear_cross_entropy"].items() if k != "head"}
-            module.loss_fn = fused_linear_cross_entropy(self.head, settings)
+            make = fused_linear_cross_entropy if ours else liger.linear_cross_entropy
+            module.loss_fn = make(self.head, settings)
             module.logits_fn = self.head.logits
         else:
-            module.loss_fn = fused_cross_entropy(dict(self.ops["cross_entropy"]))
+            make = fused_cross_entropy if ours else liger.cross_entropy
+            module.loss_fn = make(dict(self.ops["cross_entropy"]))
 
     @hookimpl
     def report(self, summary):
@@ -182,7 +199,10 @@ class Plugin:
 
     def describe(self):
         expected = triton_support.implementation(self.device or "cpu")
-        settings = {"ops": {op: dict(s) for op, s in self.ops.items()}, "implementation": expected}
+        if self.backend == liger.BACKEND:
+            expected = f"{liger.BACKEND} {liger.version()}"
+        settings = {"backend": self.backend, "ops": {op: dict(s) for op, s in self.ops.items()},
+                    "implementation": expected}  # fmt: skip
         if self.head is not None:  # which module of the model the fused head + loss replaced
             weight = self.head.weight
             settings["swapped"] = (

@@ -8,6 +8,13 @@ Triton's interpreter (``TRITON_INTERPRET=1``) runs the kernels on CPU tensors; `
 routes CPU tensors to the kernels that way (tests, ``bench/kernels.py --smoke``). ``triton.jit``
 reads the variable when a kernel is defined, so it must be set before ``plugins.kernels`` is
 imported.
+
+Kernels loop over a bound known only at run time (a row's classes, a chunk's elements) with
+``while i < bound: ...; i += BLOCK``, not ``for i in range(0, bound, BLOCK)``: the interpreter
+of Triton 3.6 and older (the GPU images' Triton) turns such a ``range`` bound into an int with
+``int()`` of a one-element array, which NumPy >= 2.4 refuses ("only 0-dimensional arrays can be
+converted to Python scalars"). Compiled, the two loops run alike: Triton software-pipelines
+neither here (it pipelines loads that feed a ``dot``), see docs/kernels.md.
 """
 
 from __future__ import annotations

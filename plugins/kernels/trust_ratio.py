@@ -3,6 +3,12 @@ ratio, run either one tensor at a time (the reference) or as multi-tensor Triton
 
 A subclass names its op (``OP_NAME``), creates each parameter's state (``_state``) and gives
 the two step functions, both ``step(group, params, states, grad_scale, found_inf)``.
+
+``step()`` sets no attribute of the optimizer, so ``torch.compile`` can trace it: Dynamo
+rejects (torch 2.11) or silently drops (torch 2.13) an attribute set inside a compiled step.
+What a step runs is fixed when the optimizer is made (``implementation``). The fused step is
+not traced at all: its kernels reach the tensors through a table of raw addresses, which a
+compiler cannot see, and it is already a few multi-tensor launches.
 """
 
 from __future__ import annotations
@@ -33,7 +39,11 @@ class TrustRatioOptimizer(torch.optim.Optimizer):
         # Tells GradScaler to hand over grad_scale/found_inf instead of unscaling; as for
         # torch's fused Adam, only when fused (Lightning forbids clipping such optimizers).
         self._step_supports_amp_scaling = fused
-        self.implementation: str | None = None
+
+    @property
+    def implementation(self) -> str:
+        """What every step runs: "triton" (fused, or it raises) or "reference"."""
+        return TRITON if self.fused else REFERENCE
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -51,12 +61,19 @@ class TrustRatioOptimizer(torch.optim.Optimizer):
                 triton_support.require_triton(
                     params[0].device, f"{type(self).__name__}(fused=True)"
                 )
-            self.implementation = TRITON if self.fused else REFERENCE
             triton_support.record(self.OP_NAME, self.implementation)
             states = [self._state(p) for p in params]
-            step_group = type(self).step_triton if self.fused else type(self).step_reference
-            step_group(group, params, states, grad_scale, found_inf)
+            if self.fused:
+                _untraced(type(self).step_triton, group, params, states, grad_scale, found_inf)
+            else:
+                type(self).step_reference(group, params, states, grad_scale, found_inf)
         return loss
 
     def _state(self, param: Tensor):
         raise NotImplementedError
+
+
+@torch.compiler.disable
+def _untraced(step_group: Callable, *args) -> None:
+    """Run the fused step eagerly, also inside a compiled step (a graph break, see above)."""
+    step_group(*args)

@@ -6,11 +6,13 @@ are shrunk so that odd sizes span several blocks and chunks, with a ragged last 
 """
 
 import importlib
+import os
 
 import pytest
 import torch
 import torch.nn.functional as F
-import triton  # noqa: F401  (the optional extra must be installed here: fail, never skip)
+import triton  # the optional extra must be installed here: fail, never skip
+from packaging.version import Version
 
 from tuneup.plugins.kernels import (
     Lamb,
@@ -25,6 +27,11 @@ ce_module = importlib.import_module("tuneup.plugins.kernels.cross_entropy")
 lce_module = importlib.import_module("tuneup.plugins.kernels.linear_cross_entropy")
 lamb_module = importlib.import_module("tuneup.plugins.kernels.lamb")
 lars_module = importlib.import_module("tuneup.plugins.kernels.lars")
+
+
+def test_the_triton_the_outer_test_chose_runs_here():
+    """test_triton_kernels.py runs this file under the installed and the oldest supported Triton."""
+    assert Version(triton.__version__) == Version(os.environ["TUNEUP_EXPECT_TRITON"])
 
 
 @pytest.fixture(autouse=True)
@@ -84,6 +91,17 @@ def test_cross_entropy_kernel_handles_blocks_of_minus_infinity(classes, label_sm
     torch.testing.assert_close(losses.sum() / (target != -100).sum(), want)
 
 
+@pytest.mark.parametrize("how", [(False, 16, 4, 3), (True, 32, 4, 2)], ids=["two", "one"])
+def test_cross_entropy_kernel_with_programs_looping_over_rows(monkeypatch, how):
+    """Fewer programs than rows (bench/kernels.py times such launches): every row is done."""
+    monkeypatch.setattr(ce_module, "LAUNCH", ce_module.Launch(*how))
+    logits, target = random_rows(13, 29, torch.bfloat16)
+    losses, grad = rows_and_grad("triton", logits, target, 0.1)
+    want_losses, want_grad = rows_and_grad("reference", logits, target, 0.1)
+    torch.testing.assert_close(losses, want_losses, atol=2e-6, rtol=2e-6)
+    torch.testing.assert_close(grad, want_grad, atol=1e-4, rtol=1e-2)
+
+
 def test_cross_entropy_kernel_writes_gradient_over_its_input():
     logits, target = random_rows(13, 103, torch.float16)
     losses, grad = rows_and_grad("triton", logits, target, 0.1, in_place=True)
@@ -141,6 +159,38 @@ def test_linear_cross_entropy_kernel_matches_unfused_head(dtype):
         assert got.dtype == dtype
         torch.testing.assert_close(got.float(), expected, **tolerance)
     assert ran == {"linear_cross_entropy": {"triton"}}
+
+
+def test_liger_backend_gives_torchs_loss_and_gradients():
+    """kernels.backend=liger's loss functions (Liger-Kernel's Triton kernels, interpreted)."""
+    liger = importlib.import_module("tuneup.plugins.kernels.liger")
+    pytest.importorskip("liger_kernel", reason="liger-kernel is in the test extra")
+    ran.clear()
+    generator = torch.Generator().manual_seed(0)
+    hidden, weight, bias = (torch.randn(s, generator=generator).requires_grad_()
+                            for s in [(2, 9, 8), (45, 8), (45,)])  # fmt: skip
+    target = torch.randint(0, 45, (2, 9), generator=generator)
+    target[:, ::4] = -100
+    head = torch.nn.Linear(8, 45)
+    head.weight, head.bias = torch.nn.Parameter(weight), torch.nn.Parameter(bias)
+    settings = {"label_smoothing": 0.1, "ignore_index": -100}
+    logits = hidden @ weight.T + bias
+    want = F.cross_entropy(logits.flatten(0, 1), target.flatten(), label_smoothing=0.1)
+    want_grads = torch.autograd.grad(want, (hidden, weight, bias))
+    fused = liger.linear_cross_entropy(head, settings)(hidden, target)
+    grads = torch.autograd.grad(fused, (hidden, head.weight, head.bias))
+    torch.testing.assert_close(fused, want)
+    for got, expected in zip(grads, want_grads, strict=True):
+        torch.testing.assert_close(got, expected)
+    logits = logits.detach().requires_grad_()
+    want = F.cross_entropy(logits.flatten(0, 1), target.flatten(), label_smoothing=0.1)
+    (want_grad,) = torch.autograd.grad(want, logits)
+    ours = logits.detach().clone().requires_grad_()
+    loss = liger.cross_entropy(settings)(ours, target)
+    torch.testing.assert_close(loss, want)
+    (grad,) = torch.autograd.grad(loss, ours)
+    torch.testing.assert_close(grad, want_grad)
+    assert ran == {"linear_cross_entropy": {"liger"}, "cross_entropy": {"liger"}}
 
 
 @pytest.mark.parametrize("trust_clip", [None, 0.5])
@@ -207,15 +257,16 @@ def test_fused_step_handles_mixed_dtypes_amp_scale_and_skips(oracles, optimizer_
 def test_training_losses_match_the_unfused_run(
     oracles, monkeypatch, loss_name, optimizer_class, hyper
 ):
-    # The interpreter pays per program: bigger blocks keep 20 steps quick (still ragged).
+    # The interpreter pays per program: bigger blocks keep 12 steps quick (still ragged).
     monkeypatch.setattr(ce_module, "MAX_ONE_PASS", 64)
     for module in (lamb_module, lars_module):
         monkeypatch.setattr(module, "CHUNK_NUMEL", 1024)
         monkeypatch.setattr(module, "BLOCK", 512)
     ran.clear()
-    fused = oracles.training_losses(loss_name, lambda p: optimizer_class(p, **hyper, fused=True))
+    make_fused = lambda p: optimizer_class(p, **hyper, fused=True)  # noqa: E731
+    fused = oracles.training_losses(loss_name, make_fused, steps=12)
     unfused = oracles.training_losses(
-        loss_name, lambda p: optimizer_class(p, **hyper), fused_ops=False
+        loss_name, lambda p: optimizer_class(p, **hyper), steps=12, fused_ops=False
     )
     torch.testing.assert_close(fused, unfused, atol=1e-5, rtol=0)
     assert fused[-1] < fused[0] - 0.1
@@ -223,3 +274,21 @@ def test_training_losses_match_the_unfused_run(
         "triton",
         "reference",
     }
+
+
+@pytest.mark.parametrize("optimizer_class", [Lamb, Lars])
+def test_compiled_fused_step_runs_the_kernels_as_eager_does(oracles, optimizer_class):
+    """torch.compile leaves the fused step to run eagerly (its kernels read raw addresses)."""
+    torch._dynamo.reset()
+    weights, grads = oracles.random_problem(steps=2)
+    eager, _ = oracles.run_optimizer(lambda p: optimizer_class(p, fused=True), weights, grads)
+
+    def compiled(params):
+        optimizer = optimizer_class(params, fused=True)
+        optimizer.step = torch.compile(optimizer.step, backend="aot_eager")
+        return optimizer
+
+    got, optimizer = oracles.run_optimizer(compiled, weights, grads)
+    for g, w in zip(got, eager, strict=True):
+        assert torch.equal(g, w)
+    assert optimizer.implementation == "triton"

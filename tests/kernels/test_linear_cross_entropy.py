@@ -139,8 +139,9 @@ def test_never_holds_more_than_one_chunk_of_logits():
     assert fused_ops.largest == 8 * 200
 
 
-def test_default_chunk_size_keeps_a_chunk_of_logits_about_the_size_of_hidden():
-    assert lce_module.default_chunk_size(16384, 2048, 32768) == 1024
+def test_default_chunk_size_keeps_a_chunk_of_logits_about_four_times_hidden():
+    assert lce_module.default_chunk_size(16384, 2048, 32768) == 4096  # 4 chunks
+    assert lce_module.default_chunk_size(16384, 768, 32768) == 1490  # GPT-2 small: 11 chunks
     assert lce_module.default_chunk_size(10, 64, 32) == 10
     with pytest.raises(ValueError, match="chunk_size"):
         linear_cross_entropy(*make_inputs(), chunk_size=-1)
