@@ -16,8 +16,15 @@ On CUDA the default ResNet and ResNet-50 (224x224) are measured with
 ``precision=amp`` (channels_last pays off on tensor cores only); on CPU the
 default ResNet in fp32.
 
-    python bench/memory.py                     # CUDA if present, else CPU
+A second table measures ``activation_checkpointing`` on a GPT (on CUDA GPT-2
+small's shape: 12 layers, 12 heads, width 768, context 1024, vocabulary 32,768,
+batch 16, precision=amp; on CPU a 4-layer one): off, selective, every 2nd block
+and all blocks, with saved bytes and step time against off, and the issue's
+target for selective (>= 40% fewer saved bytes at <= 1.25x the step time).
+
+    python bench/memory.py                     # CUDA if present, else CPU; both tables
     python bench/memory.py --device cpu --batch-size 128 --steps 20
+    python bench/memory.py --tables checkpointing   # only the GPT table
     python bench/memory.py -- optimizer=adamw  # more run.py overrides for every run
 """
 
@@ -49,6 +56,21 @@ MODELS = {
     "cpu": [("small_resnet", 32, 10, 128)],
 }
 PRECISION = {"cuda": "amp", "cpu": "fp32"}
+
+#: activation_checkpointing choices measured on a GPT.
+CHECKPOINTING = {
+    "off": ["activation_checkpointing=off"],
+    "selective": ["activation_checkpointing=selective"],
+    "every 2nd block": ["activation_checkpointing=blocks", "activation_checkpointing.every_n=2"],
+    "all blocks": ["activation_checkpointing=blocks"],
+}
+#: The GPT of the checkpointing table, per device (CUDA: GPT-2 small's shape, the issue's).
+GPT = {
+    "cuda": dict(layers=12, heads=12, width=768, context=1024, vocab_size=32768, batch=16),
+    "cpu": dict(layers=4, heads=4, width=128, context=128, vocab_size=2048, batch=8),
+}
+#: The issue's target for selective checkpointing against off.
+SELECTIVE_TARGET = {"saved": 0.6, "step_time": 1.25}
 #: Writing checkpoints is not what is measured here.
 NO_CHECKPOINTS = (
     ["checkpoint=off"]
@@ -82,9 +104,37 @@ def overrides(args, model, variant: str, run_dir: Path) -> list[str]:
     ]
 
 
-def run_one(args, model, variant: str, workdir: Path) -> dict:
+def gpt_overrides(args, variant: str, run_dir: Path) -> list[str]:
+    shape = GPT[args.device]
+    return [
+        "model=gpt",
+        "data=synthetic_tokens",
+        *(f"model.{key}={shape[key]}" for key in ("layers", "heads", "width")),
+        f"data.context={shape['context']}",
+        f"data.vocab_size={shape['vocab_size']}",
+        f"data.batch_size={shape['batch']}",
+        f"data.train_samples={shape['batch'] * args.steps}",
+        f"data.val_samples={shape['batch']}",
+        f"precision={PRECISION[args.device]}",
+        f"trainer.accelerator={'gpu' if args.device == 'cuda' else 'cpu'}",
+        f"trainer.max_steps={args.steps}",
+        "trainer.max_epochs=1",
+        f"measure.warmup_steps={args.warmup}",
+        "trainer.enable_progress_bar=false",
+        "++trainer.limit_val_batches=0",
+        *NO_CHECKPOINTS,
+        f"hydra.run.dir={run_dir}",
+        *CHECKPOINTING[variant],
+        *args.extra,
+    ]
+
+
+def run_one(args, model, variant: str, workdir: Path, gpt: bool = False) -> dict:
     run_dir = workdir / f"{model[0]}-{variant.replace(' ', '_')}"
-    command = [sys.executable, str(ROOT / "run.py"), *overrides(args, model, variant, run_dir)]
+    arguments = (
+        gpt_overrides(args, variant, run_dir) if gpt else overrides(args, model, variant, run_dir)
+    )
+    command = [sys.executable, str(ROOT / "run.py"), *arguments]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     row = {"model": model[0], "variant": variant, "batch": model[3]}
     if done.returncode != 0:
@@ -116,6 +166,48 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def checkpointing_table(rows: list[dict]) -> str:
+    """Saved bytes and step time of each activation_checkpointing choice against off."""
+    lines = [
+        "| activation_checkpointing | samples/s | step p50 (ms) | step time vs off | "
+        "peak memory | saved activations | saved vs off |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    off = next((r for r in rows if r["variant"] == "off" and "error" not in r), None)
+    for r in rows:
+        if "error" in r or off is None:
+            lines.append(
+                f"| {r['variant']} | failed: {r.get('error', ['off failed'])[0]} | | | | | |"
+            )
+            continue
+        lines.append(
+            f"| {r['variant']} | {r['samples_per_s']:.1f} | {r['step_ms']:.1f} | "
+            f"{r['step_ms'] / off['step_ms']:.2f}x | {size(r['peak_memory_bytes'])} | "
+            f"{size(r['saved_activation_bytes'])} | "
+            f"{r['saved_activation_bytes'] / off['saved_activation_bytes'] - 1:+.0%} |"
+        )
+    return "\n".join(lines)
+
+
+def size(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.2f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:,.1f} MiB"
+
+
+def selective_verdict(rows: list[dict]) -> str:
+    """The issue's target for selective against off: fewer saved bytes at a bounded step time."""
+    found = {r["variant"]: r for r in rows if "error" not in r}
+    if "off" not in found or "selective" not in found:
+        return "selective target: not measured (a run failed)"
+    saved = found["selective"]["saved_activation_bytes"] / found["off"]["saved_activation_bytes"]
+    slower = found["selective"]["step_ms"] / found["off"]["step_ms"]
+    passed = saved <= SELECTIVE_TARGET["saved"] and slower <= SELECTIVE_TARGET["step_time"]
+    return (
+        f"selective target (saved <= {SELECTIVE_TARGET['saved']:.0%} of off at <= "
+        f"{SELECTIVE_TARGET['step_time']}x its step time): saved {saved:.0%}, step time "
+        f"{slower:.2f}x: {'PASS' if passed else 'FAIL'}"
+    )
+
+
 def parse(argv=None) -> argparse.Namespace:
     import torch
 
@@ -126,6 +218,12 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps per run")
     parser.add_argument("--warmup", type=int, default=3, help="optimizer steps left out of speed")
     parser.add_argument("--json", type=Path, help="also write the rows to this file")
+    parser.add_argument(
+        "--tables",
+        type=lambda s: s.split(","),
+        default=["levers", "checkpointing"],
+        help="levers (the ResNet levers), checkpointing (the GPT); both by default",
+    )
     parser.add_argument("extra", nargs="*", help="more run.py overrides (after --)")
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -139,17 +237,29 @@ def main(argv=None) -> None:
     models = [m for m in MODELS[args.device] if m[0] in available]
     if args.batch_size:
         models = [(*m[:3], args.batch_size) for m in models]
-    rows = []
+    rows, gpt_rows = [], []
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as workdir:
-        for model in models:
+        for model in models if "levers" in args.tables else []:
             for variant in VARIANTS:
                 rows.append(run_one(args, model, variant, Path(workdir)))
                 print(f"{model[0]} {variant}: done", file=sys.stderr, flush=True)
-    device = next((r["device"] for r in rows if "device" in r), args.device)
+        gpt = ("gpt", GPT[args.device]["context"], None, GPT[args.device]["batch"])
+        for variant in CHECKPOINTING if "checkpointing" in args.tables else []:
+            gpt_rows.append(run_one(args, gpt, variant, Path(workdir), gpt=True))
+            print(f"gpt {variant}: done", file=sys.stderr, flush=True)
+    device = next((r["device"] for r in rows + gpt_rows if "device" in r), args.device)
     print(f"device: {device}; precision={PRECISION[args.device]}; {args.steps} optimizer steps\n")
-    print(table(rows))
+    if rows:
+        print(table(rows))
+    if gpt_rows:
+        shape = ", ".join(f"{k} {v}" for k, v in GPT[args.device].items())
+        print(f"\nactivation_checkpointing on model=gpt ({shape}):\n")
+        print(checkpointing_table(gpt_rows))
+        print(f"\n{selective_verdict(gpt_rows)}")
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=2) + "\n")
+        args.json.write_text(json.dumps(rows + gpt_rows, indent=2) + "\n")
+    if any("error" in r for r in rows + gpt_rows):
+        sys.exit(1)  # bench/gpu.sh counts a failed run as a failed benchmark
 
 
 if __name__ == "__main__":

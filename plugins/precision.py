@@ -1,4 +1,4 @@
-"""Numeric precision of training: ``precision=fp32|tf32|fp16|bf16|amp|fp16-true|bf16-true``.
+"""Numeric precision of training: ``precision=fp32|tf32|fp16|bf16|amp|fp16-true|bf16-true|fp8``.
 
 Each choice becomes a Lightning precision plugin *instance* given to the Trainer
 (``MixedPrecision`` for autocast, ``HalfPrecision`` for the true-half modes), never
@@ -16,6 +16,18 @@ quietly trains in bfloat16, and a run must do what was asked or say why not.
 - ``amp``: bf16 where the device supports it, else fp16 with scaling; the summary
   and ``plugins.list=true`` say which and why.
 - ``fp16-true`` / ``bf16-true``: weights and compute in the half type.
+- ``fp8``: the model's ``nn.Linear`` layers run their matmuls in float8 through torchao's float8
+  training (``convert_to_float8_training``, recipe ``tensorwise`` or ``rowwise``), everything
+  else under bf16 autocast, fp32 weights. Needs fp8 tensor cores (compute capability >= 8.9)
+  and, to be faster than bf16, ``compile=on``; the summary lists the layers converted and those
+  kept in bf16 with the reason (first/last layer, sizes not multiples of 16, ``precision.skip``).
+
+fp8 is a module swap, so this plugin also has a ``configure_model`` hook, unflagged: after the
+kernel swaps (``tryfirst``: a fused output head is no longer an ``nn.Linear`` when fp8 looks)
+and before compile (``trylast``: compile traces the float8 layers). Between the two it commutes
+with activation checkpointing and memory_format: it replaces ``nn.Linear`` children in place,
+keeps parameter names (``Float8Linear`` holds the same ``weight`` and ``bias``), and neither
+of the others changes a Linear or its 2-D weight.
 
 fp32 and tf32 set the flags when the fit starts and put back the previous
 values when it ends or fails. The scaler's state rides in the Lightning
@@ -24,28 +36,35 @@ checkpoint (under the precision plugin's class name) and returns on resume.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.metadata
 import logging
 import warnings
 from dataclasses import dataclass
 
 import torch
 from omegaconf import OmegaConf
+from packaging.version import Version
 from pytorch_lightning.plugins.precision import FSDPPrecision, HalfPrecision, MixedPrecision
+from torch import nn
 
 from tuneup import TuneupError, hookimpl
 from tuneup.trainer.environment import BF16_CPU_FLAGS, Environment
-from tuneup.trainer.validation import Integer, Number, OneOf, problems
+from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
 
 log = logging.getLogger(__name__)
 
-CHOICES = ("fp32", "tf32", "fp16", "bf16", "amp", "fp16-true", "bf16-true")
+CHOICES = ("fp32", "tf32", "fp16", "bf16", "amp", "fp16-true", "bf16-true", "fp8")
 HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
+#: The autocast type of each mixed mode: fp8 runs what is not a converted matmul in bf16.
+AUTOCAST = {**HALF, "fp8": torch.bfloat16}
 #: Lightning's name for each mode that needs a Lightning precision plugin.
 LIGHTNING_FLAG = {
     "fp16": "16-mixed",
     "bf16": "bf16-mixed",
     "fp16-true": "16-true",
     "bf16-true": "bf16-true",
+    "fp8": "bf16-mixed",
 }
 SCALER_KEYS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
 
@@ -57,6 +76,18 @@ RULES = {
     "precision.growth_interval": Integer(low=1),
     "precision.max_consecutive_skips": Integer(low=1),
 }
+#: torchao's float8 training recipes (``Float8LinearConfig.from_recipe_name``).
+FP8_RECIPES = ("tensorwise", "rowwise")
+FP8_RULES = {
+    "precision.recipe": OneOf(FP8_RECIPES),
+    "precision.skip_first_last": BOOL,
+    "precision.require_compile": BOOL,
+    "precision.emulate": BOOL,
+}
+#: float8 tensor cores: Ada (8.9: L4, L40) and Hopper (9.0: H100, H200) and newer.
+FP8_CAPABILITY = (8, 9)
+#: The oldest torchao whose float8 training has the recipes by name (the ``fp8`` extra).
+TORCHAO_MIN = "0.10"
 
 #: Config keys holding sizes that tensor cores want in multiples of 8 (those it can see).
 TENSOR_CORE_KEYS = (
@@ -87,7 +118,7 @@ class Choice:
 
     @property
     def autocast_dtype(self) -> torch.dtype | None:
-        return HALF.get(self.ran_as)
+        return AUTOCAST.get(self.ran_as)
 
     @property
     def weights_dtype(self) -> torch.dtype:
@@ -291,7 +322,8 @@ def tensor_core_warnings(cfg, choice: Choice) -> list[str]:
 
 
 def device_problems(choice: Choice, env: Environment) -> list[str]:
-    if choice.ran_as.startswith("bf16") and not env.bf16_supported:
+    needs_bf16 = choice.ran_as.startswith("bf16") or choice.ran_as == "fp8"  # fp8: around it
+    if needs_bf16 and not env.bf16_supported:
         return [
             f"precision={choice.name} needs bfloat16, which {_where(env)} does not support "
             "(CUDA needs compute capability >= 8.0): choose precision=fp16 or precision=amp"
@@ -321,6 +353,145 @@ def _dtype_name(dtype: torch.dtype | None) -> str | None:
 
 
 # --------------------------------------------------------------------------------------
+# fp8: torchao's float8 training of the nn.Linear layers
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fp8Layers:
+    """Which ``nn.Linear`` layers fp8 converts, and why each of the others stays in bf16."""
+
+    converted: tuple[str, ...]
+    skipped: dict[str, str]
+
+
+def linear_layers(model: nn.Module) -> list[tuple[str, nn.Linear]]:
+    """The model's plain ``nn.Linear`` layers (not converted ones), in registration order."""
+    return [(n, m) for n, m in model.named_modules() if type(m) is nn.Linear]
+
+
+def fp8_layers(model: nn.Module, skip_first_last=True, skip=(), edges=None) -> Fp8Layers:
+    """Sort the model's ``nn.Linear`` layers into converted and kept, with the reason.
+
+    Kept in bf16: the first and last layer (``skip_first_last``: the input projection and
+    the output head are where float8's 3-bit mantissa costs the most accuracy, as in
+    Transformer Engine's and torchtitan's recipes), layers whose name contains one of
+    ``skip``, and layers with sizes that are not multiples of 16 (what float8 tensor-core
+    matmuls, ``torch._scaled_mm``, accept). ``edges`` names the first and last layer of the
+    model as configured (a kernel swap may have replaced its output head since).
+    """
+    linears = linear_layers(model)
+    if edges is None:
+        edges = (linears[0][0], linears[-1][0]) if linears else ()
+    converted, skipped = [], {}
+    for name, layer in linears:
+        if skip_first_last and name in edges:
+            where = "only" if edges[0] == edges[-1] else "first" if name == edges[0] else "last"
+            skipped[name] = f"{where} linear layer (precision.skip_first_last)"
+        elif any(part in name for part in skip):
+            skipped[name] = "named in precision.skip"
+        elif layer.in_features % 16 or layer.out_features % 16:
+            skipped[name] = (f"{layer.in_features} -> {layer.out_features} features: float8 "
+                             "matmuls need multiples of 16")  # fmt: skip
+        else:
+            converted.append(name)
+    return Fp8Layers(tuple(converted), skipped)
+
+
+def torchao_float8():
+    """``torchao.float8``, imported quietly: torchao logs a warning for each of its compiled
+    extensions that cannot load (all of them with a CPU build of torch), and torch one about
+    its enums; float8 training uses neither (its matmul is ``torch._scaled_mm``)."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        import torchao.float8 as float8
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+    return float8
+
+
+def fp8_config(recipe: str, emulate: bool = False):
+    """torchao's ``Float8LinearConfig`` for ``recipe``; ``emulate``: the float8 casts are kept
+    but the matmuls run in fp32 (any device: tests and debugging, never faster)."""
+    config = torchao_float8().Float8LinearConfig.from_recipe_name(recipe)
+    return dataclasses.replace(config, emulate=True) if emulate else config
+
+
+def convert_to_fp8(model: nn.Module, layers: Fp8Layers, recipe: str, emulate=False) -> nn.Module:
+    """Swap the ``layers.converted`` layers of ``model`` for torchao's ``Float8Linear``, in
+    place; parameter names, weights (fp32) and their tying are unchanged."""
+    names = set(layers.converted)
+    return torchao_float8().convert_to_float8_training(
+        model, module_filter_fn=lambda _, name: name in names, config=fp8_config(recipe, emulate)
+    )
+
+
+def fp8_formats(config) -> dict[str, str]:
+    """The float8 types of a torchao config: inputs and weights, and output gradients."""
+    return {"forward": _dtype_name(config.cast_config_input.target_dtype),
+            "gradients": _dtype_name(config.cast_config_grad_output.target_dtype)}  # fmt: skip
+
+
+def fp8_problems(cfg, env: Environment) -> list[str]:
+    """What keeps precision=fp8 from running (fast) here: the GPU, torchao, compile."""
+    settings = cfg.precision
+    found = problems(cfg, FP8_RULES)
+    skip = settings.get("skip", [])
+    if not OmegaConf.is_list(skip) or not all(isinstance(s, str) and s for s in skip):
+        found.append(problem("precision.skip", skip, "a list of layer-name parts, e.g. [lm_head]"))
+    emulate = settings.get("emulate", False) is True
+    if not emulate and not (env.is_cuda and (env.cuda_capability or (0, 0)) >= FP8_CAPABILITY):
+        found.append(
+            f"precision=fp8 needs a GPU with float8 tensor cores (compute capability >= 8.9: "
+            f"L4, L40, H100, H200 and newer), and {_where(env)} has none: choose precision=amp "
+            "or precision=bf16 here (precision.emulate=true runs the float8 casts with fp32 "
+            "matmuls, for tests: slower, never faster)"
+        )
+    found += torchao_problems()
+    compiled = OmegaConf.select(cfg, "compile.name", default="off") == "on"
+    if not (emulate or compiled or settings.get("require_compile", True) is False):
+        found.append(
+            "precision=fp8 without compile=on is slower than bf16: torchao's float8 scaling "
+            "(an amax reduction and a cast per operand of every matmul) runs as separate eager "
+            "kernels, which torch.compile fuses into their neighbours; add compile=on (or set "
+            "precision.require_compile=false to run fp8 eagerly anyway)"
+        )
+    return found
+
+
+def torchao_problems() -> list[str]:
+    try:
+        version = importlib.metadata.version("torchao")
+    except importlib.metadata.PackageNotFoundError:
+        return [f"precision=fp8 runs torchao's float8 training, and torchao is not installed: "
+                f"pip install 'tuneup[fp8]' (torchao>={TORCHAO_MIN})"]  # fmt: skip
+    if Version(version) < Version(TORCHAO_MIN):
+        return [f"precision=fp8 needs torchao>={TORCHAO_MIN} (its float8 recipes by name), "
+                f"found {version}: pip install -U 'tuneup[fp8]'"]  # fmt: skip
+    return []
+
+
+def no_fp8_layers(model: nn.Module, layers: Fp8Layers, model_name: str) -> str | None:
+    """Why fp8 would change nothing in ``model``, or None when it converts some layer."""
+    if layers.converted:
+        return None
+    if not layers.skipped:
+        classes = sorted({type(m).__name__ for m in model.modules()})
+        found = f"has no nn.Linear layer (its layers: {', '.join(classes)})"
+    else:
+        found = "keeps every nn.Linear in bf16: " + "; ".join(
+            f"{name}: {why}" for name, why in layers.skipped.items()
+        )
+    return (f"precision=fp8 converts nn.Linear layers to float8, but model={model_name} {found}; "
+            "use precision=amp, or precision.skip_first_last=false / precision.skip=[] to "
+            "convert the layers kept")  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------
 # the plugin
 # --------------------------------------------------------------------------------------
 
@@ -332,23 +503,49 @@ class Plugin:
         self.env: Environment | None = None  # from check; worked out from cfg if not called
         self.lightning = None  # the Lightning precision plugin given to the Trainer
         self.previous_tf32 = None
+        self.fp8_edges: tuple[str, ...] | None = None  # first and last Linear, as configured
+        self.fp8: Fp8Layers | None = None  # what configure_model converted
 
     @property
     def choice(self) -> Choice:
         return resolve(self.settings.name, self.env or Environment.from_config(self.cfg))
 
     @hookimpl
-    def check(self, cfg, env):
+    def check(self, cfg, env, plan):
         self.env = env
         found = problems(cfg, RULES)
         if found:
             return found
         choice = self.choice
         found += device_problems(choice, env) + trainer_conflicts(cfg)
+        if choice.ran_as == "fp8":
+            found += fp8_problems(cfg, env) or self._fp8_model_problems(plan)
         if env.is_cuda and (choice.autocast_dtype or choice.true_half):
             for warning in tensor_core_warnings(cfg, choice):
                 log.warning("precision: %s", warning)
         return found
+
+    def _fp8_model_problems(self, plan) -> list[str]:
+        model = plan.meta_model() if plan is not None else None
+        if model is None:
+            return []  # not built on the meta device: configure_model decides on the real one
+        layers = linear_layers(model)
+        self.fp8_edges = (layers[0][0], layers[-1][0]) if layers else ()
+        reason = no_fp8_layers(model, self._fp8_layers(model), plan.model_name)
+        return [reason] if reason else []
+
+    def _fp8_layers(self, model: nn.Module) -> Fp8Layers:
+        skip_first_last = self.settings.get("skip_first_last", True)
+        skip = list(self.settings.get("skip", []))
+        return fp8_layers(model, skip_first_last, skip, self.fp8_edges)
+
+    @hookimpl  # unflagged: after kernel swaps, before compile; commutes with the others (above)
+    def configure_model(self, model):
+        if self.choice.ran_as != "fp8":
+            return None
+        self.fp8 = self._fp8_layers(model)
+        recipe, emulate = self.settings.recipe, self.settings.get("emulate", False)
+        return convert_to_fp8(model, self.fp8, recipe, emulate)
 
     @hookimpl(trylast=True)  # after a strategy plugin has put its strategy into kwargs
     def configure_trainer(self, cfg, kwargs):
@@ -392,6 +589,14 @@ class Plugin:
             "skipped_steps": getattr(self.lightning, "skipped_steps", None),
             "note": choice.why or None,
         }
+        if self.fp8 is not None:
+            summary["precision"]["fp8"] = self._fp8_summary()
+
+    def _fp8_summary(self) -> dict:
+        """The recipe, float8 types and every Linear layer: converted, or kept and why."""
+        recipe, emulate = self.settings.recipe, self.settings.get("emulate", False)
+        layers = {"converted": list(self.fp8.converted), "kept_in_bf16": dict(self.fp8.skipped)}
+        return {"recipe": recipe, **fp8_formats(fp8_config(recipe)), "emulated": emulate, **layers}
 
     def describe(self):
         choice = self.choice
@@ -407,6 +612,12 @@ class Plugin:
             "tf32": self._tf32_state(choice),
             "loss_scaler": scaler,
         }
+        if choice.ran_as == "fp8":
+            keys = ("recipe", "skip_first_last", "skip", "require_compile", "emulate")
+            described["fp8"] = OmegaConf.to_container(OmegaConf.masked_copy(self.settings, keys))
+            if self.fp8 is not None:
+                described["fp8"] |= {"converted": len(self.fp8.converted),
+                                     "kept_in_bf16": dict(self.fp8.skipped)}  # fmt: skip
         return {k: v for k, v in described.items() if v is not None}
 
     @staticmethod

@@ -8,9 +8,16 @@ copy is built from the config, before plugins transform the model, so the
 count is the model's own arithmetic ("model FLOPs" in the PaLM paper's MFU):
 recomputation under activation checkpointing, kernel swaps and compilation do
 not change it. Only matrix products and convolutions are counted (what
-FlopCounterMode knows), which is where the FLOPs of these models are; on the
-meta device attention is counted as its two batched matmuls, causal masking
-not subtracted (as FlopCounterMode's flash-attention formula does on CUDA).
+FlopCounterMode knows), which is where the FLOPs of these models are.
+
+Attention is counted as it is computed: a causal ``scaled_dot_product_attention``
+(``is_causal=True``, as model=gpt calls it) skips the masked half of the score
+matrix, so half of its matmul FLOPs are counted, forward and backward (the
+convention of FlashAttention's benchmarks). FlopCounterMode alone counts every
+attention as unmasked, on the meta device (its two batched matmuls) and in its
+flash-attention formulas alike; :class:`AttentionCalls` sees each call and the
+count is corrected. An explicit ``attn_mask`` is counted as unmasked (its pattern
+is not known).
 
 MFU = achieved TFLOP/s / (peak TFLOP/s per device x devices), with the
 device's dense 16-bit tensor-core peak whatever the run's precision (the
@@ -23,7 +30,9 @@ from __future__ import annotations
 import re
 
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.nn import functional as F
+from torch.overrides import TorchFunctionMode
+from torch.utils.flop_counter import FlopCounterMode, bmm_flop
 
 #: Dense (no sparsity) bf16 tensor-core peak per GPU, TFLOP/s, from NVIDIA's datasheets
 #: (fp16 on V100 and T4, which have no bf16). Matched in this order, as whole words, against
@@ -81,7 +90,7 @@ def flops_per_sample(plan) -> float | None:
     try:
         batch = plan.example_batch()
         size = len(first_tensor(batch))  # FLOPs are linear in the batch (2 samples here)
-        with FlopCounterMode(display=False) as counter:
+        with FlopCounterMode(display=False) as counter, AttentionCalls() as attention:
             if plan.lightning:  # its forward; what else its training_step does is not counted
                 x = batch[0] if isinstance(batch, (list, tuple)) else batch
                 loss = model(x).float().sum()
@@ -90,9 +99,42 @@ def flops_per_sample(plan) -> float | None:
             else:
                 loss = plan.task.loss_fn(model(batch[0]), batch[1])
             loss.backward()
-        return counter.get_total_flops() / size
+        return (counter.get_total_flops() - attention.masked_flops()) / size
     except Exception:  # a measurement must never stop a run; mfu_note says it is missing
         return None
+
+
+class AttentionCalls(TorchFunctionMode):
+    """Notes each causal ``F.scaled_dot_product_attention`` call, for :meth:`masked_flops`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.causal: list[tuple] = []  # (q, k, v) of each causal call
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal")
+            call = dict(zip(names, args, strict=False)) | kwargs
+            if call.get("is_causal") and call.get("attn_mask") is None:
+                self.causal.append((call["query"], call["key"], call["value"]))
+        return func(*args, **kwargs)
+
+    def masked_flops(self) -> float:
+        """FLOPs FlopCounterMode counted for the masked half of the causal calls' matmuls.
+
+        It counts ``q @ k^T`` and ``p @ v`` forward, and in backward the matmuls for the
+        gradients that are needed (p's for q or k, v's, q's, k's), all at full size.
+        """
+        masked = 0.0
+        for q, k, v in self.causal:
+            batch = q.shape[:-2].numel()
+            scores = bmm_flop((batch, q.shape[-2], q.shape[-1]), (batch, q.shape[-1], k.shape[-2]))
+            mixing = bmm_flop((batch, q.shape[-2], k.shape[-2]), (batch, k.shape[-2], v.shape[-1]))
+            q_grad, k_grad, v_grad = q.requires_grad, k.requires_grad, v.requires_grad
+            backward = mixing * ((q_grad or k_grad) + v_grad) + scores * (q_grad + k_grad)
+            masked += (scores + mixing + backward) / 2
+        return masked
 
 
 def throughput(

@@ -9,6 +9,8 @@ ignore_index; the loss is fp32 (fp64 for fp64 logits).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -21,6 +23,38 @@ OP_NAME = "cross_entropy"
 #: read twice, MAX_BLOCK classes at a time (tests shrink both to exercise every path).
 MAX_ONE_PASS = 32768
 MAX_BLOCK = 4096
+
+
+class Launch(NamedTuple):
+    """How the rows kernel runs: one pass from registers, or two passes of ``block`` classes;
+    ``num_warps`` per program; ``programs`` that loop over the rows (None: one per row)."""
+
+    one_pass: bool
+    block: int
+    num_warps: int
+    programs: int | None = None
+
+
+#: A launch for every call instead of :func:`launch`'s (bench/kernels.py times alternatives).
+LAUNCH: Launch | None = None
+
+
+def launch(n_classes: int) -> Launch:
+    """The launch for rows of ``n_classes``.
+
+    One pass holds a whole row in registers: at 32,768 classes that is 64 registers for each
+    of 1,024 threads (ptxas for sm_90), the whole register file of an SM, so one row per SM
+    at a time and nothing overlaps its load, reductions and store (measured on an H100: 71%
+    of copy bandwidth with the gradient, 65% without). Two passes of MAX_BLOCK run several
+    programs per SM (90% loss-only at 128k classes); their second read comes from L2 if the
+    rows in flight fit there. docs/kernels.md has the figures; bench/kernels.py times both.
+    """
+    if LAUNCH is not None:
+        return LAUNCH
+    if triton.next_power_of_2(n_classes) <= MAX_ONE_PASS:
+        block = triton.next_power_of_2(n_classes)
+        return Launch(True, block, min(32, max(4, block // 512)))
+    return Launch(False, MAX_BLOCK, min(32, max(4, MAX_BLOCK // 512)))
 
 
 def cross_entropy(
@@ -135,11 +169,10 @@ def _rows_triton(logits, target, n_valid, label_smoothing, ignore_index, grad_ou
         logits = logits.contiguous()
     n_rows, n_classes = logits.shape
     row_losses = logits.new_empty(n_rows, dtype=loss_dtype(logits.dtype))
-    one_pass = triton.next_power_of_2(n_classes) <= MAX_ONE_PASS
-    block = triton.next_power_of_2(n_classes) if one_pass else MAX_BLOCK
+    how = launch(n_classes)
     grad = logits if grad_out is None else grad_out
     assert grad.stride(1) == 1, "the kernel writes gradient rows contiguously"
-    _cross_entropy_rows_kernel[(n_rows,)](
+    _cross_entropy_rows_kernel[(min(n_rows, how.programs or n_rows),)](
         logits,
         logits.stride(0),
         target,
@@ -147,13 +180,15 @@ def _rows_triton(logits, target, n_valid, label_smoothing, ignore_index, grad_ou
         grad.stride(0),
         row_losses,
         n_valid,
+        n_rows,
         n_classes,
         ignore_index,
         label_smoothing,
         COMPUTE_GRAD=grad_out is not None,
-        ONE_PASS=one_pass,
-        BLOCK=block,
-        num_warps=min(32, max(4, block // 512)),
+        ONE_PASS=how.one_pass,
+        BLOCK=how.block,
+        PERSISTENT=how.programs is not None,
+        num_warps=how.num_warps,
     )
     return row_losses
 
@@ -169,57 +204,102 @@ if triton is not None:
         grad_row_stride,
         row_loss_ptr,
         n_valid_ptr,
+        n_rows,
         n_classes,
         ignore_index,
         label_smoothing,
         COMPUTE_GRAD: tl.constexpr,
         ONE_PASS: tl.constexpr,
         BLOCK: tl.constexpr,
+        PERSISTENT: tl.constexpr,
     ):
-        """One program per row: log-sum-exp (from registers if the row fits in one block,
-        else online over blocks), then loss and gradient."""
+        """One row per program, or (PERSISTENT) rows pid, pid + programs, ...: log-sum-exp
+        (from registers if the row fits in one block, else online over blocks), then loss and
+        gradient. The row loop is a constexpr choice: it costs registers (ptxas for sm_90:
+        80 instead of 64 at 8 warps and 4,096 classes a block), so fewer programs fit an SM.
+
+        Two passes read a row twice: the first pass asks L2 to keep it (evict_last), the
+        second and the gradient's stores let it go (evict_first), so the second read can
+        come from L2 while few enough rows are in flight.
+        """
         row = tl.program_id(0).to(tl.int64)
-        logits_ptr += row * logits_row_stride
-        grad_ptr += row * grad_row_stride
-        target = tl.load(target_ptr + row)
         lanes = tl.arange(0, BLOCK)
+        if PERSISTENT:
+            while row < n_rows:  # not a for-range loop: see triton_support's docstring
+                _one_row(logits_ptr + row * logits_row_stride, tl.load(target_ptr + row),
+                         grad_ptr + row * grad_row_stride, row_loss_ptr + row, n_valid_ptr,
+                         n_classes, ignore_index, label_smoothing, lanes, COMPUTE_GRAD,
+                         ONE_PASS, BLOCK)  # fmt: skip
+                row += tl.num_programs(0)
+        else:
+            _one_row(logits_ptr + row * logits_row_stride, tl.load(target_ptr + row),
+                     grad_ptr + row * grad_row_stride, row_loss_ptr + row, n_valid_ptr,
+                     n_classes, ignore_index, label_smoothing, lanes, COMPUTE_GRAD, ONE_PASS,
+                     BLOCK)  # fmt: skip
+
+    @triton.jit
+    def _one_row(
+        logits_ptr,
+        target,
+        grad_ptr,
+        row_loss_ptr,
+        n_valid_ptr,
+        n_classes,
+        ignore_index,
+        label_smoothing,
+        lanes,
+        COMPUTE_GRAD: tl.constexpr,
+        ONE_PASS: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
         if target == ignore_index:
-            tl.store(row_loss_ptr + row, 0.0)
+            tl.store(row_loss_ptr, 0.0)
             if COMPUTE_GRAD:
                 zeros = tl.zeros([BLOCK], dtype=grad_ptr.dtype.element_ty)
-                for start in range(0, n_classes, BLOCK):
+                start = 0
+                while start < n_classes:
                     tl.store(grad_ptr + start + lanes, zeros, mask=start + lanes < n_classes)
+                    start += BLOCK
         else:
+            smooth_share = label_smoothing / n_classes
             if ONE_PASS:
                 mask = lanes < n_classes
-                x = tl.load(logits_ptr + lanes, mask=mask, other=float("-inf")).to(tl.float32)
+                x = tl.load(logits_ptr + lanes, mask=mask, other=float("-inf"),
+                            eviction_policy="evict_first").to(tl.float32)  # fmt: skip
                 row_max = tl.max(x, 0)
                 shift = tl.where(row_max == float("-inf"), 0.0, row_max)  # -inf - -inf is nan
-                log_sum_exp = shift + tl.log(tl.sum(tl.exp(x - shift), 0))
-                logit_sum = tl.sum(tl.where(mask, x, 0.0), 0)
+                logit_sum = 0.0
+                if label_smoothing > 0:  # a block-wide reduction only when it is used
+                    logit_sum = tl.sum(tl.where(mask, x, 0.0), 0)
+                exps = tl.exp(x - shift)  # kept for the gradient: one exp per logit, not two
+                exp_sum = tl.sum(exps, 0)
+                log_sum_exp = shift + tl.log(exp_sum)
             else:
                 log_sum_exp, logit_sum = _log_sum_exp_and_sum(logits_ptr, n_classes, BLOCK)
             target_logit = tl.load(logits_ptr + target).to(tl.float32)
-            smooth_share = label_smoothing / n_classes
             smoothing_term = smooth_share * tl.where(label_smoothing > 0, logit_sum, 0.0)
             loss = log_sum_exp - (1.0 - label_smoothing) * target_logit - smoothing_term
-            tl.store(row_loss_ptr + row, loss)
+            tl.store(row_loss_ptr, loss)
             if COMPUTE_GRAD:
                 scale = 1.0 / tl.load(n_valid_ptr).to(tl.float32)
                 if ONE_PASS:
-                    grad = tl.exp(x - log_sum_exp) - smooth_share
+                    grad = exps * (1.0 / exp_sum) - smooth_share
                     grad = tl.where(lanes == target, grad - (1.0 - label_smoothing), grad)
                     grad = (grad * scale).to(grad_ptr.dtype.element_ty)
-                    tl.store(grad_ptr + lanes, grad, mask=mask)
+                    tl.store(grad_ptr + lanes, grad, mask=mask, eviction_policy="evict_first")
                 else:
-                    for start in range(0, n_classes, BLOCK):
+                    start = 0
+                    while start < n_classes:
                         columns = start + lanes
                         mask = columns < n_classes
-                        x = tl.load(logits_ptr + columns, mask=mask, other=0.0).to(tl.float32)
+                        x = tl.load(logits_ptr + columns, mask=mask, other=0.0,
+                                    eviction_policy="evict_first").to(tl.float32)  # fmt: skip
                         grad = tl.exp(x - log_sum_exp) - smooth_share
                         grad = tl.where(columns == target, grad - (1.0 - label_smoothing), grad)
                         grad = (grad * scale).to(grad_ptr.dtype.element_ty)
-                        tl.store(grad_ptr + columns, grad, mask=mask)
+                        tl.store(grad_ptr + columns, grad, mask=mask,
+                                 eviction_policy="evict_first")  # fmt: skip
+                        start += BLOCK
 
     @triton.jit
     def _log_sum_exp_and_sum(logits_ptr, n_classes, BLOCK: tl.constexpr):
@@ -228,13 +308,16 @@ if triton is not None:
         running_max = float("-inf")
         running_sum = 0.0
         logit_sum = 0.0
-        for start in range(0, n_classes, BLOCK):
+        start = 0
+        while start < n_classes:  # not a for-range loop: see triton_support's docstring
             mask = start + lanes < n_classes
-            x = tl.load(logits_ptr + start + lanes, mask=mask, other=float("-inf"))
+            x = tl.load(logits_ptr + start + lanes, mask=mask, other=float("-inf"),
+                        eviction_policy="evict_last")  # read again for the gradient  # fmt: skip
             x = x.to(tl.float32)
             new_max = tl.maximum(running_max, tl.max(x, 0))
             shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # -inf - -inf is nan
             running_sum = running_sum * tl.exp(running_max - shift) + tl.sum(tl.exp(x - shift), 0)
             logit_sum += tl.sum(tl.where(mask, x, 0.0), 0)
             running_max = new_max
+            start += BLOCK
         return running_max + tl.log(running_sum), logit_sum
