@@ -18,21 +18,12 @@ each worker costs memory. ``pin_memory: auto`` pins on CUDA only.
 
 from __future__ import annotations
 
-import os
-
 from tuneup import hookimpl
-from tuneup.trainer.environment import Environment
+from tuneup.trainer.environment import Environment, usable_cpus
 from tuneup.trainer.validation import Integer, OneOf, problems
 
 #: ``num_workers: auto`` never starts more workers than this per process.
 MAX_AUTO_WORKERS = 8
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask), else the machine's count."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def auto_workers(processes_per_node: int, cpus: int | None = None) -> int:

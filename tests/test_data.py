@@ -15,8 +15,9 @@ from tuneup.zoo.data import check_data
 from tuneup.zoo.data.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
-    EvalTransform,
-    TrainTransform,
+    CenterCrop,
+    OnWorker,
+    TrainCrop,
     random_resized_crop_box,
 )
 
@@ -48,14 +49,23 @@ def image_config(root, *overrides):
     )  # fmt: skip
 
 
+def model_batches(data, loader):
+    """The loader's batches as the model reads them: after the data module's device step."""
+    for batch in loader:
+        yield data.transfer_batch_to_device(batch, torch.device("cpu"), 0)
+
+
 def test_imagefolder_gives_normalised_crops_and_class_labels(tmp_path):
     data = Plan(image_config(make_image_folder(tmp_path))).data
     assert data.num_classes == 2 and data.input_shape == (3, 16, 16)
     data.setup()
     assert len(data.train_set) == 12 and len(data.val_set) == 4  # notes.txt is not an image
-    x, y = next(iter(data.train_dataloader()))
+    pixels, labels, flips = next(iter(data.train_dataloader()))  # what leaves the workers
+    assert pixels.shape == (4, 3, 16, 16) and pixels.dtype == torch.uint8
+    assert flips.dtype == torch.bool and labels.dtype == torch.long
+    x, y = next(model_batches(data, data.train_dataloader()))
     assert x.shape == (4, 3, 16, 16) and x.dtype == torch.float32 and y.dtype == torch.long
-    for image, label in zip(*next(iter(data.val_dataloader())), strict=True):
+    for image, label in zip(*next(model_batches(data, data.val_dataloader())), strict=True):
         colour = COLOURS[("blue", "red")[label]]  # classes: sorted folder names
         expected = [
             (c / 255 - m) / s for c, m, s in zip(colour, IMAGENET_MEAN, IMAGENET_STD, strict=True)
@@ -127,19 +137,24 @@ def test_random_resized_crop_stays_inside_with_the_asked_area_and_aspect():
         assert 0.24 <= w * h / 20_000 <= 0.51 and 0.75 <= w / h <= 1.33
 
 
-def test_train_transform_flips_half_the_time_and_eval_is_a_centre_crop():
+def test_train_crop_flips_half_the_time_and_eval_is_a_centre_crop(tmp_path):
     img = Image.new("RGB", (32, 32), (0, 0, 0))
     img.paste((255, 255, 255), (0, 0, 16, 32))  # white left half
-    flip = TrainTransform(8, scale=(1.0, 1.0), ratio=(1.0, 1.0), mean=(0, 0, 0), std=(1, 1, 1))
+    img.save(tmp_path / "half.png")
+    crop = TrainCrop(8, scale=(1.0, 1.0), ratio=(1.0, 1.0))
     torch.manual_seed(0)
-    left_white = [bool(flip(img)[0, 0, 0] > 0.5) for _ in range(40)]
-    assert 5 < sum(left_white) < 35  # both orientations occur
+    coins = [crop(str(tmp_path / "half.png"))[1] for _ in range(40)]
+    assert 5 < sum(coins) < 35  # both orientations occur
+    on_worker = OnWorker(crop, mean=(0, 0, 0), std=(1, 1, 1))
+    left_white = {bool(on_worker(str(tmp_path / "half.png"))[0, 0, 0] > 0.5) for _ in range(40)}
+    assert left_white == {True, False}  # the worker path applies the coin it drew
     wide = Image.new("RGB", (64, 32), (0, 0, 0))
     wide.paste((255, 255, 255), (28, 0, 36, 32))  # a white band in the middle
-    out = EvalTransform(16, crop_fraction=0.5, mean=(0, 0, 0), std=(1, 1, 1))(wide)
-    assert out.shape == (3, 16, 16)  # shorter side 32 kept (16 / 0.5), centre 16x16 taken
-    assert torch.equal(out, EvalTransform(16, 0.5, (0, 0, 0), (1, 1, 1))(wide))  # deterministic
-    assert out[:, :, 8].min() > 0.9 and out[:, :, 0].max() < 0.1  # the band, not the border
+    wide.save(tmp_path / "wide.png")
+    out, flip = CenterCrop(16, crop_fraction=0.5)(str(tmp_path / "wide.png"))
+    assert out.shape == (3, 16, 16) and out.dtype == torch.uint8 and flip is False
+    assert torch.equal(out, CenterCrop(16, 0.5)(str(tmp_path / "wide.png"))[0])  # deterministic
+    assert out[:, :, 8].min() > 230 and out[:, :, 0].max() < 25  # the band, not the border
 
 
 def test_synthetic_tokens_are_next_token_pairs_and_reproducible():

@@ -17,16 +17,37 @@ run's ``seed`` and the epoch, sharded by rank, and resumable mid-epoch.
 ``LightningDataModule``'s own loaders are remade around their data set, collate
 function and worker settings, so the plugins, the resumable order and DDP sharding
 apply to them as to the zoo's.
+
+Between the loader and the model, Lightning's ``transfer_batch_to_device`` hook is the
+data module's (:meth:`DataModule.transfer_batch_to_device`): the copy, then the data set's
+own device work (:meth:`DataModule.device_batch`; the zoo's images turn uint8 batches into
+normalised floats there), then the precision's input dtype. The data module, not a plugin,
+does this because it knows what its workers did and what is left (mean, std, flips), and
+because a batch the model cannot read without it (uint8) must never depend on a plugin
+being on. A user's batches pass through unchanged: the default device work is the copy.
+
+On CUDA the loaders can run one batch ahead (:class:`PrefetchLoader`, asked for with
+``prefetch_to_device`` in the ``configure_dataloader`` kwargs: the ``data_path`` plugin):
+the next batch's copy and device work are issued on a side CUDA stream before the current
+batch is handed to the loop, so they overlap its step; the transfer hook then makes the
+loop's stream wait for that batch only (an event) and marks its tensors as used there
+(``record_stream``), so the caching allocator never hands their memory to the side stream
+while the step still reads it. The staging sits *below* :class:`ResumableLoader`'s count:
+a batch staged but never handed to the loop is not counted as trained, so a mid-epoch
+resume stays exact.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from typing import ClassVar
 
 import pytorch_lightning as pl
 import torch
+from lightning_fabric.utilities.apply_func import move_data_to_device
+from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler
 
 from tuneup import TuneupError
@@ -39,11 +60,84 @@ from tuneup.trainer.validation import problems
 
 log = logging.getLogger(__name__)
 
+# A user's LightningModule with its own transfer_batch_to_device: the data module's hook calls
+# it (DataModule.to_device), so Lightning's "it will use the LightningDataModule's" is not so.
+warnings.filterwarnings("ignore", message=r".*overridden `transfer_batch_to_device` in both")
+
+#: tuneup's own key in the ``configure_dataloader`` kwargs (not torch's): run one batch ahead on
+#: a side CUDA stream (:class:`PrefetchLoader`). True also on CPU, where it only reorders work.
+PREFETCH = "prefetch_to_device"
+#: The data module's ``loading["prefetch"]`` when it stages batches ahead.
+PREFETCHING = "one batch ahead"
+
+
+class Staged:
+    """A batch whose copy and device work were issued on a side stream (``event``: their end).
+
+    Not a tensor or a collection, so Lightning's ``convert_input`` and batch hooks pass it
+    through untouched until the data module's transfer hook calls :meth:`take`.
+    """
+
+    __slots__ = ("batch", "event")
+
+    def __init__(self, batch, event=None) -> None:
+        self.batch, self.event = batch, event
+
+    def take(self):
+        """The batch, usable on the current stream from here on."""
+        if self.event is not None:
+            stream = torch.cuda.current_stream()
+            stream.wait_event(self.event)  # this batch only, not what was staged after it
+            for tensor in _tensors(self.batch):
+                tensor.record_stream(stream)  # allocated on the side stream, used on this one
+        return self.batch
+
+
+def _tensors(batch) -> Iterator[torch.Tensor]:
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, Mapping):
+        for value in batch.values():
+            yield from _tensors(value)
+    elif isinstance(batch, (list, tuple)):
+        for value in batch:
+            yield from _tensors(value)
+
+
+def one_ahead(batches, stage: Callable) -> Iterator:
+    """``batches`` with each one staged before the previous one is handed out."""
+    ahead = None
+    for batch in batches:
+        staged = stage(batch)
+        if ahead is not None:
+            yield ahead
+        ahead = staged
+    if ahead is not None:
+        yield ahead
+
+
+class PrefetchLoader(DataLoader):
+    """A DataLoader whose batches are staged on the device one ahead, when ``stage`` is given."""
+
+    def __init__(self, *args, stage: Callable | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.stage = stage
+
+    def __iter__(self):
+        batches = super().__iter__()
+        return batches if self.stage is None else one_ahead(batches, self.stage)
+
+
+class ResumablePrefetchLoader(ResumableLoader, PrefetchLoader):
+    """The training loader: :class:`ResumableLoader` counts the batches that
+    :class:`PrefetchLoader` (below it in the MRO) hands out, not those it staged ahead."""
+
 
 class DataModule(pl.LightningDataModule):
     inputs: ClassVar[str | None] = "images"  # "images", "tokens", or None: what the model reads
     rules: ClassVar[dict] = {}  # validation rules for keys under ``data.``
     order_seed: int = 0  # the run's seed (cfg.seed): the training order
+    resident: bool = False  # batches are cut from tensors on the device: no workers, no copy
 
     def __init__(self, settings, configure_loader: Callable[[dict], None] | None = None) -> None:
         super().__init__()
@@ -53,6 +147,8 @@ class DataModule(pl.LightningDataModule):
         self.loader_options: dict = {}  # e.g. a user's collate_fn, kept in every loader
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
+        self.loading: dict = {}  # how the training loader loads: workers, pinning, prefetching
+        self._side_stream = None
 
     @classmethod
     def problems(cls, cfg) -> list[str]:
@@ -84,10 +180,80 @@ class DataModule(pl.LightningDataModule):
         }  # fmt: skip
         if self.configure_loader is not None:
             self.configure_loader(kwargs)
+        if self.resident:  # the samples are on the device already: workers could not reach them
+            kwargs.update(num_workers=0, pin_memory=False)
+        refused = self.prefetch_refusal(kwargs) if kwargs.pop(PREFETCH, False) else "off"
         if not kwargs.get("num_workers"):  # torch refuses these without worker processes
             kwargs.pop("persistent_workers", None)
             kwargs.pop("prefetch_factor", None)
-        return (ResumableLoader if train else DataLoader)(**kwargs)
+        if train:
+            self.loading = {"num_workers": kwargs.get("num_workers", 0),
+                            "pin_memory": kwargs.get("pin_memory", False),
+                            "prefetch": refused or PREFETCHING}  # fmt: skip
+        stage = None if refused else self.stage
+        return (ResumablePrefetchLoader if train else PrefetchLoader)(stage=stage, **kwargs)
+
+    def prefetch_refusal(self, kwargs: dict) -> str | None:
+        """Why batches cannot be staged ahead of the loop here, or None when they can."""
+        if self.trainer is None:
+            return "off: not in a fit"
+        if self.resident:
+            return "off: the data are on the device already"
+        if not kwargs.get("num_workers"):
+            # Loading in this process draws its random numbers (crops, flips) from the stream
+            # the model's dropout uses: a batch loaded ahead would be in the checkpoint's RNG
+            # state, and a resumed run would draw it again, differently.
+            return "off: batches load in the training process (dataloader=workers to prefetch)"
+        module = self.trainer.lightning_module
+        for hook in BATCH_HOOKS:  # a user's hook must see each batch when the loop takes it
+            if hook in vars(self) or is_overridden(hook, module, pl.LightningModule):
+                return f"off: a {hook} hook of your own takes each batch as it comes"
+        return None
+
+    # -- between the loader and the model ---------------------------------------------------
+
+    def device_batch(self, batch, device: torch.device):
+        """``batch`` (as the loader gives it) as the model reads it, on ``device``.
+
+        The default is the copy alone. A data set whose workers leave work for the device
+        overrides it (the zoo's images: uint8 to normalised float, flips).
+        """
+        return move_data_to_device(batch, device)
+
+    def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
+        """Lightning's transfer hook: a staged batch is handed over, any other copied now."""
+        if isinstance(batch, Staged):
+            return batch.take()
+        return self.to_device(batch, device, dataloader_idx)
+
+    def to_device(self, batch, device: torch.device, dataloader_idx: int = 0):
+        """Copy and device work on the current stream; then the precision's input dtype (the
+        device work may have made float32 from uint8 after Lightning converted the batch)."""
+        module = self.trainer.lightning_module if self.trainer is not None else None
+        if module is not None and is_overridden("transfer_batch_to_device", module,
+                                                pl.LightningModule):  # fmt: skip
+            return module.transfer_batch_to_device(batch, device, dataloader_idx)
+        batch = self.device_batch(batch, device)
+        if self.trainer is not None:
+            batch = self.trainer.precision_plugin.convert_input(batch)
+        return batch
+
+    def stage(self, batch) -> Staged:
+        """Issue ``batch``'s copy and device work now (the prefetcher calls it one batch ahead):
+        on a side stream on CUDA, in place elsewhere."""
+        device = self.trainer.strategy.root_device
+        batch = self.trainer.precision_plugin.convert_input(batch)  # as Lightning does first
+        if device.type != "cuda":
+            return Staged(self.to_device(batch, device))
+        if self._side_stream is None:
+            self._side_stream = torch.cuda.Stream(device)
+        with torch.cuda.stream(self._side_stream):
+            batch = self.to_device(batch, device)
+            return Staged(batch, self._side_stream.record_event())
+
+    def describe(self) -> dict:
+        """What happens to the data where (worker, device), for the run summary."""
+        return {**self.loading}
 
 
 #: DataLoader settings of a user's loader that tuneup keeps when it remakes the loader.
@@ -173,6 +339,10 @@ class UserData(DataModule):
     def teardown(self, stage: str) -> None:
         if self.source is not None:
             self.source.teardown(stage)
+
+    def describe(self) -> dict:
+        return {"data": self.name, "batches": "as your data set gives them", "device": "copy",
+                **self.loading}  # fmt: skip
 
     def sample(self, count: int = 2):
         """A collated batch of the first ``count`` training samples (for checks and FLOPs)."""

@@ -3,14 +3,16 @@
 ==================  =======  ===============================================
 name                gives    module
 ==================  =======  ===============================================
-synthetic_images    images   :mod:`trainer.data.images` (default, built in)
-imagefolder         images   :mod:`trainer.data.images` (``root/train``, ``root/val``)
-synthetic_tokens    tokens   :mod:`trainer.data.tokens` (a learnable Markov chain)
-textfile            tokens   :mod:`trainer.data.tokens` (bytes of any text file)
+synthetic_images    images   :mod:`tuneup.zoo.data.images` (default, built in)
+imagefolder         images   :mod:`tuneup.zoo.data.images` (``root/train``, ``root/val``)
+synthetic_tokens    tokens   :mod:`tuneup.zoo.data.tokens` (a learnable Markov chain)
+textfile            tokens   :mod:`tuneup.zoo.data.tokens` (bytes of any text file)
 ==================  =======  ===============================================
 
 Every data module exposes ``input_shape`` and ``num_classes`` before it loads
-anything (see :mod:`trainer.data.datamodule`).
+anything (see :mod:`tuneup.trainer.datamodule`). The image data sets leave the
+loader as uint8 and finish each batch on the training device
+(:meth:`~tuneup.zoo.data.images.ImageData.device_batch`).
 """
 
 from __future__ import annotations

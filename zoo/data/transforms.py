@@ -1,24 +1,41 @@
-"""The standard ImageNet augmentation, written with Pillow and torch (torchvision is not required).
+"""Image transforms, split between the DataLoader workers and the training device.
 
-Training: random resized crop (area 8-100 %, aspect 3/4-4/3), horizontal flip
-with probability 1/2, scale to [0, 1], normalise by the dataset mean and std.
-Validation: resize the shorter side to ``size / crop_fraction`` (256 for 224),
-centre crop ``size``, normalise. The crop geometry follows torchvision's
-``RandomResizedCrop.get_params`` and resizing is Pillow's antialiased bilinear,
-as torchvision does for Pillow images. Random numbers come from torch's RNG,
-which the DataLoader seeds differently in every worker.
+The workers do what only a CPU does well, per image: decode, random resized crop and
+resize (one antialiased Pillow pass), and the coin of the random flip. What is cheap on
+a GPU, per batch, runs there after the copy (:func:`device_images`): flip, uint8 to
+float, normalise by the data set's mean and std. A batch therefore crosses PCIe as
+uint8, a quarter of float32's bytes. ``preprocess: worker`` keeps everything in the
+workers (:class:`OnWorker`), which is also the reference the device path is tested
+against: for the same seed both give the model the same batch within float rounding,
+because the workers draw the same random numbers in the same order either way.
+
+Crop geometry follows torchvision's ``RandomResizedCrop.get_params``; resizing is
+Pillow's antialiased bilinear, as torchvision does for Pillow images. Random numbers
+come from torch's RNG, which the DataLoader seeds differently in every worker.
+
+Decoders (``data.decoder``): ``pillow``; ``simplejpeg`` (libjpeg-turbo without
+Pillow's overhead; optional, ``pip install 'tuneup[jpeg]'``); ``nvjpeg`` (decode on
+the GPU, torchvision; the workers only read the bytes and draw the crop, see
+:func:`decode_on_device`). With ``draft`` a JPEG is decoded at 1/2, 1/4 or 1/8 of its
+size (libjpeg's DCT scaling, far cheaper than decoding all and shrinking) whenever the
+crop still has ``size`` pixels on both sides after the reduction.
 """
 
 from __future__ import annotations
 
+import io
 import math
 
 import numpy as np
 import torch
 from PIL import Image
+from torch.nn import functional as F
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+#: ``data.decoder`` choices.
+DECODERS = ("pillow", "simplejpeg", "nvjpeg")
+JPEG_SUFFIXES = (".jpg", ".jpeg")
 
 
 def random_resized_crop_box(
@@ -50,44 +67,238 @@ def random_resized_crop_box(
     return left, top, left + w, top + h
 
 
-def to_normalized_tensor(img: Image.Image, mean, std) -> torch.Tensor:
-    """``[C, H, W]`` float32: pixel / 255, minus ``mean``, divided by ``std`` per channel."""
-    pixels = torch.from_numpy(np.array(img, dtype=np.uint8)).permute(2, 0, 1)
-    mean = torch.tensor(mean).view(-1, 1, 1)
-    std = torch.tensor(std).view(-1, 1, 1)
-    return (pixels.float() / 255 - mean) / std
+def center_crop_box(width: int, height: int, size: int, crop_fraction: float) -> tuple:
+    """The box that "shorter side to ``size / crop_fraction``, centre crop ``size``" keeps, in
+    the original image's pixels (so one resize of it does both steps)."""
+    side = min(width, height) * size / round(size / crop_fraction)
+    left, top = (width - side) / 2, (height - side) / 2
+    return left, top, left + side, top + side
 
 
-class TrainTransform:
-    """Random resized crop to ``size`` x ``size``, random horizontal flip, normalise."""
+def draft_factor(box, size: int) -> int:
+    """The largest DCT reduction (8, 4, 2 or 1) after which ``box`` still spans ``size`` pixels."""
+    shorter = min(box[2] - box[0], box[3] - box[1])
+    return next(f for f in (8, 4, 2, 1) if f == 1 or shorter / f >= size)
 
-    def __init__(self, size: int, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
-                 mean=IMAGENET_MEAN, std=IMAGENET_STD) -> None:  # fmt: skip
+
+# --- decoding and cropping, in the workers ----------------------------------------------
+
+
+class PillowSource:
+    """An image file opened lazily: its size is read from the header, pixels on demand."""
+
+    def __init__(self, path: str) -> None:
+        self.image = Image.open(path)
+        self.size = self.image.size
+
+    def crop(self, box, size: int, draft: bool) -> np.ndarray:
+        """``box`` of the image resized to ``size`` x ``size``: uint8 ``[size, size, 3]``."""
+        img, factor = self.image, draft_factor(box, size) if draft else 1
+        if factor > 1 and img.format == "JPEG":
+            img.draft("RGB", (img.size[0] // factor, img.size[1] // factor))
+        return _resize(img.convert("RGB"), self.size, box, size)
+
+    def close(self) -> None:
+        self.image.close()
+
+
+class SimplejpegSource(PillowSource):
+    """A JPEG decoded by simplejpeg (libjpeg-turbo), with its own scaled decoding; other
+    files go through Pillow."""
+
+    def __init__(self, path: str) -> None:
+        import simplejpeg
+
+        self.jpeg = path.lower().endswith(JPEG_SUFFIXES)
+        if not self.jpeg:
+            super().__init__(path)
+            return
+        with open(path, "rb") as f:
+            self.data = f.read()
+        self.decoder = simplejpeg
+        self.size = tuple(simplejpeg.decode_jpeg_header(self.data)[1::-1])
+
+    def crop(self, box, size: int, draft: bool) -> np.ndarray:
+        if not self.jpeg:
+            return super().crop(box, size, draft)
+        width, height = self.size
+        low = (0, 0)  # simplejpeg picks the strongest reduction that keeps these sizes
+        if draft:
+            low = (
+                math.ceil(width * size / (box[2] - box[0])),
+                math.ceil(height * size / (box[3] - box[1])),
+            )
+        pixels = self.decoder.decode_jpeg(
+            self.data, colorspace="RGB", min_width=low[0], min_height=low[1]
+        )
+        return _resize(Image.fromarray(pixels), self.size, box, size)
+
+    def close(self) -> None:
+        if not self.jpeg:
+            super().close()
+
+
+def _resize(img: Image.Image, full_size, box, size: int) -> np.ndarray:
+    """``box`` (in the full image's pixels) of ``img`` (maybe decoded smaller) to ``size``²."""
+    scale = _decoded_scale(full_size[0], img.size[0]), _decoded_scale(full_size[1], img.size[1])
+    box = (box[0] * scale[0], box[1] * scale[1], box[2] * scale[0], box[3] * scale[1])
+    return np.array(img.resize((size, size), Image.Resampling.BILINEAR, box=box))
+
+
+def _decoded_scale(full: int, decoded: int) -> float:
+    """The scale libjpeg decoded at: a multiple of 1/8 (its DCT scaling), of which ``decoded``
+    is ``full`` times it rounded up; 1 when nothing was reduced."""
+    eighths = round(8 * decoded / full)
+    return eighths / 8 if eighths else decoded / full
+
+
+def open_source(path: str, decoder: str):
+    return SimplejpegSource(path) if decoder == "simplejpeg" else PillowSource(path)
+
+
+def pixels_chw(hwc: np.ndarray) -> torch.Tensor:
+    """``[C, H, W]`` uint8 from Pillow's ``[H, W, C]`` (a view; collating makes it contiguous)."""
+    return torch.from_numpy(hwc).permute(2, 0, 1)
+
+
+class TrainCrop:
+    """Training, worker part: random resized crop to ``size``² and the random flip's coin.
+
+    Returns ``(pixels, flip)``: uint8 ``[3, size, size]`` not yet flipped, and whether to flip.
+    """
+
+    def __init__(self, size: int, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip: bool = True,
+                 decoder: str = "pillow", draft: bool = False) -> None:  # fmt: skip
         self.size, self.scale, self.ratio = size, tuple(scale), tuple(ratio)
-        self.mean, self.std = tuple(mean), tuple(std)
+        self.flip, self.decoder, self.draft = flip, decoder, draft
 
-    def __call__(self, img: Image.Image) -> torch.Tensor:
-        box = random_resized_crop_box(*img.size, self.scale, self.ratio)
-        # One resize from the box: Pillow crops and scales in a single antialiased pass.
-        img = img.resize((self.size, self.size), Image.Resampling.BILINEAR, box=box)
-        if torch.rand(1).item() < 0.5:
-            img = img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        return to_normalized_tensor(img, self.mean, self.std)
+    def box(self, image_size) -> tuple:
+        return random_resized_crop_box(*image_size, self.scale, self.ratio)
+
+    def coin(self) -> bool:
+        return self.flip and torch.rand(1).item() < 0.5
+
+    def __call__(self, path: str) -> tuple[torch.Tensor, bool]:
+        source = open_source(path, self.decoder)
+        try:
+            box = self.box(source.size)
+            flip = self.coin()  # after the box: the order of draws of the transform before it
+            return pixels_chw(source.crop(box, self.size, self.draft)), flip
+        finally:
+            source.close()
 
 
-class EvalTransform:
-    """Resize the shorter side to ``size / crop_fraction``, centre crop ``size``, normalise."""
+class CenterCrop(TrainCrop):
+    """Validation, worker part: shorter side to ``size / crop_fraction``, centre ``size``²; no flip."""
 
-    def __init__(self, size: int, crop_fraction: float = 0.875,
-                 mean=IMAGENET_MEAN, std=IMAGENET_STD) -> None:  # fmt: skip
-        self.size, self.resize = size, round(size / crop_fraction)
-        self.mean, self.std = tuple(mean), tuple(std)
+    def __init__(self, size: int, crop_fraction: float = 0.875, decoder: str = "pillow",
+                 draft: bool = False) -> None:  # fmt: skip
+        super().__init__(size, flip=False, decoder=decoder, draft=draft)
+        self.crop_fraction = crop_fraction
 
-    def __call__(self, img: Image.Image) -> torch.Tensor:
-        width, height = img.size
-        short = min(width, height)
-        new = (round(width * self.resize / short), round(height * self.resize / short))
-        img = img.resize(new, Image.Resampling.BILINEAR)
-        left, top = (new[0] - self.size) // 2, (new[1] - self.size) // 2
-        img = img.crop((left, top, left + self.size, top + self.size))
-        return to_normalized_tensor(img, self.mean, self.std)
+    def box(self, image_size) -> tuple:
+        return center_crop_box(*image_size, self.size, self.crop_fraction)
+
+    def coin(self) -> bool:
+        return False
+
+
+class Encoded:
+    """``data.decoder=nvjpeg``, worker part: the file's bytes, the crop box and the flip's coin;
+    decoding, cropping and resizing happen on the GPU (:func:`decode_on_device`)."""
+
+    def __init__(self, crop: TrainCrop) -> None:
+        self.crop = crop
+
+    def __call__(self, path: str):
+        with Image.open(path) as img:  # the header only: the size, for the crop box
+            size = img.size
+        box = self.crop.box(size)
+        flip = self.crop.coin()
+        data = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+        box = torch.tensor([round(v) for v in box])  # integers: precision casts leave them alone
+        return data, flip, box
+
+
+class OnWorker:
+    """``preprocess: worker``: the whole transform in the worker, float32 out (the path before
+    device preprocessing, and the reference it is tested against)."""
+
+    def __init__(self, crop: TrainCrop, mean, std) -> None:
+        self.crop, self.mean, self.std = crop, tuple(mean), tuple(std)
+
+    def __call__(self, path: str) -> torch.Tensor:
+        pixels, flip = self.crop(path)
+        return normalize(pixels.flip(-1) if flip else pixels, self.mean, self.std)
+
+
+# --- on the device, per batch ------------------------------------------------------------
+
+
+def normalize(pixels: torch.Tensor, mean, std) -> torch.Tensor:
+    """Float32 ``(pixels / 255 - mean) / std`` per channel (dim -3), as one operation.
+
+    ``pixels * (1 / (255 std)) - mean / std`` in a single ``addcmul`` that reads the uint8
+    pixels and writes floats (one kernel on a GPU, one pass on a CPU); it differs from the
+    formula written out by float32 rounding only (below 1e-6, tests/test_data_path.py).
+    The worker and the device call this same function, so the two paths agree exactly.
+    The two per-channel constants are copied in the stream the work runs in, so a side
+    stream never reads a tensor the main stream may still be writing.
+    """
+    mean, std = torch.tensor(mean, dtype=torch.float64), torch.tensor(std, dtype=torch.float64)
+    scale, shift = (1 / (255 * std)).float(), (-mean / std).float()
+    scale, shift = (t.view(-1, 1, 1).to(pixels.device, non_blocking=True) for t in (scale, shift))
+    return torch.addcmul(shift, pixels, scale)
+
+
+def device_images(pixels: torch.Tensor, flips: torch.Tensor | None, mean, std) -> torch.Tensor:
+    """A uint8 batch ``[B, C, H, W]`` as the model reads it: flipped where ``flips``, normalised.
+
+    Flipping the uint8 batch moves a quarter of the bytes of flipping floats. ``mean``
+    None: no normalisation (``pixels / 255`` only).
+    """
+    if flips is not None and flips.any():  # reads B booleans back: cheap, and skips the copy
+        pixels = torch.where(flips.view(-1, 1, 1, 1), pixels.flip(-1), pixels)
+    if mean is None:
+        return pixels.float().div_(255)
+    return normalize(pixels, mean, std)
+
+
+def decode_on_device(encoded: list[torch.Tensor], boxes: torch.Tensor, size: int, device,
+                     decode=None) -> torch.Tensor:  # fmt: skip
+    """``data.decoder=nvjpeg``: JPEG bytes decoded on ``device`` (torchvision's nvJPEG, in one
+    batched call), each ``box`` cropped and resized to ``size``² with antialiased bilinear
+    interpolation, as uint8 ``[B, 3, size, size]``. ``decode`` replaces the decoder (tests).
+    """
+    if decode is None:
+        from torchvision.io import ImageReadMode, decode_jpeg
+
+        images = decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device)
+    else:
+        images = decode(encoded, device)
+    return torch.stack([crop_resize(img, box, size) for img, box in zip(images, boxes.tolist(),
+                                                                         strict=True)])  # fmt: skip
+
+
+def crop_resize(image: torch.Tensor, box, size: int) -> torch.Tensor:
+    """``box`` of one uint8 ``[3, H, W]`` image resized to ``size``² (antialiased), uint8."""
+    left, top, right, bottom = (round(v) for v in box)
+    crop = image[None, :, top:bottom, left:right].float()
+    out = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=True,
+                        align_corners=False)  # fmt: skip
+    return out[0].round_().clamp_(0, 255).to(torch.uint8)
+
+
+def collate_encoded(samples: list) -> list:
+    """Batch ``(bytes, label, flip, box)`` samples: the bytes stay a list (their lengths differ)."""
+    data, labels, flips, boxes = zip(*samples, strict=True)
+    return [list(data), torch.tensor(labels), torch.tensor(flips), torch.stack(boxes)]
+
+
+def decode_with_pillow(encoded: list[torch.Tensor], device) -> list[torch.Tensor]:
+    """A stand-in for nvJPEG with the same inputs and outputs (tests, and CPU runs)."""
+    images = []
+    for data in encoded:
+        with Image.open(io.BytesIO(data.numpy().tobytes())) as img:
+            images.append(pixels_chw(np.array(img.convert("RGB"))).to(device))
+    return images
