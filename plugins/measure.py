@@ -21,14 +21,37 @@ micro-batches and the first step after each validation are left out):
 - saved_activation_bytes: bytes autograd keeps for backward during the forward
   of one micro-batch (the 2nd), see :class:`SavedActivationBytes`. Reported with
   activation checkpointing on or off, so the two can be compared.
+- samples_per_s_windows: the measured steps cut into ``measure.windows`` consecutive
+  windows of (nearly) equal step count, samples/s of each: the run's spread, and what
+  the sweep report and autotune compare (tuneup/autotune/interval.py). Computed at the
+  report from the step times kept anyway: nothing per step.
+- loss_curve: the mean training loss over buckets of consecutive micro-batches, from the
+  first micro-batch (``samples``: samples seen at each bucket's end, all ranks), at most
+  2 x ``measure.windows`` points, see :class:`LossCurve`. Summed on the loss's device and
+  read once at the report, so no step waits for the GPU.
+- device_hours, gpu_hours: the fit's wall time x processes (one device each), in hours;
+  gpu_hours counts GPUs only, so a CPU run's is 0.0 and its device_hours are CPU
+  process-hours.
+- memory_available_bytes: the most memory this run could have used, read at the fit's
+  start: the device's total memory on CUDA (against peak_memory_bytes, the allocator's
+  peak); on CPU (Linux) the process's resident memory plus the system's MemAvailable, or
+  the cgroup's remaining limit if lower (against the peak resident set size).
+- gpu_power_w, gpu_energy_kwh: mean power of the run's GPU during the fit and the energy
+  of all its GPUs (rank 0's x world size: every rank does the same work), from NVML
+  (``pip install 'tuneup[power]'``), only on NVIDIA GPUs; see :class:`GpuPower`.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import math
 import resource
 import statistics
 import sys
+import threading
 import time
+from itertools import pairwise
+from pathlib import Path
 
 import torch
 
@@ -39,6 +62,8 @@ from tuneup.trainer.validation import Integer, problems
 #: The training micro-batch (0-based, counted over the run) whose forward is measured for
 #: saved_activation_bytes: the 2nd, so the first step's one-time work is not in it.
 SAVED_BYTES_MICRO_BATCH = 1
+#: Default of ``measure.windows``: speed windows per run (and half the loss curve's points at most).
+WINDOWS = 8
 
 
 class SavedActivationBytes:
@@ -71,10 +96,131 @@ class SavedActivationBytes:
         return sum(self.storages.values())
 
 
+class LossCurve:
+    """The mean training loss over buckets of consecutive micro-batches, kept on the loss's device.
+
+    Each micro-batch's loss is added into its bucket on the device (one small kernel, no
+    read-back). When ``points`` buckets are full, neighbours merge and every bucket holds
+    twice as many micro-batches: a run of any length keeps between points/2 and points
+    points. The sums are read once, in :meth:`values`.
+    """
+
+    def __init__(self, points: int) -> None:
+        self.points = points + points % 2  # even, so buckets merge in pairs
+        self.sums = None  # tensor [points] on the loss's device
+        self.counts: list[int] = []  # micro-batches per bucket
+        self.samples: list[int] = []  # samples per bucket (this process)
+        self.per_bucket = 1
+
+    def add(self, loss, samples: int) -> None:
+        if self.sums is None:
+            self.sums = torch.zeros(self.points, dtype=torch.float32, device=loss.device)
+        if not self.counts or self.counts[-1] == self.per_bucket:
+            if len(self.counts) == self.points:
+                self._merge()  # every merged bucket is full: a new one follows
+            self.counts.append(0)
+            self.samples.append(0)
+        self.sums[len(self.counts) - 1].add_(loss)  # in place on the device: no sync
+        self.counts[-1] += 1
+        self.samples[-1] += samples
+
+    def _merge(self) -> None:
+        half = self.points // 2
+        self.sums = torch.cat([self.sums.view(half, 2).sum(1), self.sums.new_zeros(half)])
+        self.counts = [a + b for a, b in zip(self.counts[::2], self.counts[1::2], strict=True)]
+        self.samples = [a + b for a, b in zip(self.samples[::2], self.samples[1::2], strict=True)]
+        self.per_bucket *= 2
+
+    def values(self, world: int = 1) -> dict | None:
+        """``{"samples": [seen at each bucket's end], "loss": [bucket means]}``, or None."""
+        if self.sums is None:
+            return None
+        sums = self.sums[: len(self.counts)].tolist()  # the one read of the device
+        seen, total = [], 0
+        for samples in self.samples:
+            total += samples * world
+            seen.append(total)
+        losses = [_rounded(s / c) for s, c in zip(sums, self.counts, strict=True)]
+        return {"samples": seen, "loss": losses}
+
+
+class GpuPower:
+    """Energy and mean power of one GPU during the fit, from NVML, off the training thread.
+
+    NVML's energy counter (Volta and newer) is read at fit start and fit end: two calls,
+    nothing per step. Where the GPU has no counter, a daemon thread samples the power draw
+    every ``period_s`` and the energy is their mean x the time.
+    """
+
+    def __init__(self, nvml, handle, period_s: float = 0.1) -> None:
+        self.nvml, self.handle, self.period_s = nvml, handle, period_s
+        self.started = self.seconds = None
+        self.first_mj = self.energy_j = None
+        self.watts: list[float] = []
+        self.thread: threading.Thread | None = None
+        self.done = threading.Event()
+
+    @classmethod
+    def open(cls, device) -> GpuPower | None:
+        """For the CUDA ``device`` when nvidia-ml-py is installed and the GPU is NVIDIA's."""
+        if device is None or device.type != "cuda" or importlib.util.find_spec("pynvml") is None:
+            return None
+        import pynvml
+
+        try:
+            pynvml.nvmlInit()
+            uuid = torch.cuda.get_device_properties(device).uuid
+            return cls(pynvml, pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}"))
+        except (pynvml.NVMLError, AttributeError, RuntimeError):
+            return None  # not an NVIDIA GPU, no driver access, or a torch without uuid
+
+    def start(self) -> None:
+        self.started = time.perf_counter()
+        try:
+            self.first_mj = self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle)
+        except self.nvml.NVMLError:  # no energy counter (before Volta): sample the power
+            self.thread = threading.Thread(target=self._sample, daemon=True)
+            self.thread.start()
+
+    def _sample(self) -> None:
+        while not self.done.wait(self.period_s):
+            try:
+                self.watts.append(self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1e3)
+            except self.nvml.NVMLError:
+                return
+
+    def stop(self) -> None:
+        if self.started is None or self.seconds is not None:
+            return
+        self.seconds = time.perf_counter() - self.started
+        if self.first_mj is not None:
+            last = self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle)
+            self.energy_j = (last - self.first_mj) / 1e3
+        else:
+            self.done.set()
+            self.thread.join()
+            self.energy_j = statistics.fmean(self.watts) * self.seconds if self.watts else None
+
+    def figures(self, world: int) -> dict:
+        self.stop()
+        if self.energy_j is None or not self.seconds:
+            return {}
+        return {
+            "gpu_power_w": self.energy_j / self.seconds,
+            "gpu_energy_kwh": self.energy_j * world / 3.6e6,
+        }
+
+
 class Plugin:
     def __init__(self, cfg) -> None:
         settings = cfg.get("measure") or {}
         self.warmup_steps = settings.get("warmup_steps", 2)
+        self.windows = settings.get("windows", WINDOWS)
+        self.measured_sizes: list[int] = []  # samples behind each of intervals_ms, in order
+        self.loss_curve = LossCurve(2 * self.windows)
+        self.fit_started = self.fit_ended = None
+        self.memory_available: int | None = None
+        self.power: GpuPower | None = None
         self.intervals_ms: list[float] = []  # resolved step times
         self.pending: list = []  # CUDA: (start_event, next_start_event) pairs not yet read
         self.samples = self.micro_batches = 0
@@ -93,7 +239,9 @@ class Plugin:
     @hookimpl
     def check(self, cfg, plan):
         self.plan = plan  # what is trained, for its FLOPs once training starts
-        return problems(cfg, {"measure.warmup_steps": Integer(low=0)})
+        return problems(
+            cfg, {"measure.warmup_steps": Integer(low=0), "measure.windows": Integer(low=1)}
+        )
 
     @hookimpl
     def on_fit_start(self, cfg, trainer, module):
@@ -101,6 +249,11 @@ class Plugin:
         if self.plan is not None:
             self.flops_per_sample = flops.flops_per_sample(self.plan)  # meta: no compute
         self.world_size = trainer.world_size
+        self.fit_started = time.perf_counter()
+        self.memory_available = memory_available(self.device)
+        self.power = GpuPower.open(self.device)
+        if self.power is not None:
+            self.power.start()
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
@@ -116,6 +269,7 @@ class Plugin:
             self.wait_s += now - self.last_end
             self.host_s += now - self.last_start
             self.measured_samples += self._batch_size
+            self.measured_sizes.append(self._batch_size)
         if self.device.type == "cuda":
             event = torch.cuda.Event(enable_timing=True)
             event.record()
@@ -150,6 +304,13 @@ class Plugin:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is not None:  # Lightning hands over loss / k under accumulation: undo that
             self.last_loss = loss.detach() * trainer.accumulate_grad_batches
+            self.loss_curve.add(self.last_loss, self._batch_size)
+
+    @hookimpl
+    def on_fit_end(self):
+        self.fit_ended = time.perf_counter()
+        if self.power is not None:
+            self.power.stop()
 
     @hookimpl
     def on_validation_end(self, trainer):
@@ -186,9 +347,48 @@ class Plugin:
         )
         speed, device = summary["samples_per_s"], summary.get("device", "")
         summary.update(flops.throughput(self.flops_per_sample, speed, device, world))
+        summary.update(
+            samples_per_s_windows=speed_windows(
+                self.intervals_ms, self.measured_sizes, self.windows, world
+            ),
+            loss_curve=self.loss_curve.values(world),
+            memory_available_bytes=self.memory_available,
+            **self._device_time(world),
+        )
+
+    def _device_time(self, world: int) -> dict:
+        """device_hours, gpu_hours and, where NVML reads them, GPU power and energy."""
+        if self.fit_started is None:
+            return {}
+        seconds = (self.fit_ended or time.perf_counter()) - self.fit_started
+        hours = seconds * world / 3600
+        gpu = self.device is not None and self.device.type == "cuda"
+        figures = {"device_hours": hours, "gpu_hours": hours if gpu else 0.0}
+        if self.power is not None:
+            figures.update(self.power.figures(world))
+        return figures
 
     def describe(self):
-        return {"warmup_steps": self.warmup_steps}
+        return {"warmup_steps": self.warmup_steps, "windows": self.windows}
+
+
+def speed_windows(intervals_ms: list[float], sizes: list[int], count: int, world: int = 1):
+    """samples/s of ``count`` consecutive windows of the measured steps (fewer if fewer steps)."""
+    n = min(len(intervals_ms), len(sizes))
+    if not n:
+        return []
+    k = min(count, n)
+    bounds = [round(i * n / k) for i in range(k + 1)]
+    return [
+        _rounded(sum(sizes[a:b]) * world / (sum(intervals_ms[a:b]) / 1e3))
+        for a, b in pairwise(bounds)
+        if sum(intervals_ms[a:b]) > 0
+    ]
+
+
+def _rounded(value: float) -> float:
+    """Six significant digits: the summary stays readable, nothing measured is lost."""
+    return float(f"{value:.6g}") if math.isfinite(value) else value
 
 
 def _batch_size(batch) -> int:
@@ -223,6 +423,32 @@ def _peak_memory(device) -> int:
         return int(torch.cuda.max_memory_allocated(device))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB
+
+
+def memory_available(device) -> int | None:
+    """See memory_available_bytes in the module docstring; None where it cannot be read."""
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    try:
+        with open("/proc/meminfo") as f:
+            info = {line.split(":")[0]: line.split()[1] for line in f}
+        with open("/proc/self/statm") as f:
+            resident_pages = int(f.read().split()[1])
+    except (OSError, KeyError, IndexError, ValueError):  # not Linux
+        return None
+    free = int(info["MemAvailable"]) * 1024
+    free = min(free, _cgroup_room() or free)
+    return resident_pages * resource.getpagesize() + free
+
+
+def _cgroup_room() -> int | None:
+    """Bytes the process's cgroup (v2) may still allocate, when it has a memory limit."""
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+    except (OSError, ValueError):
+        return None
+    return None if limit == "max" else max(0, int(limit) - used)
 
 
 def _reset_peak_rss() -> None:

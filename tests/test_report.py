@@ -186,3 +186,28 @@ def test_cli_on_a_directory_without_runs_says_so_and_exits_1(tmp_path):
         in done.stderr
     )
     assert not (tmp_path / "report.md").exists()
+
+
+def test_rows_show_the_spread_and_mark_a_speed_up_within_noise(tmp_path):
+    # Run 1 is 1.03x the baseline but its windows overlap the baseline's: within noise.
+    # Run 2 is 2x with tight windows: a speed-up the interval shows.
+    base = [98.0, 100.0, 102.0, 99.0, 101.0, 100.0]
+    make_run(tmp_path, "0", ["precision=fp32"], **ok(100.0, 1000, 0.8), samples_per_s_windows=base)
+    make_run(tmp_path, "1", ["precision=bf16"], **ok(103.0, 1000, 0.8),
+             samples_per_s_windows=[90.0, 115.0, 100.0, 108.0, 95.0, 110.0])  # fmt: skip
+    make_run(tmp_path, "2", ["precision=fp16"], **ok(200.0, 1000, 0.5),
+             samples_per_s_windows=[199.0, 201.0, 200.0, 198.0, 202.0, 200.0])  # fmt: skip
+    markdown = write_report(build_report(tmp_path))[0].read_text()
+    rows = {run_name(r): r for r in read_table(markdown)}
+    assert rows["0"]["spread"] == "98.0-102.0" and rows["0"]["speed-up interval"] == "-"
+    assert rows["1"]["speed-up interval"].endswith("x within noise")
+    low, high = map(float, rows["2"]["speed-up interval"].removesuffix("x").split("-"))
+    assert 1.9 < low < 2.0 < high < 2.1
+    # run 2 is fastest but 0.3 below the baseline's val acc: run 1 is best, within noise
+    assert "**Best: run 1**" in markdown and "(within noise: its interval" in best_line(markdown)
+    assert "load that differed between runs is not in it" in markdown
+
+
+def test_a_sweep_without_windows_shows_no_interval(sweep):
+    rows = read_table((write_report(build_report(sweep))[0]).read_text())
+    assert {(r["spread"], r["speed-up interval"]) for r in rows} == {("-", "-")}

@@ -58,6 +58,8 @@ def test_grid_sweep_ends_with_a_report_that_matches_every_run(tmp_path):
     for row in rows:
         run_dir = sweep_dir / run_name(row)
         assert_row_matches(row, run_dir, sweep_dir / "0")
+        windows = json.loads((run_dir / "summary.json").read_text())["samples_per_s_windows"]
+        assert row["spread"] == f"{min(windows):.1f}-{max(windows):.1f}"  # its speed windows
         swept = [o for o in overrides(run_dir) if o.startswith(("precision=", "memory_format="))]
         assert row["overrides"] == f"`{' '.join(swept)}`"
     speeds = [number(r["samples/s"]) for r in rows]
@@ -103,6 +105,7 @@ def test_joblib_launcher_runs_jobs_in_parallel_with_threads_split(tmp_path, monk
         tmp_path,
         *SMALL,
         "data.batch_size=16",
+        "trainer.accelerator=cpu",  # threads are a CPU run's figure (the device name says them)
         "hydra/launcher=joblib",
         "hydra.launcher.n_jobs=2",
         "optimizer.lr=0.05,0.1",

@@ -17,6 +17,14 @@ Settings, the config node ``report`` (saved with every run in
 - ``rank_by``: ``samples_per_s`` (fastest first; best = the fastest run whose
   val acc is at most ``val_acc_tolerance`` below the baseline's) or
   ``val_acc`` (best val acc first; best = the highest val acc).
+- ``fail_on_failed_runs``: the sweep exits with code 1 when a run did not finish
+  (callback.py); experiment=autotune turns it off.
+
+Noise: each row shows the spread of the run's speed windows and the speed-up's 95%
+interval (Welch's t over the windows of the run and the baseline,
+tuneup/autotune/interval.py). A speed-up whose interval includes 1.0 is marked "within
+noise". The interval sees the variation inside each run only, not load that differed
+between two runs; ``experiment=autotune`` measures repeats interleaved for that.
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from tuneup import TuneupError
 from tuneup.report.runs import Run, find_runs, natural_key, saved_node
 
 RANK_BY = ("samples_per_s", "val_acc")
+#: Of the speed-up intervals in the report.
+CONFIDENCE = 0.95
 MARKDOWN_FILE = "report.md"
 FIGURE_FILE = "report.png"
 
@@ -80,6 +90,15 @@ class Report:
     def speed_up(self, run: Run) -> float | None:
         return _ratio(run.samples_per_s, self.baseline.samples_per_s if self.baseline.ok else None)
 
+    def speed_up_interval(self, run: Run):
+        """The speed-up's interval from the windows of the run and the baseline (None for
+        the baseline itself, or without two windows on each side)."""
+        from tuneup.autotune.interval import welch
+
+        if run is self.baseline or not (run.ok and self.baseline.ok):
+            return None
+        return welch(self.baseline.windows, run.windows, CONFIDENCE)
+
     def memory_ratio(self, run: Run) -> float | None:
         base = self.baseline.peak_memory_bytes if self.baseline.ok else None
         return _ratio(run.peak_memory_bytes, base)
@@ -126,7 +145,7 @@ def build_report(
         baseline=base,
         best=pick_best(runs, base, settings),
         common_overrides=_common_overrides(runs),
-        notes=_notes(runs),
+        notes=_notes(runs, directory),
     )
 
 
@@ -224,15 +243,26 @@ def _common_overrides(runs: list[Run]) -> list[str]:
     return [o for o in runs[0].overrides if o in shared]
 
 
-def _notes(runs: list[Run]) -> list[str]:
-    notes = []
+def _notes(runs: list[Run], directory: Path) -> list[str]:
+    notes = [
+        f"speed-up interval: {CONFIDENCE:.0%}, Welch's t over the speed windows of the run and "
+        "the baseline (spread: their lowest and highest samples/s). It covers the variation "
+        'inside each run only; load that differed between runs is not in it. "within '
+        'noise": the interval includes 1.0, no speed-up is shown. For repeats measured '
+        "interleaved: experiment=autotune."
+    ]
+    if (directory / "autotune.md").is_file():
+        notes.append(
+            "This sweep is an autotune: its answer is autotune.md; this table lists every trial."
+        )
     if any((run.summary or {}).get("accelerator") == "cpu" for run in runs):
         notes.append(
             "On CPU, peak memory is the process's peak resident set size during the run (reset "
             "at its start on Linux), which includes the Python process itself."
         )
     n_jobs = saved_node(runs[0].path, "hydra.yaml", "hydra.launcher.n_jobs")
-    if n_jobs is not None and n_jobs != 1:
+    sweeper = str(saved_node(runs[0].path, "hydra.yaml", "hydra.sweeper._target_") or "")
+    if n_jobs is not None and n_jobs != 1 and "autotune" not in sweeper:  # it runs one at a time
         notes.append(
             f"The runs ran in parallel (hydra.launcher.n_jobs={n_jobs}): they shared the "
             "machine's cores and devices, so their samples/s are lower than alone and "
@@ -263,6 +293,7 @@ def _number(value) -> float:
 
 
 __all__ = [
+    "CONFIDENCE",
     "FIGURE_FILE",
     "MARKDOWN_FILE",
     "RANK_BY",

@@ -4,7 +4,8 @@ A failed run does not stop a sweep: ``tuneup.cli.task`` records it in its
 ``summary.json`` and returns NaN (see there), so every sweeper reaches the end
 and this callback runs. It writes ``report.md`` and ``report.png`` into the
 sweep directory, then ends the process with exit code 1 if any run did not
-finish, so scripts and CI see the failure.
+finish, so scripts and CI see the failure (unless ``report.fail_on_failed_runs`` is false:
+experiment=autotune, whose failed trials are candidates it judged and explains).
 """
 
 from __future__ import annotations
@@ -39,12 +40,15 @@ class SweepReport(Callback):
         log.info("sweep report: %s", ", ".join(str(p) for p in paths))
         if report.not_ok:
             names = ", ".join(run.name for run in report.not_ok)
-            log.error(
+            fail = (config.get("report") or {}).get("fail_on_failed_runs", True)
+            (log.error if fail else log.info)(
                 "%d of %d runs did not finish (runs %s); their errors are in %s",
                 len(report.not_ok),
                 len(report.runs),
                 names,
                 paths[0],
             )
-            # SystemExit, not an Exception: Hydra turns a callback's Exception into a warning.
-            raise SystemExit(1)
+            if (
+                fail
+            ):  # SystemExit, not an Exception: Hydra turns a callback's Exception into a warning
+                raise SystemExit(1)

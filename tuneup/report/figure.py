@@ -13,6 +13,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from tuneup.autotune.interval import NOISE
 from tuneup.report import Report
 from tuneup.report.runs import Run
 
@@ -136,16 +137,24 @@ def _draw_speed_up(report: Report, axes) -> None:
     values = [report.speed_up(run) for run in runs]
     colors = [_color(report, run) for run in runs]
     positions = range(len(runs))
+    intervals = [report.speed_up_interval(run) for run in runs]
     axes.barh(positions, [v or 0.0 for v in values], color=colors, height=0.6)
+    for position, value, interval in zip(positions, values, intervals, strict=True):
+        if interval is not None and value is not None:  # the interval around the bar's end
+            axes.errorbar(value, position, xerr=[[max(0.0, value - interval.low)],
+                          [max(0.0, interval.high - value)]], color="black", capsize=3,
+                          linewidth=1)  # fmt: skip
     axes.set_yticks(list(positions), [label(report, run) for run in runs], fontsize=8)
     axes.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
-    for position, run, value in zip(positions, runs, values, strict=True):
+    for position, run, value, interval in zip(positions, runs, values, intervals, strict=True):
         acc = "" if run.val_acc is None else f"  acc {run.val_acc:.3f}"
-        text = f" {value:.2f}x{acc}" if value is not None else f" {run.status}"
-        axes.text(value or 0.0, position, text, va="center", fontsize=8)
-    top = max((v for v in values if v is not None), default=1.0)
+        noise = " (within noise)" if interval is not None and interval.verdict == NOISE else ""
+        text = f" {value:.2f}x{noise}{acc}" if value is not None else f" {run.status}"
+        end = max(value or 0.0, interval.high if interval is not None else 0.0)
+        axes.text(end, position, text, va="center", fontsize=8)
+    top = max([v for v in values if v is not None] + [i.high for i in intervals if i], default=1.0)
     axes.set_xlim(0, max(1.0, top) * 1.35)
-    axes.set_xlabel("speed-up over the baseline (samples/s ratio)")
+    axes.set_xlabel("speed-up over the baseline (samples/s ratio; whiskers: 95% interval)")
     axes.set_title("Speed-up (dashed line: baseline)")
     axes.grid(True, axis="x", alpha=0.3)
 

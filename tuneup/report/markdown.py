@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 
+from tuneup.autotune.interval import NOISE
 from tuneup.report import Report, best_rule
 from tuneup.report.runs import Run
 
@@ -12,7 +13,9 @@ COLUMNS = (
     "run",
     "overrides",
     "samples/s",
+    "spread",
     "speed-up",
+    "speed-up interval",
     "peak memory",
     "memory vs baseline",
     "train loss",
@@ -21,7 +24,9 @@ COLUMNS = (
 )
 RIGHT_ALIGNED = {
     "samples/s",
+    "spread",
     "speed-up",
+    "speed-up interval",
     "peak memory",
     "memory vs baseline",
     "train loss",
@@ -63,6 +68,12 @@ def best_line(report: Report) -> str:
                 f"val acc {_fixed(best.val_acc, 4)} against {_fixed(base.val_acc, 4)}",
             )
             if fact
+        )
+    interval = report.speed_up_interval(best)
+    if interval is not None and interval.verdict == NOISE:
+        facts += (
+            f" (within noise: its interval {interval.low:.3g}-{interval.high:.3g}x includes 1.0, "
+            "so it is no demonstrated speed-up)"
         )
     return f"**Best: run {best.name}**: {facts}; reproduce: {_code(command)}"
 
@@ -113,13 +124,29 @@ def row(report: Report, run: Run) -> list[str]:
         _escape(name),
         _code(" ".join(report.varying_overrides(run)) or "-"),
         _fixed(run.samples_per_s, 1),
+        spread(run),
         _times(report.speed_up(run)),
+        interval_cell(report.speed_up_interval(run)),
         "-" if memory is None else f"{memory / MIB:,.1f} MiB",
         _times(report.memory_ratio(run)),
         _fixed(run.train_loss, 4),
         _fixed(run.val_acc, 4),
         _escape(run.status if run.ok else f"{run.status}: {run.error_line or 'no error recorded'}"),
     ]
+
+
+def spread(run: Run) -> str:
+    """The lowest and highest samples/s of the run's speed windows."""
+    windows = run.windows
+    return f"{min(windows):.1f}-{max(windows):.1f}" if windows else "-"
+
+
+def interval_cell(interval) -> str:
+    """``1.31-1.76x``, with ``within noise`` when the interval includes 1.0."""
+    if interval is None:
+        return "-"
+    text = f"{interval.low:.2f}-{interval.high:.2f}x"
+    return f"{text} within noise" if interval.verdict == NOISE else text
 
 
 def _fixed(value, digits: int) -> str:

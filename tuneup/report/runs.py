@@ -42,6 +42,11 @@ class Run:
         return (self.summary or {}).get("samples_per_s")
 
     @property
+    def windows(self) -> list[float]:
+        """samples/s of the run's speed windows (plugins/measure.py): its spread."""
+        return [w for w in (self.summary or {}).get("samples_per_s_windows") or [] if w]
+
+    @property
     def peak_memory_bytes(self) -> int | None:
         return (self.summary or {}).get("peak_memory_bytes")
 

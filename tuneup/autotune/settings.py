@@ -1,0 +1,114 @@
+"""The ``autotune`` config node (conf/experiment/autotune.yaml), read and checked once.
+
+Every key is explained where it is set, in conf/experiment/autotune.yaml; a bad value stops
+the search before any trial, naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from omegaconf import OmegaConf
+
+from tuneup import TuneupError
+
+#: The dimension that is not a list of overrides: the batch size (and activation
+#: checkpointing, tried with the larger batch it lets fit), tuneup/autotune/batch.py.
+BATCH = "batch_size"
+LR_RULES = ("linear", "sqrt", "keep")
+
+
+@dataclass(frozen=True)
+class Settings:
+    budget_minutes: float = 15.0
+    trial_steps: int = 32
+    trial_time_factor: float = 5.0
+    min_rounds: int = 2
+    max_rounds: int = 4
+    confidence: float = 0.95
+    loss_tolerance: float = 0.02
+    epochs: float | None = None
+    samples: int | None = None
+    max_batch_factor: int = 8
+    memory_headroom: float = 0.2
+    lr_rule: str = "linear"
+    probe_steps: int = 3
+    dimensions: tuple[str, ...] = ()
+    space: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
+
+    @classmethod
+    def from_config(cls, config) -> Settings:
+        node = config.get("autotune")
+        if node is None:
+            raise TuneupError(
+                "hydra/sweeper=autotune needs the autotune settings node; run it as "
+                "tuneup -m experiment=autotune (conf/experiment/autotune.yaml)"
+            )
+        values = OmegaConf.to_container(node, resolve=True)
+        space = values.pop("space", None) or {}
+        dimensions = tuple(values.pop("dimensions", None) or ())
+        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise TuneupError(
+                f"autotune.{unknown[0]} is not an autotune setting; the settings are: "
+                f"{', '.join(sorted(set(cls.__dataclass_fields__) - {'space'}))}, space"
+            )
+        settings = cls(
+            **values,
+            dimensions=dimensions,
+            space={str(k): [tuple(shlex.split(str(c))) for c in v or []] for k, v in space.items()},
+        )
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        rules = {  # key: (is it fine, what is allowed)
+            "budget_minutes": (
+                _number(self.budget_minutes, 0) and self.budget_minutes > 0,
+                "a number > 0",
+            ),
+            "trial_steps": (_whole(self.trial_steps, 4), "an integer >= 4"),
+            "trial_time_factor": (_number(self.trial_time_factor, 1), "a number >= 1"),
+            "min_rounds": (_whole(self.min_rounds, 2), "an integer >= 2 (one round: no interval)"),
+            "max_rounds": (_whole(self.max_rounds, self.min_rounds), ">= autotune.min_rounds"),
+            "confidence": (
+                _number(self.confidence, 0.5) and self.confidence < 1,
+                "a number in [0.5, 1)",
+            ),
+            "loss_tolerance": (_number(self.loss_tolerance, 0), "a number >= 0"),
+            "epochs": (self.epochs is None or _number(self.epochs, 1e-9), "null or a number > 0"),
+            "samples": (self.samples is None or _whole(self.samples, 1), "null or an integer >= 1"),
+            "max_batch_factor": (_whole(self.max_batch_factor, 1), "an integer >= 1 (1: keep)"),
+            "memory_headroom": (
+                _number(self.memory_headroom, 0) and self.memory_headroom < 1,
+                "a fraction in [0, 1)",
+            ),
+            "lr_rule": (self.lr_rule in LR_RULES, " | ".join(LR_RULES)),
+            "probe_steps": (_whole(self.probe_steps, 2), "an integer >= 2"),
+        }
+        found = [
+            f"autotune.{key}={getattr(self, key)!r} is not allowed: expected {allowed}"
+            for key, (ok, allowed) in rules.items()
+            if not ok
+        ]
+        for name in self.dimensions:
+            if name != BATCH and name not in self.space:
+                found.append(
+                    f"autotune.dimensions has {name!r}, which autotune.space does not define; "
+                    f"the dimensions defined are: {', '.join([*self.space, BATCH])}"
+                )
+        if found:
+            raise TuneupError("autotune settings:\n" + "\n".join(f"  - {f}" for f in found))
+
+    @property
+    def budget_seconds(self) -> float:
+        return self.budget_minutes * 60
+
+
+def _whole(value, low: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _number(value, low: float) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= low

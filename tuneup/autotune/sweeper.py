@@ -1,0 +1,149 @@
+"""The autotune as a Hydra sweeper: ``tuneup -m experiment=autotune [your overrides]``.
+
+Hydra hands a sweeper the sweep's config and a launcher; this one runs the search
+(search.py) through that launcher, so its trials run wherever the user's jobs run, then
+writes the answer into the sweep directory:
+
+- ``conf/experiment/recipe.yaml``: the recipe, a preset for the full run (recipe.py);
+- ``autotune.md``, ``autotune.png``: the path the search took, each candidate's speed-up
+  with its interval, memory, why each rejected one was rejected, the projection;
+- ``autotune.json``: all of it, for scripts (record.py).
+
+Hydra instantiates sweepers only from the ``hydra_plugins`` package:
+``hydra_plugins/tuneup_autotune`` holds the class Hydra sees, which hands over to this one.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import OmegaConf
+
+from tuneup import TuneupError
+from tuneup.autotune import projection as projections
+from tuneup.autotune.recipe import RELATIVE_PATH, recipe_overrides, write_recipe
+from tuneup.autotune.record import build_record, write_record
+from tuneup.autotune.search import Budget, Search
+from tuneup.autotune.settings import Settings
+from tuneup.autotune.space import Checks
+from tuneup.autotune.trials import Lab, trial_settings
+
+log = logging.getLogger(__name__)
+
+
+class Autotune:
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.config, self.hydra_context = config, hydra_context
+        with user_errors():
+            self.settings = Settings.from_config(config)
+        self.launcher = Plugins.instance().instantiate_launcher(
+            config=config, hydra_context=hydra_context, task_function=task_function
+        )
+
+    def sweep(self, arguments: list[str]) -> Search:
+        with user_errors():
+            command = single_command(arguments)
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        trial = trial_settings(self.settings.trial_steps)
+        checks = Checks(lambda overrides: self.compose([*command, *trial, *overrides]))
+        lab = Lab(self.launcher, sweep_dir, command, self.settings.trial_steps)
+        budget = Budget(self.settings.budget_seconds)
+        log.info("autotune: budget %g min, trials of %d steps, into %s",
+                 self.settings.budget_minutes, self.settings.trial_steps, sweep_dir)  # fmt: skip
+        with user_errors():
+            search = Search(self.settings, lab, checks, budget).run()
+        self.answer(search, command, sweep_dir)
+        return search
+
+    def compose(self, overrides: list[str]):
+        """The config a job with these overrides gets (Hydra's own loader: the user's
+        --config-dir, ./conf and installed plugins' groups included)."""
+        return self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+
+    def answer(self, search: Search, command: list[str], sweep_dir: Path) -> None:
+        from tuneup.autotune.markdown import MARKDOWN_FILE, render_markdown
+
+        overrides = recipe_overrides(command, search.recipe)
+        header = [
+            f"tuneup autotune, {search.baseline.figure('device')}: {sweep_dir / 'autotune.md'}",
+            "the full run: tuneup --config-dir <this file's conf folder> experiment=recipe",
+        ]
+        path = write_recipe(sweep_dir, overrides, self.is_group, header)
+        recipe = {
+            "overrides": overrides,
+            "file": str(RELATIVE_PATH),
+            "command": f"tuneup --config-dir {shlex.quote(str(path.parents[1]))} experiment=recipe",
+        }
+        record = build_record(search, command, recipe, self.projection(search, command))
+        write_record(sweep_dir, record)
+        (sweep_dir / MARKDOWN_FILE).write_text(render_markdown(record, sweep_dir))
+        written = [path, sweep_dir / MARKDOWN_FILE]
+        try:
+            from tuneup.autotune.figure import FIGURE_FILE, draw_figure
+        except ImportError:
+            log.warning("autotune.png not drawn: it needs matplotlib (pip install 'tuneup[sweep]')")
+        else:
+            written.append(draw_figure(record, sweep_dir / FIGURE_FILE))
+        log.info("autotune: %s", ", ".join(str(p) for p in written))
+        log.info("autotune: the full run: %s", recipe["command"])
+
+    def projection(self, search: Search, command: list[str]) -> dict:
+        full = self.compose(command)
+        baseline = [t.summary for t in search.lab.trials if t.label == "baseline" and t.ok]
+        effective = baseline[0].get("effective_batch_size") if baseline else None
+        samples, source = projections.full_run(
+            self.settings, full, effective, lambda: training_set_size(full)
+        )
+        confirmation = search.confirmation
+        recipe = [t.summary for t in (confirmation.trials if confirmation else []) if t.ok]
+        interval = confirmation.interval(self.settings.confidence) if confirmation else None
+        measured = baseline[1:] or baseline  # the first trial also warmed the process up
+        return projections.project(samples, source, measured, recipe, interval)
+
+    def is_group(self, key: str) -> bool:
+        return bool(self.hydra_context.config_loader.get_group_options(key))
+
+
+@contextmanager
+def user_errors():
+    """A TuneupError becomes one line on stderr and exit code 1, as the command does for a
+    run (raised through Hydra, it would print a traceback)."""
+    try:
+        yield
+    except TuneupError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from exc
+
+
+def single_command(arguments: list[str]) -> list[str]:
+    """The user's overrides; a sweep of values (``a=1,2``) is refused: the autotune has one
+    starting point, and it sweeps the features itself."""
+    for override in OverridesParser.create().parse_overrides(list(arguments)):
+        if override.is_sweep_override():
+            raise TuneupError(
+                f"{override.input_line}: experiment=autotune takes one command, not a sweep of "
+                "values; give one value (the autotune searches the features itself)"
+            )
+    return list(arguments)
+
+
+def training_set_size(cfg) -> int | None:
+    """Samples in the training set (the data module is set up; nothing else is built)."""
+    from tuneup.trainer.components import Plan
+
+    try:
+        data = Plan(cfg).data
+        data.setup("fit")
+        return len(data.train_set)
+    except Exception as exc:  # the user's data may need more than setup: no projection then
+        log.info("autotune: the training set's size is unknown (%s)", exc)
+        return None

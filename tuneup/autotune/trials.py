@@ -1,0 +1,109 @@
+"""Trials: the short runs the autotune compares, each an ordinary job of the sweep.
+
+A trial is the user's command plus the trial settings below plus a candidate's overrides,
+launched through the sweep's Hydra launcher, so it runs wherever the user's jobs run
+(basic: in this process; joblib: a worker process; Slurm: a batch job) and leaves what
+every sweep job leaves: its directory with summary.json and .hydra/overrides.yaml, from
+which it can be run again as it is.
+
+Trials are launched one at a time, under every launcher. Two trials at once (joblib's
+``n_jobs`` > 1) would share the cores, and each one's speed would measure the other's
+load, not its own configuration. Repeats are separate trials rather than one job that
+switches configurations: Lightning's fit loop holds one model, precision and compiled
+graph per process, so switching inside a job would mean a checkpoint and a rebuild per
+window. In the basic launcher's process a trial costs its build (about a second here)
+besides its steps; process start-up (about 7 s on two cores) is paid once.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuneup.autotune.interval import trial_speed
+from tuneup.report.runs import Run
+from tuneup.trainer import summary as run_summary
+
+
+def trial_settings(steps: int, limit_s: float | None = None) -> list[str]:
+    """What makes a run a trial: a fixed number of steps, nothing but training in them, and
+    at most ``limit_s`` seconds of it (Lightning's max_time: the trial stops after the step
+    that passes it and is measured on the steps it ran)."""
+    found = [
+        f"trainer.max_steps={steps}",
+        "trainer.max_epochs=-1",
+        "++trainer.limit_val_batches=0",  # no validation: steps and their loss only
+        "checkpoint=off",
+        "trainer.enable_progress_bar=false",
+    ]
+    if limit_s is not None:
+        minutes, seconds = divmod(math.ceil(limit_s), 60)
+        hours, minutes = divmod(minutes, 60)
+        found.append(f"++trainer.max_time=00:{hours:02d}:{minutes:02d}:{seconds:02d}")
+    return found
+
+
+@dataclass
+class Trial:
+    label: str  # the configuration: "baseline", or the overrides that set it apart
+    overrides: tuple[str, ...]  # on top of the user's command
+    job: str  # the job's number: its directory under the sweep directory
+    directory: Path
+    summary: dict | None
+    seconds: float  # wall time of the launch, the trial's start-up included
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.summary) and self.summary.get("status") == "ok"
+
+    @property
+    def error(self) -> str:
+        run = Run(self.job, self.directory, list(self.overrides), self.summary)
+        return run.error_line or run.status
+
+    @property
+    def speed(self) -> float | None:
+        """The trial's speed for comparisons: its fastest window (see interval.trial_speed)."""
+        return trial_speed(self.summary) if self.ok else None
+
+    @property
+    def steps(self) -> int | None:
+        return self.figure("steps")
+
+    def figure(self, key: str):
+        return (self.summary or {}).get(key)
+
+
+class Lab:
+    """Launches trials through the sweep's launcher, one at a time, and reads their summaries."""
+
+    def __init__(self, launcher, sweep_dir: Path, command: list[str], steps: int) -> None:
+        self.launcher = launcher
+        self.sweep_dir = Path(sweep_dir)
+        self.command = list(command)  # the user's overrides, as given to the sweep
+        self.steps = steps
+        self.trials: list[Trial] = []
+
+    def run(
+        self, label: str, overrides: tuple[str, ...], steps: int | None = None, limit_s=None
+    ) -> Trial:
+        job = len(self.trials)
+        line = [*self.command, *trial_settings(steps or self.steps, limit_s), *overrides]
+        started = time.monotonic()
+        [returned] = self.launcher.launch([line], initial_job_idx=job)
+        seconds = time.monotonic() - started
+        directory = _output_dir(returned, self.sweep_dir / str(job))
+        found = (directory / run_summary.FILE_NAME).is_file()
+        summary = run_summary.read(directory) if found else None
+        trial = Trial(label, tuple(overrides), str(job), directory, summary, seconds)
+        self.trials.append(trial)
+        return trial
+
+
+def _output_dir(returned, default: Path) -> Path:
+    try:
+        return Path(returned.hydra_cfg.hydra.runtime.output_dir)
+    except AttributeError:  # a launcher that returns no Hydra config
+        return default
