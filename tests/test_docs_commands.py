@@ -1,0 +1,101 @@
+"""Every sweep and autotune command printed in the docs composes and passes the run's checks as
+printed: a doc that falls behind the code (a renamed key, group or option) fails here.
+
+Each command's overrides are composed with Hydra's own parser, the ``hydra.*`` ones included
+(launchers, sweepers and their settings must exist), and every value of a sweep is checked
+as its job would be (``tuneup.autotune.space.Checks``: the core's and every plugin's checks,
+nothing built). The runs themselves are in test_sweeps.py, test_sweep_presets.py and
+test_autotune.py.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+from hydra import compose as hydra_compose
+from hydra import initialize_config_module
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import IntervalSweep
+
+import tuneup
+from tuneup.autotune.space import Checks
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+PAGES = ("sweeps.md", "autotune.md")
+PROGRAMS = (("python", "run.py"), ("tuneup",))
+#: Presets an autotune writes or the user copies from it (test_autotune.py runs recipe.yaml).
+MADE = ("experiment=recipe", "experiment=fast")
+
+
+def documented_commands(page: str) -> list[str]:
+    """The ``python run.py ...`` and ``tuneup ...`` commands in the page's code blocks
+    (continuation lines joined) and inline code spans; placeholders (``<dir>``, ``...``), the
+    user's own project's modules (tests/test_own_project.py runs those) and presets made by an
+    autotune left out."""
+    text = (DOCS / page).read_text()
+    commands = []
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.S | re.M)
+    inline = re.findall(r"(?<!`)`((?:python run\.py|tuneup) [^`]+)`", text.replace("\n", " "))
+    for block in [*blocks, *(f"{span} " for span in inline)]:
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.split("  #")[0].strip()
+            if not re.match(r"([A-Z_]+=\S*\s+)*(python run\.py|tuneup)\s", line):
+                continue
+            words = shlex.split(line)
+            while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # OMP_NUM_THREADS=4 ...
+                words.pop(0)
+            if not any(tuple(words[: len(p)]) == p for p in PROGRAMS):
+                continue
+            if any("<" in w or w == "..." or "my_project" in w or w in MADE for w in words):
+                continue
+            commands.append(shlex.join(words))
+    return commands
+
+
+def overrides_of(command: str) -> list[str]:
+    words = shlex.split(command)
+    words = words[2:] if words[0] == "python" else words[1:]
+    return [w for w in words if w != "-m"]
+
+
+def jobs(overrides: list[str]) -> list[list[str]]:
+    """The first job of the sweep, then each other value of each swept key on it."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    choices = []
+    for override in parsed:
+        if not override.is_sweep_override():
+            choices.append([override.input_line])
+            continue
+        key, value = override.get_key_element(), override.value()
+        if isinstance(value, IntervalSweep):  # Optuna's interval(...): its ends
+            values = [str(value.start), str(value.end)]
+        else:
+            values = list(override.sweep_string_iterator())
+        choices.append([f"{key}={v}" for v in values])
+    first = [options[0] for options in choices]
+    found = [first]
+    for i, options in enumerate(choices):
+        found += [[*first[:i], other, *first[i + 1 :]] for other in options[1:]]
+    return found
+
+
+COMMANDS = [(page, command) for page in PAGES for command in documented_commands(page)]
+
+
+def test_the_pages_hold_the_commands_this_test_checks():
+    pages = {page for page, _ in COMMANDS}
+    assert pages == set(PAGES)
+    assert len(COMMANDS) >= 12, COMMANDS
+
+
+@pytest.mark.parametrize(("page", "command"), COMMANDS, ids=[c for _, c in COMMANDS])
+def test_documented_command_composes_and_passes_the_checks(page, command):
+    checks = Checks(tuneup.compose)
+    for job in jobs(overrides_of(command)):
+        with initialize_config_module(config_module="tuneup.conf", version_base="1.3"):
+            hydra_compose("config", overrides=job, return_hydra_config=True)  # hydra.* too
+        problems = checks.inspect(tuple(o for o in job if not o.startswith("hydra"))).problems
+        assert not problems, f"docs/{page}: `{command}` as job {job}: {problems}"
