@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import sys
 import types
@@ -409,6 +410,51 @@ def test_autotune_end_to_end_prunes_interleaves_guards_and_answers(tmp_path):
     assert (cfg.memory_format.name, cfg.model.width, cfg.data.image_size) == ("channels_last", 4, 8)
     tuneup.run(cfg, run_dir=tmp_path / "full")
     assert json.loads((tmp_path / "full" / "summary.json").read_text())["status"] == "ok"
+
+
+PROCESS = """
+import os
+from tuneup import hookimpl
+
+
+class Plugin:
+    @hookimpl
+    def report(self, summary):
+        summary["test_parent_pid"] = os.getppid()
+"""
+
+
+def autotune_site(tmp_path):
+    """known_speeds (channels_last 3x) and a plugin that records the trial's parent process."""
+    return make_distribution(tmp_path / "site", "autotune-probes",
+                             {"known_speeds": KNOWN_SPEEDS, "process_probe": PROCESS},
+                             {"known_speeds": "known_speeds:Plugin",
+                              "process_probe": "process_probe:Plugin"})  # fmt: skip
+
+
+#: The smallest search that still decides: channels_last against the baseline, two rounds.
+ONE_DIMENSION = ["-m", "experiment=autotune", *SMALL, "autotune.trial_steps=4",
+                 "autotune.min_rounds=2", "autotune.max_rounds=2",
+                 "autotune.dimensions=[memory_format]"]  # fmt: skip
+
+
+def test_the_trials_run_through_the_joblib_launcher(tmp_path):
+    """hydra/launcher=joblib as docs/autotune.md gives it: every trial in a worker process of
+    the sweep, not in the sweep's own (a basic-launcher trial's parent would be this test),
+    one at a time, with the threads the shell gave; the same answer."""
+    sweep_dir = tmp_path / "sweep"
+    done = run_cli(*ONE_DIMENSION, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                   f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path, tiny=False,
+                   env={"PYTHONPATH": str(autotune_site(tmp_path)), "OMP_NUM_THREADS": "2"})  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((sweep_dir / "autotune.json").read_text())
+    assert record["recipe"]["found"] == ["memory_format=channels_last"]
+    parents = {json.loads((sweep_dir / t["job"] / "summary.json").read_text())["test_parent_pid"]
+               for t in record["trials"]}  # fmt: skip
+    assert len(record["trials"]) >= 5 and os.getpid() not in parents
+    for trial in record["trials"]:
+        summary = json.loads((sweep_dir / trial["job"] / "summary.json").read_text())
+        assert "2 threads" in summary["device"], summary["device"]
 
 
 def test_a_sweep_of_values_is_refused(tmp_path):

@@ -49,6 +49,16 @@ class Environment:
         )
 
 
+def threads_as_asked() -> None:
+    """torch's CPU threads as ``OMP_NUM_THREADS`` says, where the process was started with it
+    but something lowered them at run time: joblib's loky workers (``hydra/launcher=joblib``)
+    run at one thread per core // ``n_jobs`` whatever the variable says, though joblib passes
+    the variable on when the shell set it. A run in such a worker gets what the variable asks."""
+    asked = os.environ.get("OMP_NUM_THREADS", "")
+    if asked.isdigit() and int(asked) > 0 and torch.get_num_threads() != int(asked):
+        torch.set_num_threads(int(asked))
+
+
 def usable_cpus() -> int:
     """CPUs this process may run on (its affinity mask, as Slurm sets it), else the machine's."""
     if hasattr(os, "sched_getaffinity"):

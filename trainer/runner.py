@@ -20,7 +20,7 @@ from tuneup.trainer import summary as run_summary
 from tuneup.trainer.bridge import Bridge
 from tuneup.trainer.checks import core_problems
 from tuneup.trainer.components import Plan
-from tuneup.trainer.environment import Environment
+from tuneup.trainer.environment import Environment, threads_as_asked
 from tuneup.trainer.module import TrainingModule, with_batch_transforms
 from tuneup.trainer.plugin_manager import PluginManager
 from tuneup.trainer.state.preemption import Preempted
@@ -66,6 +66,7 @@ def run(cfg, run_dir: str | Path | None = None):
     if cfg.get("plugins", {}).get("list", False):
         print(PluginManager.from_config(cfg).listing(cfg))
         return None
+    threads_as_asked()
     run_dir = Path(run_dir) if run_dir is not None else run_dir_from_hydra()
     first = console.process_rank() == "0"  # the other ranks join the directory it holds
     try:
