@@ -143,7 +143,9 @@ def test_autotune_launches_its_trials_as_slurm_jobs(slurm, tmp_path):
     record = json.loads((sweep / "autotune.json").read_text())
     assert record["recipe"]["found"] == ["memory_format=channels_last"]
     jobs = {
-        json.loads((sweep / t["job"] / "summary.json").read_text())["plugins"]["strategy"]["cluster"]
+        json.loads((sweep / t["job"] / "summary.json").read_text())["plugins"]["strategy"][
+            "cluster"
+        ]
         for t in record["trials"]
     }
     assert jobs == {"slurm"}  # every trial ran inside a Slurm job
