@@ -80,9 +80,10 @@ def hand_loop(cfg, warmup: int) -> float:
     optimizer = sgd(cfg, model.parameters())
     scheduler = constant_schedule(optimizer)
     model.train()
-    step, start = 0, None
+    step, start, cpu = 0, None, torch.device("cpu")
     while step < cfg.trainer.max_steps:
-        for x, y in data.train_dataloader():
+        for batch in data.train_dataloader():
+            x, y = data.device_batch(batch, cpu)  # the same work: uint8 to normalised float
             if step == warmup:
                 start = time.perf_counter()
             loss = cross_entropy(model(x), y)
