@@ -38,8 +38,9 @@ PART_1=(gpu-tests suite)
 PART_2=(throughput precision)
 PART_3=(memory kernels dataloader)
 
-xdist() {  # pytest-xdist's "-n N" where it is installed (the GPU images have it)
-  if "$PY" -c "import xdist" 2>/dev/null; then echo "-n $1"; fi
+xdist() {  # pytest-xdist's "-n N" where it is installed (the GPU images have it); else no
+  # addopts, whose "-n 2" (pyproject.toml) needs it
+  if "$PY" -c "import xdist" 2>/dev/null; then echo "-n $1"; else echo "-o addopts="; fi
 }
 
 command_of() {  # the command of one step

@@ -119,10 +119,34 @@ NO_CUDA = (
 )
 
 
+#: The files whose tests take longest (real clusters, kills and resumes, several processes):
+#: collected first, so that under pytest-xdist (``-n 2 --dist loadfile`` in pyproject.toml)
+#: they start first and the run does not end with one of them alone on one worker.
+LONGEST_FIRST = (
+    "test_slurm.py", "test_multinode.py", "test_resume.py", "test_own_project.py",
+    "test_ddp.py", "test_autotune.py", "test_run.py", "test_resume_every_checkpoint.py",
+)  # fmt: skip
+
+
+def pytest_configure(config):
+    """An xdist worker gets its share of the cores for torch's threads, and so do the runs it
+    starts (they inherit ``OMP_NUM_THREADS``): two workers with a thread per core each on two
+    cores spin against each other, and every run takes several times as long. A value set in
+    the shell is kept."""
+    workers = getattr(config, "workerinput", {}).get("workercount")
+    if workers and "OMP_NUM_THREADS" not in os.environ:
+        from tuneup.trainer.environment import usable_cpus
+
+        os.environ["OMP_NUM_THREADS"] = str(max(1, usable_cpus() // int(workers)))
+
+
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``gpu`` run where CUDA is present and are skipped, saying why, where not."""
+    """The longest files first (:data:`LONGEST_FIRST`); tests marked ``gpu`` run where CUDA is
+    present and are skipped, saying why, where not."""
     import torch
 
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: file order kept
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason=NO_CUDA)

@@ -62,7 +62,7 @@ def start_interpreted_tests(version: str, triton_path: Path | None = None) -> su
     if triton_path is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(triton_path), env.get("PYTHONPATH", "")])
     command = [sys.executable, "-m", "pytest", str(HERE / "test_interpreted_kernels.py"),
-               "-q", "-x", "-p", "no:cacheprovider"]  # fmt: skip
+               "-q", "-x", "-p", "no:cacheprovider", "-n", "0"]  # fmt: skip
     if triton_path is not None:
         command += ["-k", "not training_losses and not opcheck and not compiled and not liger"]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
