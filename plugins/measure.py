@@ -57,7 +57,7 @@ import torch
 
 from tuneup import hookimpl
 from tuneup.trainer import flops
-from tuneup.trainer.validation import Integer, problems
+from tuneup.trainer.validation import BOOL, Integer, problems
 
 #: The training micro-batch (0-based, counted over the run) whose forward is measured for
 #: saved_activation_bytes: the 2nd, so the first step's one-time work is not in it.
@@ -239,9 +239,9 @@ class Plugin:
     @hookimpl
     def check(self, cfg, plan):
         self.plan = plan  # what is trained, for its FLOPs once training starts
-        return problems(
-            cfg, {"measure.warmup_steps": Integer(low=0), "measure.windows": Integer(low=1)}
-        )
+        return problems(cfg, {"measure.warmup_steps": Integer(low=0),
+                              "measure.windows": Integer(low=1),
+                              "measure.console_table": BOOL})  # fmt: skip
 
     @hookimpl
     def on_fit_start(self, cfg, trainer, module):

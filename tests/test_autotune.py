@@ -401,6 +401,9 @@ def test_autotune_end_to_end_prunes_interleaves_guards_and_answers(tmp_path):
     assert "**Recipe: `memory_format=channels_last`**: 3x [3, 3] the baseline's speed" in markdown
     assert "| optimizer.lr=1000 |" not in markdown and "`optimizer.lr=1000`" in markdown
     assert png_size(sweep_dir / "autotune.png")[0] == 1500
+    console = done.stdout + done.stderr  # a line per trial, not its summary table
+    assert console.count("summary written to") == len(record["trials"])
+    assert "step_time_ms.p50" not in console
     assert (sweep_dir / "report.md").is_file()  # the sweep report lists every trial too
 
     # recipe.yaml is a preset that trains with the winner's overrides.

@@ -210,7 +210,8 @@ def _finish(cfg, plugins, trainer, summary: dict, run_dir: Path) -> None:
                 summary.setdefault("report_error", str(exc))
     path = run_summary.write(summary, run_dir)
     if summary["status"] == "ok":
-        console.say(run_summary.format_table(summary), log)
+        if cfg.get("measure", {}).get("console_table", True):  # summary.json has it anyway
+            console.say(run_summary.format_table(summary), log)
         console.say(f"summary written to {path}", log)
 
 

@@ -37,6 +37,7 @@ def trial_settings(steps: int, limit_s: float | None = None) -> list[str]:
         "++trainer.limit_val_batches=0",  # no validation: steps and their loss only
         "checkpoint=off",
         "trainer.enable_progress_bar=false",
+        "measure.console_table=false",  # dozens of trials: one line each (summary.json has it)
     ]
     if limit_s is not None:
         minutes, seconds = divmod(math.ceil(limit_s), 60)
