@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from tuneup import hookimpl
 from tuneup.trainer.datamodule import PREFETCH
-from tuneup.trainer.environment import usable_cpus
+from tuneup.trainer.environment import cpus_per_process, usable_cpus
 from tuneup.trainer.validation import OneOf, problems
 
 #: Above this share of the loop's time spent waiting for data, the summary gives advice.
@@ -105,7 +105,7 @@ class Plugin:
     def check(self, cfg, env, plan):
         found = problems(cfg, RULES)
         self.cuda = env.is_cuda
-        self.cpus = max(1, usable_cpus() // max(1, env.devices))
+        self.cpus = cpus_per_process(env.devices)
         self.prefetch = resolve_prefetch(self.settings.get("prefetch", "auto"), env.is_cuda)
         if plan.sound:
             self.data = plan.data

@@ -135,9 +135,9 @@ def pytest_configure(config):
     the shell is kept."""
     workers = getattr(config, "workerinput", {}).get("workercount")
     if workers and "OMP_NUM_THREADS" not in os.environ:
-        from tuneup.trainer.environment import usable_cpus
+        from tuneup.trainer.environment import cpus_per_process
 
-        os.environ["OMP_NUM_THREADS"] = str(max(1, usable_cpus() // int(workers)))
+        os.environ["OMP_NUM_THREADS"] = str(cpus_per_process(int(workers)))
 
 
 def pytest_collection_modifyitems(config, items):

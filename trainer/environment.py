@@ -59,6 +59,11 @@ def threads_as_asked() -> None:
         torch.set_num_threads(int(asked))
 
 
+def cpus_per_process(processes: int) -> int:
+    """This node's CPUs shared among ``processes`` training processes, at least one each."""
+    return max(1, usable_cpus() // max(1, processes))
+
+
 def usable_cpus() -> int:
     """CPUs this process may run on (its affinity mask, as Slurm sets it), else the machine's."""
     if hasattr(os, "sched_getaffinity"):

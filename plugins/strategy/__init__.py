@@ -39,7 +39,7 @@ from tuneup.plugins.strategy.build import (
     ddp_strategy,
     fsdp_strategy,
 )
-from tuneup.trainer.environment import Environment, usable_cpus
+from tuneup.trainer.environment import Environment, cpus_per_process, usable_cpus
 from tuneup.trainer.state.preemption import Preempted, SignalFlag
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
 
@@ -196,7 +196,7 @@ class Plugin:
         # Several CPU processes: each its share of the cores (torch would give each all of
         # them, and they would fight over them), as torchrun does with OMP_NUM_THREADS.
         if trainer.world_size > 1 and not (self.env and self.env.is_cuda):
-            torch.set_num_threads(max(1, usable_cpus() // (self.env.devices if self.env else 1)))
+            torch.set_num_threads(cpus_per_process(self.env.devices if self.env else 1))
 
     @hookimpl
     def on_exception(self, trainer, exception):
@@ -227,7 +227,7 @@ class Plugin:
             "cluster": self.cluster,
         }
         if env.world_size > 1 and not env.is_cuda:
-            described["threads_per_process"] = max(1, usable_cpus() // env.devices)
+            described["threads_per_process"] = cpus_per_process(env.devices)
         if note := layout_note(self.cfg, env):
             described["note"] = note
         return described

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tuneup.report.markdown import MIB, code, escape
+
 MARKDOWN_FILE = "autotune.md"
-MIB = 2**20
 LAUNCHED = ("accepted", "rejected")
 
 
@@ -32,8 +33,8 @@ def render_markdown(record: dict, sweep_dir: Path) -> str:
     never = [o for o in record["path"] if not o["trials"]]
     if never:
         lines += ["", "## Never launched", "", "| dimension | candidate | why |", "|---|---|---|"]
-        lines += [f"| {o['dimension']} | {_code(' '.join(o['candidate']) or '-')} | "
-                  f"{o['verdict']}: {_escape(o['reason'])} |" for o in never]  # fmt: skip
+        lines += [f"| {o['dimension']} | {code(' '.join(o['candidate']) or '-')} | "
+                  f"{o['verdict']}: {escape(o['reason'])} |" for o in never]  # fmt: skip
     if record["batch_notes"]:
         lines += ["", "## Batch size", "", *(f"- {note}" for note in record["batch_notes"])]
     lines += ["", "## Trials", "", *_trial_table(record), "", *_method(settings)]
@@ -59,7 +60,7 @@ def answer_line(record: dict) -> str:
         facts.append(
             f"peak memory {mine / MIB:,.0f} MiB against {base / MIB:,.0f} MiB (same rounds)"
         )
-    return f"**Recipe: {_code(' '.join(found))}**: {'; '.join(facts)}."
+    return f"**Recipe: {code(' '.join(found))}**: {'; '.join(facts)}."
 
 
 def projection_line(projection: dict) -> str:
@@ -101,10 +102,10 @@ def _path_table(record: dict) -> list[str]:
     for number, o in enumerate(launched, start=1):
         memory, gap, ref = o["peak_memory_bytes"], o["loss_gap"], o["reference_peak_memory_bytes"]
         rows.append(
-            f"| {number} | {o['dimension']} | {_code(o['label'])} | {_code(o['against'])} | "
+            f"| {number} | {o['dimension']} | {code(o['label'])} | {code(o['against'])} | "
             f"{interval_text(o['interval'])} | {(o['interval'] or {}).get('repeats', 0)} | "
             f"{_memory(memory, ref)} | {'-' if gap is None else f'{gap * 100:.3g}%'} | "
-            f"**{o['verdict']}**: {_escape(o['reason'])} |"
+            f"**{o['verdict']}**: {escape(o['reason'])} |"
         )
     if not launched:
         rows.append("| - | - | - | - | - | - | - | - | no candidate was launched |")
@@ -127,10 +128,10 @@ def _trial_table(record: dict) -> list[str]:
         if t["status"] == "ok" and t["steps"] is not None and short:
             status += f" (stopped at {t['steps']} steps: autotune.trial_time_factor)"
         rows.append(
-            f"| {t['job']} | {_code(t['label'])} | {_number(t['speed'])} | "
+            f"| {t['job']} | {code(t['label'])} | {_number(t['speed'])} | "
             f"{_number(t['samples_per_s'])} | {spread} | "
             f"{'-' if memory is None else f'{memory / MIB:,.0f} MiB'} | {t['seconds']:.1f} | "
-            f"{_escape(status)} |"
+            f"{escape(status)} |"
         )
     return rows
 
@@ -166,11 +167,3 @@ def _memory(peak, reference) -> str:
 
 def _number(value) -> str:
     return "-" if value is None else f"{value:,.1f}"
-
-
-def _code(text: str) -> str:
-    return f"`{_escape(text)}`"
-
-
-def _escape(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")

@@ -45,7 +45,7 @@ def render_markdown(report: Report) -> str:
         _about(report),
     ]
     if report.common_overrides:
-        lines += ["", f"All runs: {_code(' '.join(report.common_overrides))}"]
+        lines += ["", f"All runs: {code(' '.join(report.common_overrides))}"]
     lines += ["", *_table(report), "", _order(report)]
     if report.notes:
         lines += ["", "Notes:", *(f"- {note}" for note in report.notes)]
@@ -75,7 +75,7 @@ def best_line(report: Report) -> str:
             f" (within noise: its interval {interval.low:.3g}-{interval.high:.3g}x includes 1.0, "
             "so it is no demonstrated speed-up)"
         )
-    return f"**Best: run {best.name}**: {facts}; reproduce: {_code(command)}"
+    return f"**Best: run {best.name}**: {facts}; reproduce: {code(command)}"
 
 
 def _fact(ratio, of: str) -> str | None:
@@ -97,7 +97,7 @@ def _about(report: Report) -> str:
     )
     return (
         f"{runs} runs, {runs - failed} finished, {failed} not. Baseline: run {base.name} "
-        f"{_code(' '.join(report.varying_overrides(base)) or '-')} ({chosen})."
+        f"{code(' '.join(report.varying_overrides(base)) or '-')} ({chosen})."
     )
 
 
@@ -121,8 +121,8 @@ def row(report: Report, run: Run) -> list[str]:
     name = f"{run.name} ({', '.join(marks)})" if marks else run.name
     memory = run.peak_memory_bytes
     return [
-        _escape(name),
-        _code(" ".join(report.varying_overrides(run)) or "-"),
+        escape(name),
+        code(" ".join(report.varying_overrides(run)) or "-"),
         _fixed(run.samples_per_s, 1),
         spread(run),
         _times(report.speed_up(run)),
@@ -131,7 +131,7 @@ def row(report: Report, run: Run) -> list[str]:
         _times(report.memory_ratio(run)),
         _fixed(run.train_loss, 4),
         _fixed(run.val_acc, 4),
-        _escape(run.status if run.ok else f"{run.status}: {run.error_line or 'no error recorded'}"),
+        escape(run.status if run.ok else f"{run.status}: {run.error_line or 'no error recorded'}"),
     ]
 
 
@@ -157,9 +157,11 @@ def _times(value) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _code(text: str) -> str:
-    return f"`{_escape(text)}`"
+def code(text: str) -> str:
+    """``text`` as inline code in a Markdown table cell."""
+    return f"`{escape(text)}`"
 
 
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+def escape(text) -> str:
+    """``text`` safe in a Markdown table cell: no column breaks, one line."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
