@@ -254,10 +254,12 @@ def normalize(pixels: torch.Tensor, mean, std) -> torch.Tensor:
 def device_images(pixels: torch.Tensor, flips: torch.Tensor | None, mean, std) -> torch.Tensor:
     """A uint8 batch ``[B, C, H, W]`` as the model reads it: flipped where ``flips``, normalised.
 
-    Flipping the uint8 batch moves a quarter of the bytes of flipping floats. ``mean``
-    None: no normalisation (``pixels / 255`` only).
+    Flipping the uint8 batch moves a quarter of the bytes of flipping floats. ``flips`` None:
+    no image is flipped (the callers ask the host's copy before the transfer: asking the
+    device's here would wait for the copy, on every batch). ``mean`` None: no normalisation
+    (``pixels / 255`` only).
     """
-    if flips is not None and flips.any():  # reads B booleans back: cheap, and skips the copy
+    if flips is not None:
         pixels = torch.where(flips.view(-1, 1, 1, 1), pixels.flip(-1), pixels)
     if mean is None:
         return pixels.float().div_(255)
