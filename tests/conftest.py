@@ -62,10 +62,48 @@ def train(tmp_path):
     return _train
 
 
+_zygote: dict = {}
+
+
+def python() -> list[str]:
+    """The command that starts ``python``: a warm start through this worker's zygote
+    (tests/warm.py: torch and Lightning imported once, a fork per command), or
+    ``[sys.executable]`` under ``TUNEUP_TEST_COLD=1``. Started on first use, ended with the
+    worker."""
+    if os.environ.get("TUNEUP_TEST_COLD"):
+        return [sys.executable]
+    if not _zygote:
+        import atexit
+        import shlex
+        import shutil
+        import tempfile
+        import time
+
+        folder = Path(tempfile.mkdtemp(prefix="tuneup-zygote-"))
+        socket, executable = folder / "socket", folder / "python"
+        command = [sys.executable, str(WARM), str(socket)]
+        executable.write_text(f'#!/bin/sh\nexec {" ".join(map(shlex.quote, command))} "$@"\n')
+        executable.chmod(0o755)
+        server = subprocess.Popen([sys.executable, str(WARM), "serve", str(socket), str(executable)],
+                                  stdin=subprocess.DEVNULL)  # fmt: skip
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        atexit.register(server.terminate)
+        deadline = time.monotonic() + 300
+        while not socket.exists():
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the test zygote ({WARM}) did not start: {server.returncode}")
+            time.sleep(0.05)
+        _zygote["command"] = command
+    return list(_zygote["command"])
+
+
+WARM = Path(__file__).resolve().parent / "warm.py"
+
+
 def run_cli(*args, cwd=None, env=None, timeout=300, tiny=True):
     """Run ``python run.py ARGS`` as a user would; returns the CompletedProcess."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    command = [sys.executable, str(ROOT / "run.py"), *(TINY if tiny else []), *args]
+    command = [*python(), str(ROOT / "run.py"), *(TINY if tiny else []), *args]
     return subprocess.run(
         command, cwd=cwd or ROOT, env=full_env, capture_output=True, text=True, timeout=timeout
     )

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import torch
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, python
 from tests.plugin_dists import make_distribution
 from tuneup.trainer.state.preemption import EXIT_CODE
 
@@ -51,7 +50,7 @@ def launch(run_dir: Path, *args: str, site: Path, **environment) -> list[subproc
         env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29400 + os.getpid()
                % 500), "NODE_RANK": str(node), "OMP_NUM_THREADS": "1",
                "PYTHONPATH": str(site), **environment}  # fmt: skip
-        command = [sys.executable, str(ROOT / "run.py"), *RUN, "trainer.devices=2",
+        command = [*python(), str(ROOT / "run.py"), *RUN, "trainer.devices=2",
                    "trainer.num_nodes=2", f"hydra.run.dir={run_dir}", *args]  # fmt: skip
         nodes.append(subprocess.Popen(command, cwd=run_dir.parent, env=env, text=True,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE))  # fmt: skip
@@ -71,7 +70,7 @@ def test_two_nodes_of_two_train_like_four_processes_and_preempt_together(tmp_pat
     site = make_distribution(tmp_path / "site", "tuneup-term", {"tuneup_term": TERM},
                              {"term": "tuneup_term:Plugin"})  # fmt: skip
     one_node = subprocess.run(
-        [sys.executable, str(ROOT / "run.py"), *RUN, "trainer.devices=4",
+        [*python(), str(ROOT / "run.py"), *RUN, "trainer.devices=4",
          f"hydra.run.dir={tmp_path / 'one'}"], cwd=tmp_path, capture_output=True, text=True,
         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(site)}, timeout=600,
     )  # fmt: skip

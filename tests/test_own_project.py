@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import compose_config
+from tests.conftest import compose_config, python
 from tests.own_project import (
     blocks,
     env,
@@ -44,7 +44,7 @@ def project(tmp_path_factory) -> Path:
 
 def tuneup(project: Path, *args: str, **environment) -> subprocess.CompletedProcess:
     """``tuneup ARGS`` run in the project, as its user runs it."""
-    return subprocess.run([tuneup_command(), *args], cwd=project, env=env(project, **environment),
+    return subprocess.run([*python(), tuneup_command(), *args], cwd=project, env=env(project, **environment),
                           capture_output=True, text=True, timeout=300)  # fmt: skip
 
 

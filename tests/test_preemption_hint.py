@@ -6,9 +6,8 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 
-from tests.conftest import ROOT, TINY
+from tests.conftest import ROOT, TINY, python
 from tests.plugin_dists import make_distribution
 from tuneup.trainer.state.preemption import EXIT_CODE
 
@@ -35,7 +34,7 @@ def test_the_hint_after_a_preemption_continues_the_run_as_printed(tmp_path):
                              {"term": "tuneup_term:Plugin"})  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(site), "PYTHONUNBUFFERED": "1"}
     # no hydra.run.dir: the run gets a fresh default directory under the current one
-    first = subprocess.run([sys.executable, str(ROOT / "run.py"), *TINY, "optimizer.lr=0.02"],
+    first = subprocess.run([*python(), str(ROOT / "run.py"), *TINY, "optimizer.lr=0.02"],
                            cwd=tmp_path, env={**env, "TERM_AT": "3"}, capture_output=True,
                            text=True, timeout=300)  # fmt: skip
     assert first.returncode == EXIT_CODE, first.stderr[-3000:]
@@ -44,9 +43,22 @@ def test_the_hint_after_a_preemption_continues_the_run_as_printed(tmp_path):
     assert hint == (f"python {ROOT / 'run.py'} {' '.join(TINY)} optimizer.lr=0.02 resume=auto "
                     f"hydra.run.dir={run_dir}")  # fmt: skip
     words = shlex.split(hint)
-    again = subprocess.run([sys.executable, *words[1:]], cwd=tmp_path, env=env,
+    again = subprocess.run([*python(), *words[1:]], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=300)  # fmt: skip
     assert again.returncode == 0, again.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["resumed_from"].endswith("step00000003.ckpt")
     assert summary["steps"] == 256 // 32  # the whole epoch, in the run's own directory
+
+
+def test_in_a_slurm_launcher_job_the_hint_runs_tuneup_itself(monkeypatch, tmp_path):
+    """A job of hydra/launcher=slurm runs submitit's _submit.py, which takes a job folder, not
+    overrides; the hint names the tuneup module instead (and, in the job, the requeue follows)."""
+    from tuneup.trainer.state import preemption
+
+    submit = "/site-packages/submitit/core/_submit.py"
+    monkeypatch.setattr("sys.argv", [submit, str(tmp_path / ".submitit" / "1")])
+    hint = preemption.continue_command(tmp_path / "run")
+    assert hint == f"python -m tuneup resume=auto hydra.run.dir={tmp_path / 'run'}"
+    monkeypatch.setattr("sys.argv", ["/home/me/train.py"])  # a user's own script: run again
+    assert preemption.continue_command("r").startswith("python /home/me/train.py resume=auto")

@@ -15,13 +15,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import torch
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, python, run_cli
 from tests.plugin_dists import make_distribution
 from tests.test_checkpoint_io import flip_tensor_bytes
 from tuneup import TuneupError
@@ -191,7 +190,7 @@ def test_sigterm_finishes_the_step_saves_and_exits_75_then_resumes_exactly(
 
 def test_sigusr1_from_outside_saves_and_exits_75_then_resumes_exactly(tmp_path, reference):
     """k=1, as a scheduler does it: the signal comes from another process, at no chosen step."""
-    command = [sys.executable, str(ROOT / "run.py"), f"hydra.run.dir={tmp_path}", *RUN]
+    command = [*python(), str(ROOT / "run.py"), f"hydra.run.dir={tmp_path}", *RUN]
     env = {**os.environ, **ONE_THREAD}
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)  # fmt: skip

@@ -8,13 +8,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, TINY
+from tests.conftest import ROOT, TINY, python
 from tests.plugin_dists import make_distribution
 
 #: Always-on plugin (no conf/): when BARRIER is set, training waits in on_fit_start until that
@@ -32,7 +31,8 @@ BARRIER = """
         def on_fit_start(self):
             barrier = os.environ.get("BARRIER")
             if barrier:
-                Path(barrier + ".waiting").write_text("")
+                Path(barrier + ".pid").write_text(str(os.getpid()))
+                os.replace(barrier + ".pid", barrier + ".waiting")
                 while not Path(barrier).exists():
                     time.sleep(0.05)
 """
@@ -46,7 +46,7 @@ def site(tmp_path_factory) -> Path:
 
 def start(site: Path, cwd: Path, *args: str, **environment) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(site), "PYTHONUNBUFFERED": "1", **environment}
-    return subprocess.Popen([sys.executable, str(ROOT / "run.py"), *TINY, *args], cwd=cwd,
+    return subprocess.Popen([*python(), str(ROOT / "run.py"), *TINY, *args], cwd=cwd,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
@@ -66,13 +66,12 @@ def test_one_run_per_directory_and_a_refused_run_touches_nothing(site, tmp_path)
     run_dir, barrier = tmp_path / "run", tmp_path / "go"
     first = start(site, tmp_path, f"hydra.run.dir={run_dir}", BARRIER=str(barrier))
     wait_for(Path(f"{barrier}.waiting"), first)  # it holds the directory, training not begun
+    holder = Path(f"{barrier}.waiting").read_text()  # the run's pid (first.pid under tests/warm.py)
 
     second = start(site, tmp_path, f"hydra.run.dir={run_dir}", "trainer.max_epochs=2")
     _, err = second.communicate(timeout=300)
     assert second.returncode == 1, err[-3000:]
-    assert (
-        f"error: run directory {run_dir} is in use by another run (process {first.pid} on " in err
-    )
+    assert f"error: run directory {run_dir} is in use by another run (process {holder} on " in err
     assert not (run_dir / "summary.json").exists()  # the first run's directory is untouched
 
     barrier.write_text("")

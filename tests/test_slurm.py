@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, python
 from tests.plugin_dists import make_distribution
 from tests.slurm.cluster import running_cluster, unavailable
 
@@ -44,7 +44,7 @@ def submit(slurm, sweep: Path, *overrides: str, env=None) -> subprocess.Popen:
     checkout's packages on PYTHONPATH also where tuneup is not installed."""
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]), **(env or {})}
     return subprocess.Popen(
-        [sys.executable, str(ROOT / "run.py"), *RUN, f"hydra.sweep.dir={sweep}", *overrides],
+        [*python(), str(ROOT / "run.py"), *RUN, f"hydra.sweep.dir={sweep}", *overrides],
         cwd=sweep.parent, env={**slurm.env, **env}, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -122,6 +122,8 @@ def test_preemption_signal_requeues_and_the_job_resumes(slurm, tmp_path):
     assert [p.parent for p in tmp_path.rglob("summary.json")] == [run_dir]  # the same directory
     record = slurm.run("scontrol", "-o", "show", "job", job).stdout
     assert " Restarts=1 " in record, record  # Slurm ran the job a second time
+    logs = job_logs(process)  # the hint is a command that works, not submitit's _submit.py
+    assert "continue with: python -m tuneup " in logs and "_submit.py strategy" not in logs
 
 
 def test_autotune_launches_its_trials_as_slurm_jobs(slurm, tmp_path):
@@ -134,7 +136,7 @@ def test_autotune_launches_its_trials_as_slurm_jobs(slurm, tmp_path):
     env = {"PYTHONPATH": os.pathsep.join([str(site), str(ROOT), *sys.path])}
     sweep = tmp_path / "sweep"
     process = subprocess.Popen(
-        [sys.executable, str(ROOT / "run.py"), *ONE_DIMENSION, "hydra/launcher=slurm",
+        [*python(), str(ROOT / "run.py"), *ONE_DIMENSION, "hydra/launcher=slurm",
          "hydra.launcher.cpus_per_task=1", "trainer.accelerator=cpu", f"hydra.sweep.dir={sweep}"],
         cwd=tmp_path, env={**slurm.env, **env}, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -43,7 +43,9 @@ SelectTypeParameters=CR_Core
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 MailProg=/bin/true
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+# A requeued job may start cred_expire seconds after its requeue (below); then only a periodic
+# pass starts it: the backfill pass, every 30 s by default, every second here.
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=1,bf_interval=1
 MinJobAge=3600
 KillWait=5
 ReturnToService=2

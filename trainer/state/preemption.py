@@ -47,7 +47,7 @@ def continue_command(run_dir) -> str:
         pass
     kept = [o for o in overrides if not o.lstrip("+~").startswith(("resume=", "hydra.run.dir="))]
     script = sys.argv[0] if sys.argv else ""
-    if script.endswith("__main__.py"):
+    if script.endswith("__main__.py") or _wrapper(script):
         command = "python -m tuneup"
     elif script.endswith(".py"):
         command = f"python {shlex.quote(script)}"
@@ -55,6 +55,15 @@ def continue_command(run_dir) -> str:
         command = "tuneup"
     words = [*kept, "resume=auto", f"hydra.run.dir={run_dir}"]
     return " ".join([command, *(shlex.quote(w) for w in words)])
+
+
+def _wrapper(script: str) -> bool:
+    """Whether the process was started by a launcher's own script, which cannot be run again
+    by hand: submitit's ``_submit.py`` in a job of ``hydra/launcher=slurm``."""
+    from pathlib import Path
+
+    path = Path(script)
+    return path.name == "_submit.py" and path.parent.name == "core" and "submitit" in path.parts
 
 
 class SignalFlag:

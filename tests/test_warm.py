@@ -1,0 +1,71 @@
+"""The warm start (tests/warm.py) that the command-line tests use is the interpreter a user's
+``python script.py`` would be, in everything those tests look at."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+from tests.conftest import python
+
+SCRIPT = """
+    import json, os, signal, sys
+
+    import torch
+
+    import helper  # from PYTHONPATH, a folder the zygote never saw
+
+    print(json.dumps({
+        "name": __name__, "argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0],
+        "helper": helper.__file__, "asked": os.environ.get("ASKED"),
+        "threads": torch.get_num_threads(), "stdin": sys.stdin.read(),
+    }))
+    print("to stderr", file=sys.stderr)
+    if sys.argv[1] == "signal":
+        os.kill(os.getpid(), signal.SIGTERM)
+    raise SystemExit(int(sys.argv[1]))
+"""
+
+
+def start(prefix, script, tmp_path, how):
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "lib"), "ASKED": "yes",
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    return subprocess.run([*prefix, str(script), how], cwd=tmp_path, env=env, input="fed",
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def test_a_warm_start_is_the_script_run_by_a_fresh_interpreter(tmp_path):
+    script = tmp_path / "bin" / "probe.py"
+    script.parent.mkdir()
+    script.write_text(textwrap.dedent(SCRIPT))
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "helper.py").write_text("")
+    cold = start([sys.executable], script, tmp_path, "3")
+    warm = start(python(), script, tmp_path, "3")
+    assert cold.returncode == warm.returncode == 3, warm.stderr
+    assert json.loads(warm.stdout) == json.loads(cold.stdout) == {
+        "name": "__main__", "argv": [str(script), "3"], "cwd": str(tmp_path),
+        "path0": str(script.parent), "helper": str(tmp_path / "lib" / "helper.py"),
+        "asked": "yes", "threads": 1, "stdin": "fed",
+    }  # fmt: skip
+    assert warm.stderr == cold.stderr == "to stderr\n"
+    killed = start(python(), script, tmp_path, "signal")
+    assert killed.returncode == -signal.SIGTERM and killed.stderr == "to stderr\n"
+
+
+def test_commands_a_warm_start_cannot_be_run_cold(tmp_path):
+    """Interpreter options and other modules (joblib's workers, submitit's jobs) and an
+    environment the zygote's imports did not see (Triton's interpreter) are real interpreters."""
+    done = subprocess.run([*python(), "-c", "import sys; print(sys.argv)"], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0 and done.stdout == "['-c']\n"
+    script = tmp_path / "which.py"
+    script.write_text("import os, sys; print('torch' in sys.modules)\n")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    cold = subprocess.run([*python(), str(script)], env=env, capture_output=True, text=True)
+    warm = subprocess.run([*python(), str(script)], capture_output=True, text=True)
+    assert (cold.stdout, warm.stdout) == ("False\n", "True\n")

@@ -1,0 +1,304 @@
+"""Warm starts for the command-line tests: ``python run.py ...`` without paying the 5 s import.
+
+Most of this suite's time went into importing torch and Lightning (about 5.5 CPU-seconds on
+this project's 2-core machines) once for every ``run.py`` the tests start: some 75 times. A
+*zygote* imports those third-party libraries once (``python tests/warm.py serve SOCKET``);
+the tests then start ``python tests/warm.py SOCKET run.py ARGS`` instead of
+``python run.py ARGS``. That client imports nothing heavy: it sends its argv, working
+directory, environment and its stdin/stdout/stderr to the zygote, which forks a child that
+becomes ``python run.py ARGS`` (sys.argv, sys.path with the client's PYTHONPATH, the
+environment, the working directory, ``__main__``, default signal handlers, fresh random
+seeds, the threads ``OMP_NUM_THREADS`` asks for) and runs it. The client forwards the signals
+it gets to the child and ends the way the child ended: the same exit code, or killed by the
+same signal. If the client is killed (SIGKILL cannot be forwarded), the zygote kills the
+child.
+
+What stays cold: tuneup itself and the user's code are never preloaded (the child imports
+them from its own sys.path, so an installed copy or a user's project is what runs), nor are
+the processes those runs start themselves (DDP ranks, joblib workers, Slurm jobs: real
+interpreters). Tests about start-up or an installed console script run real interpreters.
+``TUNEUP_TEST_COLD=1`` turns the zygote off: every command is a fresh interpreter.
+
+Only the standard library is imported in client mode (it must start in milliseconds).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+
+#: Imported once by the zygote: the third-party libraries a run imports (not tuneup).
+PRELOAD = ("torch", "pytorch_lightning", "torchmetrics", "hydra", "omegaconf", "pluggy")
+
+#: Signals a client passes on to its child (SIGKILL and SIGSTOP cannot be caught).
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP,
+             signal.SIGQUIT, signal.SIGALRM, signal.SIGCONT)  # fmt: skip
+
+#: Environment read when the preloaded libraries are imported (Triton's interpreter switch,
+#: torch's and Inductor's settings, the interpreter's own options): a command whose values
+#: differ from the zygote's runs cold, as a fresh interpreter. OMP_NUM_THREADS is applied to
+#: torch in the child; PYTHONPATH and PYTHONUNBUFFERED are honoured.
+IMPORT_TIME = ("TRITON_", "TORCH", "PYTORCH_", "CUDA_", "NCCL_", "MKL_", "KMP_", "PYTHON")
+HONOURED = ("PYTHONPATH", "PYTHONUNBUFFERED")
+
+_LEN = struct.Struct("!I")
+
+
+# --- the client: what the tests start ---------------------------------------------------------
+
+
+def client(path: str, argv: list[str]) -> None:
+    """Run ``argv`` (a script or ``-m module`` and its arguments) in a child of the zygote at
+    ``path``; end as it ended."""
+    if not _warm_shape(argv):
+        os.execv(sys.executable, [sys.executable, *argv])
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path)
+    except OSError:  # the zygote is gone (its worker ended, or it died): start cold
+        os.execv(sys.executable, [sys.executable, *argv])
+    request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+    socket.send_fds(conn, [_LEN.pack(len(request)) + request], [0, 1, 2])
+    reader = conn.makefile("r")
+    answer = reader.readline().strip()
+    if answer == "cold":  # the zygote's imports do not fit this environment
+        conn.close()
+        os.execv(sys.executable, [sys.executable, *argv])
+    child = int(answer)
+
+    def forward(signum, _frame):
+        os.kill(child, signum)
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
+    kind, value = reader.readline().split()  # "exit N" or "signal N"
+    if kind == "signal":
+        if int(value) in FORWARDED:
+            signal.signal(int(value), signal.SIG_DFL)
+        os.kill(os.getpid(), int(value))
+    os._exit(int(value) if kind == "exit" else 1)
+
+
+def _warm_shape(argv: list[str]) -> bool:
+    """A script and its arguments, or ``-m tuneup``: what a warm start can be. Anything else
+    (interpreter options, ``-c``, other modules: joblib's workers, submitit's job, Inductor's
+    compile workers) runs cold."""
+    if argv[:2] == ["-m", "tuneup"]:
+        return True
+    return bool(argv) and not argv[0].startswith("-") and os.path.isfile(argv[0])
+
+
+# --- the zygote ----------------------------------------------------------------------------
+
+
+def serve(path: str, executable: str) -> None:
+    """Import :data:`PRELOAD`, then fork a child for every client that connects."""
+    zygote = Zygote(executable)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    children: dict[int, socket.socket] = {}  # pid -> the client's connection
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        while True:
+            ready, _, _ = select.select([listener, *children.values()], [], [], 0.05)
+            for conn in ready:
+                if conn is listener:
+                    zygote.start(listener.accept()[0], children)
+                else:  # a client went away before its child ended: it was killed
+                    pid = next(p for p, c in children.items() if c is conn)
+                    _kill(pid)
+            _reap(children)
+    finally:
+        for pid in children:
+            _kill(pid)
+
+
+class Zygote:
+    """What the children start from: the preloaded imports and what they did to the process.
+
+    In the children ``sys.executable`` is ``executable``, a script that starts this module's
+    client: the processes a run starts itself as ``python script`` (DDP ranks) start warm too.
+    """
+
+    def __init__(self, executable: str) -> None:
+        import importlib
+
+        self.executable = executable
+        self.seen = dict(os.environ)  # the environment the imports saw
+        own_pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        self.base_path = [p for p in sys.path[1:] if p not in own_pythonpath]
+        for name in PRELOAD:
+            importlib.import_module(name)
+        #: what the imports set in os.environ (Lightning: PYTORCH_NVML_BASED_CUDA_CHECK, ...):
+        #: a fresh interpreter's imports would set it too, where the command's does not
+        self.set_by_imports = {k: v for k, v in os.environ.items() if self.seen.get(k) != v}
+        # CUDA cannot be used in a fork of a process that initialised it: if an import did
+        # (the driver library is loaded), every command runs cold.
+        with open("/proc/self/maps") as maps:
+            self.cold = any("libcuda.so" in line for line in maps)
+
+    def fits(self, env: dict) -> bool:
+        """Whether the imports would have gone the same way under the command's ``env``."""
+
+        def read_by_imports(environment):
+            return {k: v for k, v in environment.items()
+                    if k.startswith(IMPORT_TIME) and k not in HONOURED
+                    and self.set_by_imports.get(k) != v}  # fmt: skip
+
+        return not self.cold and read_by_imports(env) == read_by_imports(self.seen)
+
+    def start(self, conn: socket.socket, children: dict) -> None:
+        head, fds, _, _ = socket.recv_fds(conn, _LEN.size, 3)
+        (size,) = _LEN.unpack(head)
+        data = b""
+        while len(data) < size:
+            data += conn.recv(size - len(data))
+        request = json.loads(data)
+        if not self.fits(request["env"]):
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(b"cold\n")
+            conn.close()
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                conn.close()
+                env = {**self.set_by_imports, **request["env"]}
+                _become(request["argv"], request["cwd"], env, fds, self)  # ends the process
+            finally:
+                os._exit(1)
+        for fd in fds:
+            os.close(fd)
+        conn.sendall(f"{pid}\n".encode())
+        children[pid] = conn
+
+
+def _kill(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def _reap(children: dict) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = children.pop(pid, None)
+        if conn is None:
+            continue
+        if os.WIFSIGNALED(status):
+            message = f"signal {os.WTERMSIG(status)}\n"
+        else:
+            message = f"exit {os.waitstatus_to_exitcode(status)}\n"
+        with contextlib.suppress(OSError):
+            conn.sendall(message.encode())
+        conn.close()
+
+
+# --- the child: becomes ``python ARGV`` ------------------------------------------------------
+
+
+def _become(argv: list[str], cwd: str, env: dict, fds: list[int], zygote: Zygote) -> None:
+    """Turn this fork of the zygote into the interpreter the client was asked to be."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    for signum in range(1, signal.NSIG):  # as a fresh interpreter has them
+        if signum in (signal.SIGKILL, signal.SIGSTOP):
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    sys.stdout.reconfigure(write_through=unbuffered)
+    sys.stderr.reconfigure(write_through=unbuffered, line_buffering=True)
+    sys.executable = zygote.executable
+    code = _run(argv, zygote.base_path)
+    os._exit(code)
+
+
+def _run(argv: list[str], base_path: list[str]) -> int:
+    import importlib
+    import random
+    import runpy
+    import threading
+
+    import numpy
+    import torch
+
+    random.seed()
+    numpy.random.seed()
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    torch.set_num_threads(int(threads) if threads.isdigit() and int(threads) > 0 else _cpus())
+    pythonpath = [
+        os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
+    ]
+    module = argv[1] if argv[0] == "-m" else None
+    first = os.getcwd() if module else os.path.dirname(os.path.abspath(argv[0]))
+    sys.path[:] = [first, *pythonpath, *base_path]
+    importlib.invalidate_caches()
+    sys.argv = [argv[0] if module is None else module, *argv[2 if module else 1 :]]
+    code = 0
+    try:
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as stop:
+        code = _exit_code(stop.code)
+    except KeyboardInterrupt:
+        _finish()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    threading._shutdown()  # what the interpreter does at exit: wait for non-daemon threads
+    _finish()
+    return code
+
+
+def _exit_code(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _finish() -> None:
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+
+
+def _cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "serve":
+        serve(sys.argv[2], sys.argv[3])
+    else:
+        client(sys.argv[1], sys.argv[2:])
