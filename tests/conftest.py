@@ -66,37 +66,52 @@ _zygote: dict = {}
 
 
 def python() -> list[str]:
-    """The command that starts ``python``: a warm start through this worker's zygote
+    """The command that starts ``python``: a warm start through the session's zygote
     (tests/warm.py: torch and Lightning imported once, a fork per command), or
-    ``[sys.executable]`` under ``TUNEUP_TEST_COLD=1``. Started on first use, ended with the
-    worker."""
+    ``[sys.executable]`` under ``TUNEUP_TEST_COLD=1``. Under pytest-xdist the controller starts
+    one for all workers (:func:`pytest_configure`); in one process, the first use starts it."""
     if os.environ.get("TUNEUP_TEST_COLD"):
         return [sys.executable]
     if not _zygote:
-        import atexit
-        import shlex
-        import shutil
-        import tempfile
-        import time
-
-        folder = Path(tempfile.mkdtemp(prefix="tuneup-zygote-"))
-        socket, executable = folder / "socket", folder / "python"
-        command = [sys.executable, str(WARM), str(socket)]
-        executable.write_text(f'#!/bin/sh\nexec {" ".join(map(shlex.quote, command))} "$@"\n')
-        executable.chmod(0o755)
-        server = subprocess.Popen([sys.executable, str(WARM), "serve", str(socket), str(executable)],
-                                  stdin=subprocess.DEVNULL)  # fmt: skip
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        atexit.register(server.terminate)
-        deadline = time.monotonic() + 300
-        while not socket.exists():
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the test zygote ({WARM}) did not start: {server.returncode}")
-            time.sleep(0.05)
-        _zygote["command"] = command
-    return list(_zygote["command"])
+        folder = os.environ.get(ZYGOTE_VARIABLE)
+        _zygote.update(start_zygote() if folder is None else {"folder": Path(folder)})
+    return wait_for_zygote(Path(_zygote["folder"]))
 
 
+def start_zygote(env: dict | None = None) -> dict:
+    """A zygote serving from a fresh folder (its socket, and ``python``: the script that runs
+    the client, ``sys.executable`` in the children); ended with this process."""
+    import atexit
+    import shlex
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="tuneup-zygote-"))
+    client = [sys.executable, str(WARM), str(folder / "socket")]
+    (folder / "python").write_text(f'#!/bin/sh\nexec {" ".join(map(shlex.quote, client))} "$@"\n')
+    (folder / "python").chmod(0o755)
+    server = subprocess.Popen([sys.executable, str(WARM), "serve", *client[2:], str(folder / "python")],
+                              stdin=subprocess.DEVNULL, env=env)  # fmt: skip
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    atexit.register(server.terminate)
+    return {"folder": folder, "server": server}
+
+
+def wait_for_zygote(folder: Path, timeout: float = 300) -> list[str]:
+    """The client command, once the zygote's socket is there (it binds after its imports)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not (folder / "socket").exists():
+        server = _zygote.get("server")
+        if (server and server.poll() is not None) or time.monotonic() > deadline:
+            raise RuntimeError(f"the test zygote ({WARM}) did not start in {folder}")
+        time.sleep(0.05)
+    return [sys.executable, str(WARM), str(folder / "socket")]
+
+
+#: Where the controller's zygote serves, for the xdist workers.
+ZYGOTE_VARIABLE = "TUNEUP_TEST_ZYGOTE"
 WARM = Path(__file__).resolve().parent / "warm.py"
 
 
@@ -161,8 +176,9 @@ NO_CUDA = (
 #: collected first, so that under pytest-xdist (``-n 2 --dist loadfile`` in pyproject.toml)
 #: they start first and the run does not end with one of them alone on one worker.
 LONGEST_FIRST = (
-    "test_slurm.py", "test_multinode.py", "test_resume.py", "test_own_project.py",
-    "test_ddp.py", "test_autotune.py", "test_run.py", "test_resume_every_checkpoint.py",
+    "test_slurm.py", "test_triton_kernels.py", "test_run.py", "test_own_project.py",
+    "test_autotune.py", "test_resume.py", "test_sweeps.py", "test_kernel_bench.py",
+    "test_resume_every_checkpoint.py", "test_multinode.py", "test_ddp.py",
 )  # fmt: skip
 
 
@@ -170,12 +186,25 @@ def pytest_configure(config):
     """An xdist worker gets its share of the cores for torch's threads, and so do the runs it
     starts (they inherit ``OMP_NUM_THREADS``): two workers with a thread per core each on two
     cores spin against each other, and every run takes several times as long. A value set in
-    the shell is kept."""
+    the shell is kept. The controller starts the workers' zygote (:func:`python`)."""
     workers = getattr(config, "workerinput", {}).get("workercount")
     if workers and "OMP_NUM_THREADS" not in os.environ:
         from tuneup.trainer.environment import cpus_per_process
 
         os.environ["OMP_NUM_THREADS"] = str(cpus_per_process(int(workers)))
+    controller = not hasattr(config, "workerinput")
+    xdist = controller and getattr(config.option, "numprocesses", None) not in (None, 0)
+    if xdist and not os.environ.get("TUNEUP_TEST_COLD") and ZYGOTE_VARIABLE not in os.environ:
+        # one for all workers (they inherit the variable), importing with their thread share
+        threads = os.environ.get("OMP_NUM_THREADS")
+        if threads is None and str(config.option.numprocesses).isdigit():
+            from tuneup.trainer.environment import cpus_per_process
+
+            threads = str(cpus_per_process(int(config.option.numprocesses)))
+        _zygote.update(
+            start_zygote({**os.environ, **({"OMP_NUM_THREADS": threads} if threads else {})})
+        )
+        os.environ[ZYGOTE_VARIABLE] = str(_zygote["folder"])
 
 
 def pytest_collection_modifyitems(config, items):

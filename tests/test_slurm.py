@@ -1,5 +1,6 @@
 """Against a real one-node Slurm (tests/slurm/cluster.py): a 2-task DDP job submitted through
-``hydra/launcher=slurm``, and a job that gets the preemption signal, is requeued and resumes.
+``hydra/launcher=slurm`` that gets the preemption signal, is requeued and resumes; autotune's
+trials as Slurm jobs.
 
 Skipped, with the reason, only where this machine cannot run Slurm (not root, or the Debian
 packages are missing; .ci/run installs them).
@@ -67,18 +68,6 @@ def job_logs(process: subprocess.Popen) -> str:
     return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in logs)
 
 
-def test_a_two_task_ddp_job_through_the_launcher(slurm, tmp_path):
-    sweep = tmp_path / "sweep"
-    finish(submit(slurm, sweep, "data.train_samples=128"), slurm)
-    summary = json.loads((sweep / "0" / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["world_size"] == 2
-    assert summary["steps"] == 4  # 128 samples / (2 tasks x 16)
-    assert summary["plugins"]["strategy"]["cluster"] == "slurm"
-    assert [p.parent.name for p in tmp_path.rglob("summary.json")] == ["0"]
-    script = next((sweep / ".submitit").rglob("*_submission.sh")).read_text()
-    assert "--ntasks-per-node=2" in script and "--signal=USR1@120" in script
-
-
 SLOW_STEPS = """
 import os, time
 from pathlib import Path
@@ -93,7 +82,10 @@ class Plugin:
 """
 
 
-def test_preemption_signal_requeues_and_the_job_resumes(slurm, tmp_path):
+def test_a_two_task_ddp_job_gets_the_preemption_signal_is_requeued_and_resumes(slurm, tmp_path):
+    """A 2-task DDP job through the launcher (one test, for both: each Slurm job costs two fresh
+    interpreters) that gets Slurm's early-warning signal mid-run, saves, asks for a requeue,
+    and finishes in the same directory from its checkpoint when Slurm runs it again."""
     site = make_distribution(tmp_path / "site", "tuneup-slow", {"slow_steps": SLOW_STEPS},
                              {"slow_steps": "slow_steps:Plugin"})  # fmt: skip
     marks = tmp_path / "marks"
@@ -101,7 +93,8 @@ def test_preemption_signal_requeues_and_the_job_resumes(slurm, tmp_path):
     env = {"PYTHONPATH": os.pathsep.join([str(site), str(ROOT), *sys.path]), "MARK_DIR": str(marks)}
     sweep = tmp_path / "sweep"
     steps = 12
-    process = submit(slurm, sweep, "data.train_samples=512", f"trainer.max_steps={steps}", env=env)
+    # one epoch of 384 samples in 2 shards of batches of 16: 12 steps (24 if not sharded)
+    process = submit(slurm, sweep, "data.train_samples=384", env=env)
 
     mark = marks / "running"
     deadline = time.monotonic() + 300
@@ -116,6 +109,10 @@ def test_preemption_signal_requeues_and_the_job_resumes(slurm, tmp_path):
     run_dir = sweep / "0"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["steps"] == steps
+    assert summary["world_size"] == 2 and summary["effective_batch_size"] == 2 * 16
+    assert summary["plugins"]["strategy"]["cluster"] == "slurm"
+    script = next((sweep / ".submitit").rglob("*_submission.sh")).read_text()
+    assert "--ntasks-per-node=2" in script and "--signal=USR1@120" in script
     assert "resumed_from" in summary, "the requeued job started over instead of resuming"
     resumed_step = int(Path(summary["resumed_from"]).stem.split("step")[1])
     assert 3 <= resumed_step < steps

@@ -36,16 +36,24 @@ import sys
 #: Imported once by the zygote: the third-party libraries a run imports (not tuneup).
 PRELOAD = ("torch", "pytorch_lightning", "torchmetrics", "hydra", "omegaconf", "pluggy")
 
+#: Modules a warm start may run with ``-m``: tuneup's own, and the worker joblib's launcher
+#: starts with ``sys.executable`` (Hydra's joblib launcher: loky's process workers).
+MODULES = ("tuneup", "joblib.externals.loky.backend.popen_loky_posix")
+
+#: Descriptors one message can pass (SCM_MAX_FD); a command holding more runs cold.
+MAX_FDS = 253
+
 #: Signals a client passes on to its child (SIGKILL and SIGSTOP cannot be caught).
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP,
              signal.SIGQUIT, signal.SIGALRM, signal.SIGCONT)  # fmt: skip
 
 #: Environment read when the preloaded libraries are imported (Triton's interpreter switch,
 #: torch's and Inductor's settings, the interpreter's own options): a command whose values
-#: differ from the zygote's runs cold, as a fresh interpreter. OMP_NUM_THREADS is applied to
-#: torch in the child; PYTHONPATH and PYTHONUNBUFFERED are honoured.
+#: differ from the zygote's runs cold, as a fresh interpreter. Honoured in the child:
+#: PYTHONPATH, PYTHONUNBUFFERED, and the thread counts (torch.set_num_threads from
+#: OMP_NUM_THREADS sets MKL's too; joblib sets both for its workers).
 IMPORT_TIME = ("TRITON_", "TORCH", "PYTORCH_", "CUDA_", "NCCL_", "MKL_", "KMP_", "PYTHON")
-HONOURED = ("PYTHONPATH", "PYTHONUNBUFFERED")
+HONOURED = ("PYTHONPATH", "PYTHONUNBUFFERED", "MKL_NUM_THREADS")
 
 _LEN = struct.Struct("!I")
 
@@ -63,8 +71,13 @@ def client(path: str, argv: list[str]) -> None:
         conn.connect(path)
     except OSError:  # the zygote is gone (its worker ended, or it died): start cold
         os.execv(sys.executable, [sys.executable, *argv])
-    request = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
-    socket.send_fds(conn, [_LEN.pack(len(request)) + request], [0, 1, 2])
+    fds = _open_fds(conn.fileno())
+    if len(fds) > MAX_FDS:
+        conn.close()
+        os.execv(sys.executable, [sys.executable, *argv])
+    request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "fds": fds}
+    data = json.dumps(request).encode()
+    socket.send_fds(conn, [_LEN.pack(len(data)) + data], fds)
     reader = conn.makefile("r")
     answer = reader.readline().strip()
     if answer == "cold":  # the zygote's imports do not fit this environment
@@ -86,12 +99,24 @@ def client(path: str, argv: list[str]) -> None:
 
 
 def _warm_shape(argv: list[str]) -> bool:
-    """A script and its arguments, or ``-m tuneup``: what a warm start can be. Anything else
-    (interpreter options, ``-c``, other modules: joblib's workers, submitit's job, Inductor's
+    """A script and its arguments, or ``-m`` one of :data:`MODULES`: what a warm start can be.
+    Anything else (interpreter options, ``-c``, other modules: submitit's job, Inductor's
     compile workers) runs cold."""
-    if argv[:2] == ["-m", "tuneup"]:
-        return True
+    if argv[:1] == ["-m"]:
+        return len(argv) > 1 and argv[1] in MODULES
     return bool(argv) and not argv[0].startswith("-") and os.path.isfile(argv[0])
+
+
+def _open_fds(exclude: int) -> list[int]:
+    """The descriptors this process holds (those it was started with): the child gets them
+    under the same numbers (joblib's workers read their parent's pipes by number)."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        with contextlib.suppress(OSError):  # the listing's own descriptor is closed by now
+            if fd != exclude and os.fstat(fd):
+                found.append(fd)
+    return sorted(found)
 
 
 # --- the zygote ----------------------------------------------------------------------------
@@ -100,17 +125,16 @@ def _warm_shape(argv: list[str]) -> bool:
 def serve(path: str, executable: str) -> None:
     """Import :data:`PRELOAD`, then fork a child for every client that connects."""
     zygote = Zygote(executable)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(64)
-    children: dict[int, socket.socket] = {}  # pid -> the client's connection
+    zygote.listener.bind(path)
+    zygote.listener.listen(64)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    children = zygote.children
     try:
         while True:
-            ready, _, _ = select.select([listener, *children.values()], [], [], 0.05)
+            ready, _, _ = select.select([zygote.listener, *children.values()], [], [], 0.05)
             for conn in ready:
-                if conn is listener:
-                    zygote.start(listener.accept()[0], children)
+                if conn is zygote.listener:
+                    zygote.start(zygote.listener.accept()[0])
                 else:  # a client went away before its child ended: it was killed
                     pid = next(p for p, c in children.items() if c is conn)
                     _kill(pid)
@@ -143,6 +167,8 @@ class Zygote:
         # (the driver library is loaded), every command runs cold.
         with open("/proc/self/maps") as maps:
             self.cold = any("libcuda.so" in line for line in maps)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.children: dict[int, socket.socket] = {}  # pid -> the client's connection
 
     def fits(self, env: dict) -> bool:
         """Whether the imports would have gone the same way under the command's ``env``."""
@@ -154,8 +180,8 @@ class Zygote:
 
         return not self.cold and read_by_imports(env) == read_by_imports(self.seen)
 
-    def start(self, conn: socket.socket, children: dict) -> None:
-        head, fds, _, _ = socket.recv_fds(conn, _LEN.size, 3)
+    def start(self, conn: socket.socket) -> None:
+        head, fds, _, _ = socket.recv_fds(conn, _LEN.size, MAX_FDS)
         (size,) = _LEN.unpack(head)
         data = b""
         while len(data) < size:
@@ -172,15 +198,17 @@ class Zygote:
         pid = os.fork()
         if pid == 0:
             try:
-                conn.close()
+                for own in (conn, self.listener, *self.children.values()):
+                    own.detach()  # closed below, with every descriptor of the zygote's
                 env = {**self.set_by_imports, **request["env"]}
-                _become(request["argv"], request["cwd"], env, fds, self)  # ends the process
+                received = dict(zip(request["fds"], fds, strict=True))
+                _become(request["argv"], request["cwd"], env, received, self)  # ends the process
             finally:
                 os._exit(1)
         for fd in fds:
             os.close(fd)
         conn.sendall(f"{pid}\n".encode())
-        children[pid] = conn
+        self.children[pid] = conn
 
 
 def _kill(pid: int) -> None:
@@ -211,10 +239,19 @@ def _reap(children: dict) -> None:
 # --- the child: becomes ``python ARGV`` ------------------------------------------------------
 
 
-def _become(argv: list[str], cwd: str, env: dict, fds: list[int], zygote: Zygote) -> None:
+def _become(argv: list[str], cwd: str, env: dict, received: dict, zygote: Zygote) -> None:
     """Turn this fork of the zygote into the interpreter the client was asked to be."""
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
+    import fcntl
+
+    # the client's descriptors under their numbers, and none of the zygote's
+    top = max([2, *received, *received.values()]) + 1  # above every number in play
+    moved = {number: fcntl.fcntl(fd, fcntl.F_DUPFD, top) for number, fd in received.items()}
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) not in moved.values():
+            with contextlib.suppress(OSError):
+                os.close(int(name))
+    for number, fd in moved.items():
+        os.dup2(fd, number)
         os.close(fd)
     os.chdir(cwd)
     os.environ.clear()
