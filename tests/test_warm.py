@@ -69,3 +69,28 @@ def test_commands_a_warm_start_cannot_be_run_cold(tmp_path):
     cold = subprocess.run([*python(), str(script)], env=env, capture_output=True, text=True)
     warm = subprocess.run([*python(), str(script)], capture_output=True, text=True)
     assert (cold.stdout, warm.stdout) == ("False\n", "True\n")
+
+
+def test_descriptors_arrive_under_their_numbers_and_only_those(tmp_path):
+    """What joblib's workers rely on: a pipe passed by number; and nothing of the zygote's."""
+    script = tmp_path / "fds.py"
+    script.write_text(
+        "import os, sys\n"
+        "os.write(int(sys.argv[1]), b'through the pipe')\n"
+        "def is_open(fd):\n"
+        "    try:\n"
+        "        return bool(os.fstat(fd))\n"
+        "    except OSError:\n"
+        "        return False\n"
+        "print(sorted(fd for fd in map(int, os.listdir('/proc/self/fd')) if is_open(fd)))\n"
+    )
+    read, write = os.pipe()
+    try:
+        done = subprocess.run([*python(), str(script), str(write)], pass_fds=(write,),
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert os.read(read, 100) == b"through the pipe"
+        assert done.stdout == f"{[0, 1, 2, write]}\n"
+    finally:
+        os.close(read)
+        os.close(write)

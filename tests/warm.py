@@ -1,23 +1,28 @@
 """Warm starts for the command-line tests: ``python run.py ...`` without paying the 5 s import.
 
 Most of this suite's time went into importing torch and Lightning (about 5.5 CPU-seconds on
-this project's 2-core machines) once for every ``run.py`` the tests start: some 75 times. A
-*zygote* imports those third-party libraries once (``python tests/warm.py serve SOCKET``);
+this project's 2-core machines) once for every Python process the tests start: some 120. A
+*zygote* imports those third-party libraries once (``python tests/warm.py serve SOCKET EXE``);
 the tests then start ``python tests/warm.py SOCKET run.py ARGS`` instead of
 ``python run.py ARGS``. That client imports nothing heavy: it sends its argv, working
-directory, environment and its stdin/stdout/stderr to the zygote, which forks a child that
-becomes ``python run.py ARGS`` (sys.argv, sys.path with the client's PYTHONPATH, the
-environment, the working directory, ``__main__``, default signal handlers, fresh random
-seeds, the threads ``OMP_NUM_THREADS`` asks for) and runs it. The client forwards the signals
-it gets to the child and ends the way the child ended: the same exit code, or killed by the
-same signal. If the client is killed (SIGKILL cannot be forwarded), the zygote kills the
-child.
+directory, environment and its open descriptors (stdin/stdout/stderr, and any pipe it was
+given) to the zygote, which forks a child that becomes ``python run.py ARGS``: sys.argv,
+sys.path with the client's PYTHONPATH, the environment, the working directory, the
+descriptors under their numbers and none of the zygote's, ``__main__``, default signal
+handlers, fresh random seeds, the threads ``OMP_NUM_THREADS`` asks for, and the exit (threads
+joined, atexit run, streams flushed). The client forwards the signals it gets to the child and
+ends the way the child ended: the same exit code, or killed by the same signal. If the client
+is killed (SIGKILL cannot be forwarded), the zygote kills the child.
 
-What stays cold: tuneup itself and the user's code are never preloaded (the child imports
-them from its own sys.path, so an installed copy or a user's project is what runs), nor are
-the processes those runs start themselves (DDP ranks, joblib workers, Slurm jobs: real
-interpreters). Tests about start-up or an installed console script run real interpreters.
-``TUNEUP_TEST_COLD=1`` turns the zygote off: every command is a fresh interpreter.
+In the children ``sys.executable`` is ``EXE``, a script that runs the client, so what a run
+starts as ``python script`` or ``python -m`` one of :data:`MODULES` (DDP ranks, joblib's
+workers) starts warm too. Cold, as real interpreters: anything else (``-c``, interpreter
+options, other modules: submitit's Slurm jobs, Inductor's workers), a command whose
+environment differs from the zygote's in what the imports read (:data:`IMPORT_TIME`: Triton's
+interpreter switch...), everything when an import loaded CUDA's driver, and everything under
+``TUNEUP_TEST_COLD=1``. tuneup itself and the user's code are never preloaded: the child
+imports them from its own sys.path, so an installed copy or a user's project is what runs.
+tests/test_warm.py holds a warm start to a fresh interpreter.
 
 Only the standard library is imported in client mode (it must start in milliseconds).
 """
@@ -164,9 +169,9 @@ class Zygote:
         #: a fresh interpreter's imports would set it too, where the command's does not
         self.set_by_imports = {k: v for k, v in os.environ.items() if self.seen.get(k) != v}
         # CUDA cannot be used in a fork of a process that initialised it: if an import did
-        # (the driver library is loaded), every command runs cold.
+        # (the driver's or NVML's library is loaded), every command runs cold.
         with open("/proc/self/maps") as maps:
-            self.cold = any("libcuda.so" in line for line in maps)
+            self.cold = any("libcuda.so" in line or "libnvidia-ml" in line for line in maps)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.children: dict[int, socket.socket] = {}  # pid -> the client's connection
 
