@@ -10,7 +10,12 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tests.conftest import python
+
+pytestmark = pytest.mark.skipif(bool(os.environ.get("TUNEUP_TEST_COLD")),
+                                reason="TUNEUP_TEST_COLD=1: no zygote, every command is cold")  # fmt: skip
 
 SCRIPT = """
     import json, os, signal, sys

@@ -134,6 +134,17 @@ class Cluster:
         raise RuntimeError(f"the test Slurm node is not idle after {timeout} s: {state!r}\n"
                            + self.logs())  # fmt: skip
 
+    def end_jobs(self, timeout: float = 30) -> None:
+        import getpass
+
+        self.run("scancel", "--user", getpass.getuser(), check=False)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            left = self.run("squeue", "-h", "-t", "PD,R,CG,S", check=False).stdout.strip()
+            if not left:
+                return
+            time.sleep(0.5)
+
     def run(self, *command: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(command, env=self.env, capture_output=True, text=True, check=check)
 
@@ -143,6 +154,8 @@ class Cluster:
         )
 
     def stop(self) -> None:
+        if "slurmctld" in self.pids:  # jobs left (a trial the search no longer waits for) end
+            self.end_jobs()  # while slurmd can still end their steps, or srun waits forever
         for name in ("slurmd", "slurmctld", "munged"):
             pid = self.pids.pop(name, None)
             if pid is None:
