@@ -87,11 +87,13 @@ def start_zygote(env: dict | None = None) -> dict:
     import tempfile
 
     folder = Path(tempfile.mkdtemp(prefix="tuneup-zygote-"))
-    client = [sys.executable, str(WARM), str(folder / "socket")]
-    (folder / "python").write_text(f'#!/bin/sh\nexec {" ".join(map(shlex.quote, client))} "$@"\n')
+    client = " ".join(map(shlex.quote, client_command(folder)))
+    (folder / "python").write_text(f'#!/bin/sh\nexec {client} "$@"\n')
     (folder / "python").chmod(0o755)
-    server = subprocess.Popen([sys.executable, str(WARM), "serve", *client[2:], str(folder / "python")],
-                              stdin=subprocess.DEVNULL, env=env)  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, str(WARM), "serve", str(folder / "socket"), str(folder / "python")],
+        stdin=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     atexit.register(server.terminate)
     return {"folder": folder, "server": server}
@@ -107,6 +109,11 @@ def wait_for_zygote(folder: Path, timeout: float = 300) -> list[str]:
         if (server and server.poll() is not None) or time.monotonic() > deadline:
             raise RuntimeError(f"the test zygote ({WARM}) did not start in {folder}")
         time.sleep(0.05)
+    return client_command(folder)
+
+
+def client_command(folder: Path) -> list[str]:
+    """``python`` through the zygote serving in ``folder``."""
     return [sys.executable, str(WARM), str(folder / "socket")]
 
 
@@ -187,24 +194,25 @@ def pytest_configure(config):
     starts (they inherit ``OMP_NUM_THREADS``): two workers with a thread per core each on two
     cores spin against each other, and every run takes several times as long. A value set in
     the shell is kept. The controller starts the workers' zygote (:func:`python`)."""
-    workers = getattr(config, "workerinput", {}).get("workercount")
-    if workers and "OMP_NUM_THREADS" not in os.environ:
-        from tuneup.trainer.environment import cpus_per_process
-
-        os.environ["OMP_NUM_THREADS"] = str(cpus_per_process(int(workers)))
-    controller = not hasattr(config, "workerinput")
-    xdist = controller and getattr(config.option, "numprocesses", None) not in (None, 0)
-    if xdist and not os.environ.get("TUNEUP_TEST_COLD") and ZYGOTE_VARIABLE not in os.environ:
+    worker = hasattr(config, "workerinput")
+    xdist = getattr(config.option, "numprocesses", None)
+    workers = config.workerinput["workercount"] if worker else xdist
+    share = thread_share(workers)
+    if worker:
+        os.environ.update(share)
+    elif workers and not os.environ.get("TUNEUP_TEST_COLD") and ZYGOTE_VARIABLE not in os.environ:
         # one for all workers (they inherit the variable), importing with their thread share
-        threads = os.environ.get("OMP_NUM_THREADS")
-        if threads is None and str(config.option.numprocesses).isdigit():
-            from tuneup.trainer.environment import cpus_per_process
-
-            threads = str(cpus_per_process(int(config.option.numprocesses)))
-        _zygote.update(
-            start_zygote({**os.environ, **({"OMP_NUM_THREADS": threads} if threads else {})})
-        )
+        _zygote.update(start_zygote({**os.environ, **share}))
         os.environ[ZYGOTE_VARIABLE] = str(_zygote["folder"])
+
+
+def thread_share(workers) -> dict:
+    """``OMP_NUM_THREADS`` for each of ``workers`` xdist workers, unless the shell set it."""
+    if "OMP_NUM_THREADS" in os.environ or not str(workers).isdigit() or not int(workers):
+        return {}
+    from tuneup.trainer.environment import cpus_per_process
+
+    return {"OMP_NUM_THREADS": str(cpus_per_process(int(workers)))}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -70,16 +70,16 @@ def client(path: str, argv: list[str]) -> None:
     """Run ``argv`` (a script or ``-m module`` and its arguments) in a child of the zygote at
     ``path``; end as it ended."""
     if not _warm_shape(argv):
-        os.execv(sys.executable, [sys.executable, *argv])
+        _cold(argv)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
     except OSError:  # the zygote is gone (its worker ended, or it died): start cold
-        os.execv(sys.executable, [sys.executable, *argv])
+        _cold(argv)
     fds = _open_fds(conn.fileno())
     if len(fds) > MAX_FDS:
         conn.close()
-        os.execv(sys.executable, [sys.executable, *argv])
+        _cold(argv)
     request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "fds": fds}
     data = json.dumps(request).encode()
     socket.send_fds(conn, [_LEN.pack(len(data)) + data], fds)
@@ -87,7 +87,7 @@ def client(path: str, argv: list[str]) -> None:
     answer = reader.readline().strip()
     if answer == "cold":  # the zygote's imports do not fit this environment
         conn.close()
-        os.execv(sys.executable, [sys.executable, *argv])
+        _cold(argv)
     child = int(answer)
 
     def forward(signum, _frame):
@@ -101,6 +101,11 @@ def client(path: str, argv: list[str]) -> None:
             signal.signal(int(value), signal.SIG_DFL)
         os.kill(os.getpid(), int(value))
     os._exit(int(value) if kind == "exit" else 1)
+
+
+def _cold(argv: list[str]) -> None:
+    """Become ``python ARGV`` itself: a fresh interpreter."""
+    os.execv(sys.executable, [sys.executable, *argv])
 
 
 def _warm_shape(argv: list[str]) -> bool:
@@ -172,18 +177,19 @@ class Zygote:
         # (the driver's or NVML's library is loaded), every command runs cold.
         with open("/proc/self/maps") as maps:
             self.cold = any("libcuda.so" in line or "libnvidia-ml" in line for line in maps)
+        self.read = self.read_by_imports(self.seen)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.children: dict[int, socket.socket] = {}  # pid -> the client's connection
 
+    def read_by_imports(self, environment: dict) -> dict:
+        """The part of ``environment`` the preloaded imports read (:data:`IMPORT_TIME`)."""
+        return {k: v for k, v in environment.items()
+                if k.startswith(IMPORT_TIME) and k not in HONOURED
+                and self.set_by_imports.get(k) != v}  # fmt: skip
+
     def fits(self, env: dict) -> bool:
         """Whether the imports would have gone the same way under the command's ``env``."""
-
-        def read_by_imports(environment):
-            return {k: v for k, v in environment.items()
-                    if k.startswith(IMPORT_TIME) and k not in HONOURED
-                    and self.set_by_imports.get(k) != v}  # fmt: skip
-
-        return not self.cold and read_by_imports(env) == read_by_imports(self.seen)
+        return not self.cold and self.read_by_imports(env) == self.read
 
     def start(self, conn: socket.socket) -> None:
         head, fds, _, _ = socket.recv_fds(conn, _LEN.size, MAX_FDS)
