@@ -24,10 +24,15 @@ SCRIPT = """
 
     import helper  # from PYTHONPATH, a folder the zygote never saw
 
+    if sys.argv[1] == "unbuffered":  # python -u: written at once, not lost by os._exit
+        print("written")
+        os._exit(0)
+    umask = os.umask(0)
     print(json.dumps({
         "name": __name__, "argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0],
         "helper": helper.__file__, "asked": os.environ.get("ASKED"),
         "threads": torch.get_num_threads(), "stdin": sys.stdin.read(),
+        "cpus": sorted(os.sched_getaffinity(0)), "umask": umask,
     }))
     print("to stderr", file=sys.stderr)
     if sys.argv[1] == "signal":
@@ -37,10 +42,14 @@ SCRIPT = """
 
 
 def start(prefix, script, tmp_path, how):
+    """``PREFIX SCRIPT HOW`` on CPU 0 only (as under taskset or a Slurm task's binding), with
+    umask 027."""
     env = {**os.environ, "PYTHONPATH": str(tmp_path / "lib"), "ASKED": "yes",
            "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env.pop("PYTHONUNBUFFERED", None)  # buffered unless -u
     return subprocess.run([*prefix, str(script), how], cwd=tmp_path, env=env, input="fed",
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+                          capture_output=True, text=True, timeout=120, umask=0o027,
+                          preexec_fn=lambda: os.sched_setaffinity(0, {0}))  # fmt: skip
 
 
 def test_a_warm_start_is_the_script_run_by_a_fresh_interpreter(tmp_path):
@@ -55,16 +64,19 @@ def test_a_warm_start_is_the_script_run_by_a_fresh_interpreter(tmp_path):
     assert json.loads(warm.stdout) == json.loads(cold.stdout) == {
         "name": "__main__", "argv": [str(script), "3"], "cwd": str(tmp_path),
         "path0": str(script.parent), "helper": str(tmp_path / "lib" / "helper.py"),
-        "asked": "yes", "threads": 1, "stdin": "fed",
+        "asked": "yes", "threads": 1, "stdin": "fed", "cpus": [0], "umask": 0o027,
     }  # fmt: skip
     assert warm.stderr == cold.stderr == "to stderr\n"
     killed = start(python(), script, tmp_path, "signal")
     assert killed.returncode == -signal.SIGTERM and killed.stderr == "to stderr\n"
+    for prefix in ([sys.executable, "-u"], [*python(), "-u"]):  # submitit's jobs: python -u -m
+        unbuffered = start(prefix, script, tmp_path, "unbuffered")
+        assert (unbuffered.returncode, unbuffered.stdout) == (0, "written\n"), unbuffered.stderr
 
 
 def test_commands_a_warm_start_cannot_be_run_cold(tmp_path):
-    """Interpreter options and other modules (joblib's workers, submitit's jobs) and an
-    environment the zygote's imports did not see (Triton's interpreter) are real interpreters."""
+    """``-c``, other interpreter options and modules, and an environment the zygote's imports
+    did not see (Triton's interpreter) are real interpreters."""
     done = subprocess.run([*python(), "-c", "import sys; print(sys.argv)"], capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0 and done.stdout == "['-c']\n"
@@ -73,7 +85,9 @@ def test_commands_a_warm_start_cannot_be_run_cold(tmp_path):
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     cold = subprocess.run([*python(), str(script)], env=env, capture_output=True, text=True)
     warm = subprocess.run([*python(), str(script)], capture_output=True, text=True)
-    assert (cold.stdout, warm.stdout) == ("False\n", "True\n")
+    warm_options = subprocess.run([*python(), "-u", "-B", str(script)], capture_output=True,
+                                  text=True)  # fmt: skip
+    assert (cold.stdout, warm.stdout, warm_options.stdout) == ("False\n", "True\n", "True\n")
 
 
 def test_descriptors_arrive_under_their_numbers_and_only_those(tmp_path):

@@ -14,15 +14,17 @@ joined, atexit run, streams flushed). The client forwards the signals it gets to
 ends the way the child ended: the same exit code, or killed by the same signal. If the client
 is killed (SIGKILL cannot be forwarded), the zygote kills the child.
 
+The child also takes the client's CPU affinity (taskset, a Slurm task's binding) and umask.
 In the children ``sys.executable`` is ``EXE``, a script that runs the client, so what a run
-starts as ``python script`` or ``python -m`` one of :data:`MODULES` (DDP ranks, joblib's
-workers) starts warm too. Cold, as real interpreters: anything else (``-c``, interpreter
-options, other modules: submitit's Slurm jobs, Inductor's workers), a command whose
-environment differs from the zygote's in what the imports read (:data:`IMPORT_TIME`: Triton's
-interpreter switch...), everything when an import loaded CUDA's driver, and everything under
-``TUNEUP_TEST_COLD=1``. tuneup itself and the user's code are never preloaded: the child
-imports them from its own sys.path, so an installed copy or a user's project is what runs.
-tests/test_warm.py holds a warm start to a fresh interpreter.
+starts as ``python [-u] [-B] script`` or ``python -m`` one of :data:`MODULES` (DDP ranks,
+joblib's workers, submitit's Slurm jobs under srun) starts warm too. Cold, as real
+interpreters: anything else (``-c``, other interpreter options, other modules: Inductor's
+workers), a command whose environment differs from the zygote's in what the imports read
+(:data:`IMPORT_TIME`: Triton's interpreter switch...), everything when an import loaded
+CUDA's driver, and everything under ``TUNEUP_TEST_COLD=1``. ``TUNEUP_WARM_LOG=FILE`` writes
+a line per command: warm, or cold and why. tuneup itself and the user's code are never
+preloaded: the child imports them from its own sys.path, so an installed copy or a user's
+project is what runs. tests/test_warm.py holds a warm start to a fresh interpreter.
 
 Only the standard library is imported in client mode (it must start in milliseconds).
 """
@@ -41,9 +43,13 @@ import sys
 #: Imported once by the zygote: the third-party libraries a run imports (not tuneup).
 PRELOAD = ("torch", "pytorch_lightning", "torchmetrics", "hydra", "omegaconf", "pluggy")
 
-#: Modules a warm start may run with ``-m``: tuneup's own, and the worker joblib's launcher
-#: starts with ``sys.executable`` (Hydra's joblib launcher: loky's process workers).
-MODULES = ("tuneup", "joblib.externals.loky.backend.popen_loky_posix")
+#: Modules a warm start may run with ``-m``: tuneup's own, and what the launchers start with
+#: ``sys.executable``: loky's process workers (Hydra's joblib launcher), and submitit's job
+#: (``python -u -m submitit.core._submit FOLDER`` under srun: hydra/launcher=slurm).
+MODULES = ("tuneup", "joblib.externals.loky.backend.popen_loky_posix", "submitit.core._submit")
+
+#: Interpreter options a warm start can honour: unbuffered streams, no bytecode written.
+OPTIONS = ("-u", "-B")
 
 #: Descriptors one message can pass (SCM_MAX_FD); a command holding more runs cold.
 MAX_FDS = 253
@@ -55,10 +61,13 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, sign
 #: Environment read when the preloaded libraries are imported (Triton's interpreter switch,
 #: torch's and Inductor's settings, the interpreter's own options): a command whose values
 #: differ from the zygote's runs cold, as a fresh interpreter. Honoured in the child:
-#: PYTHONPATH, PYTHONUNBUFFERED, and the thread counts (torch.set_num_threads from
-#: OMP_NUM_THREADS sets MKL's too; joblib sets both for its workers).
+#: PYTHONPATH, PYTHONUNBUFFERED, PYTHONDONTWRITEBYTECODE, the thread counts
+#: (torch.set_num_threads from OMP_NUM_THREADS sets MKL's too; joblib sets both for its
+#: workers), and KMP_INIT_AT_FORK (joblib's import sets it; Intel's OpenMP reads it when the
+#: process forks, and a child of the zygote has it before it can fork).
 IMPORT_TIME = ("TRITON_", "TORCH", "PYTORCH_", "CUDA_", "NCCL_", "MKL_", "KMP_", "PYTHON")
-HONOURED = ("PYTHONPATH", "PYTHONUNBUFFERED", "MKL_NUM_THREADS")
+HONOURED = ("PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "MKL_NUM_THREADS",
+            "KMP_INIT_AT_FORK")  # fmt: skip
 
 _LEN = struct.Struct("!I")
 
@@ -67,28 +76,30 @@ _LEN = struct.Struct("!I")
 
 
 def client(path: str, argv: list[str]) -> None:
-    """Run ``argv`` (a script or ``-m module`` and its arguments) in a child of the zygote at
-    ``path``; end as it ended."""
+    """Run ``argv`` (:data:`OPTIONS`, then a script or ``-m module`` and its arguments) in a
+    child of the zygote at ``path``; end as it ended."""
     if not _warm_shape(argv):
         _cold(argv)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(path)
     except OSError:  # the zygote is gone (its worker ended, or it died): start cold
-        _cold(argv)
+        _cold(argv, "no zygote")
     fds = _open_fds(conn.fileno())
     if len(fds) > MAX_FDS:
         conn.close()
-        _cold(argv)
-    request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "fds": fds}
+        _cold(argv, f"more than {MAX_FDS} descriptors")
+    request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "fds": fds,
+               "cpus": sorted(os.sched_getaffinity(0)), "umask": _umask()}  # fmt: skip
     data = json.dumps(request).encode()
     socket.send_fds(conn, [_LEN.pack(len(data)) + data], fds)
     reader = conn.makefile("r")
     answer = reader.readline().strip()
-    if answer == "cold":  # the zygote's imports do not fit this environment
+    if answer.startswith("cold"):  # the zygote's imports do not fit this environment
         conn.close()
-        _cold(argv)
+        _cold(argv, answer[len("cold ") :])
     child = int(answer)
+    _log("warm", argv)
 
     def forward(signum, _frame):
         os.kill(child, signum)
@@ -103,15 +114,36 @@ def client(path: str, argv: list[str]) -> None:
     os._exit(int(value) if kind == "exit" else 1)
 
 
-def _cold(argv: list[str]) -> None:
+def _cold(argv: list[str], why: str = "not a script or a warm module") -> None:
     """Become ``python ARGV`` itself: a fresh interpreter."""
+    _log(f"cold ({why})", argv)
     os.execv(sys.executable, [sys.executable, *argv])
 
 
+def _log(how: str, argv: list[str]) -> None:
+    """``TUNEUP_WARM_LOG=FILE``: a line per command, how it started (why cold, if it was)."""
+    if os.environ.get("TUNEUP_WARM_LOG"):
+        with open(os.environ["TUNEUP_WARM_LOG"], "a") as log:
+            log.write(f"{how}: {' '.join(argv)}\n")
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _split_options(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the leading :data:`OPTIONS`, the rest)."""
+    count = next((i for i, arg in enumerate(argv) if arg not in OPTIONS), len(argv))
+    return argv[:count], argv[count:]
+
+
 def _warm_shape(argv: list[str]) -> bool:
-    """A script and its arguments, or ``-m`` one of :data:`MODULES`: what a warm start can be.
-    Anything else (interpreter options, ``-c``, other modules: submitit's job, Inductor's
-    compile workers) runs cold."""
+    """Some of :data:`OPTIONS`, then a script and its arguments or ``-m`` one of
+    :data:`MODULES`: what a warm start can be. Anything else (other interpreter options, ``-c``,
+    other modules: Inductor's compile workers) runs cold."""
+    argv = _split_options(argv)[1]
     if argv[:1] == ["-m"]:
         return len(argv) > 1 and argv[1] in MODULES
     return bool(argv) and not argv[0].startswith("-") and os.path.isfile(argv[0])
@@ -187,9 +219,15 @@ class Zygote:
                 if k.startswith(IMPORT_TIME) and k not in HONOURED
                 and self.set_by_imports.get(k) != v}  # fmt: skip
 
-    def fits(self, env: dict) -> bool:
-        """Whether the imports would have gone the same way under the command's ``env``."""
-        return not self.cold and self.read_by_imports(env) == self.read
+    def misfit(self, env: dict) -> str:
+        """Why the imports would not have gone the same way under the command's ``env``
+        (the variables that differ), or ""."""
+        if self.cold:
+            return "CUDA's driver is loaded"
+        theirs = self.read_by_imports(env)
+        return " ".join(
+            sorted(k for k in {*theirs, *self.read} if theirs.get(k) != self.read.get(k))
+        )
 
     def start(self, conn: socket.socket) -> None:
         head, fds, _, _ = socket.recv_fds(conn, _LEN.size, MAX_FDS)
@@ -198,10 +236,11 @@ class Zygote:
         while len(data) < size:
             data += conn.recv(size - len(data))
         request = json.loads(data)
-        if not self.fits(request["env"]):
+        misfit = self.misfit(request["env"])
+        if misfit:
             for fd in fds:
                 os.close(fd)
-            conn.sendall(b"cold\n")
+            conn.sendall(f"cold {misfit}\n".encode())
             conn.close()
             return
         sys.stdout.flush()
@@ -213,7 +252,7 @@ class Zygote:
                     own.detach()  # closed below, with every descriptor of the zygote's
                 env = {**self.set_by_imports, **request["env"]}
                 received = dict(zip(request["fds"], fds, strict=True))
-                _become(request["argv"], request["cwd"], env, received, self)  # ends the process
+                _become(request, env, received, self)  # ends the process
             finally:
                 os._exit(1)
         for fd in fds:
@@ -250,7 +289,7 @@ def _reap(children: dict) -> None:
 # --- the child: becomes ``python ARGV`` ------------------------------------------------------
 
 
-def _become(argv: list[str], cwd: str, env: dict, received: dict, zygote: Zygote) -> None:
+def _become(request: dict, env: dict, received: dict, zygote: Zygote) -> None:
     """Turn this fork of the zygote into the interpreter the client was asked to be."""
     import fcntl
 
@@ -264,9 +303,13 @@ def _become(argv: list[str], cwd: str, env: dict, received: dict, zygote: Zygote
     for number, fd in moved.items():
         os.dup2(fd, number)
         os.close(fd)
-    os.chdir(cwd)
+    os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(env)
+    os.sched_setaffinity(0, request["cpus"])  # the CPUs the client may use (taskset, Slurm)
+    os.umask(request["umask"])
+    options, argv = _split_options(request["argv"])
+    sys.orig_argv = [zygote.executable, *request["argv"]]
     for signum in range(1, signal.NSIG):  # as a fresh interpreter has them
         if signum in (signal.SIGKILL, signal.SIGSTOP):
             continue
@@ -274,7 +317,8 @@ def _become(argv: list[str], cwd: str, env: dict, received: dict, zygote: Zygote
             signal.signal(signum, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    unbuffered = "-u" in options or bool(os.environ.get("PYTHONUNBUFFERED"))
+    sys.dont_write_bytecode = "-B" in options or bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
     sys.stdout.reconfigure(write_through=unbuffered)
     sys.stderr.reconfigure(write_through=unbuffered, line_buffering=True)
     sys.executable = zygote.executable
