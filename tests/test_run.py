@@ -16,13 +16,15 @@ REQUIRED_KEYS = {
 
 
 def test_default_run_trains_to_twice_chance_and_writes_summary(cli, tmp_path):
-    result = cli(tiny=False)
+    """The default run's first epoch (its whole three, 0.72 accuracy, are the Quickstart's
+    first command, which .ci/run runs before the tests)."""
+    result = cli("trainer.max_epochs=1", tiny=False)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary.keys() >= REQUIRED_KEYS
     assert summary["status"] == "ok"
     assert summary["val"]["acc"] >= 0.2  # 10 classes: twice chance
-    assert summary["epochs"] == 3 and summary["steps"] == 3 * 4096 // 64
+    assert summary["epochs"] == 1 and summary["steps"] == 4096 // 64
     assert "tuneup run summary" in result.stdout and "samples_per_s" in result.stdout
     assert (tmp_path / "run" / "metrics.csv").is_file()  # the default csv logger
 
