@@ -184,7 +184,7 @@ NO_CUDA = (
 #: they start first and the run does not end with one of them alone on one worker.
 LONGEST_FIRST = (
     "test_slurm.py", "test_triton_kernels.py", "test_run.py", "test_own_project.py",
-    "test_autotune.py", "test_resume.py", "test_sweeps.py", "test_kernel_bench.py",
+    "test_autotune.py", "test_resume.py", "test_sweeps.py",
     "test_resume_every_checkpoint.py", "test_multinode.py", "test_ddp.py",
 )  # fmt: skip
 

@@ -1,7 +1,8 @@
 """Oracles shared by the reference-path tests and the Triton-interpreter tests.
 
-test_interpreted_kernels.py needs TRITON_INTERPRET=1 set before plugins.kernels is imported,
-so it is collected only in the subprocess test_triton.py starts with that variable set.
+test_interpreted_kernels.py and test_interpreted_bench.py need TRITON_INTERPRET=1 set before
+plugins.kernels is imported, so they are collected only in the subprocess test_triton_kernels.py
+starts with that variable set.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-INTERPRETED_TESTS = "test_interpreted_kernels.py"
+INTERPRETED_TESTS = ("test_interpreted_kernels.py", "test_interpreted_bench.py")
 
 
 def pytest_ignore_collect(collection_path, config):
-    if collection_path.name == INTERPRETED_TESTS and os.environ.get("TRITON_INTERPRET") != "1":
+    if collection_path.name in INTERPRETED_TESTS and os.environ.get("TRITON_INTERPRET") != "1":
         return True
     return None
 

@@ -1,11 +1,9 @@
-"""bench/kernels.py on CPU: every row it prints on a GPU, and its torch._foreach baselines."""
+"""bench/kernels.py on CPU: its torch._foreach baselines and its parameter sets. Its ``--smoke``
+run, every row it prints on a GPU, is test_interpreted_bench.py (under Triton's interpreter)."""
 
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -48,28 +46,3 @@ def test_foreach_baseline_steps_like_the_reference(optimizer_class, hyper):
 def test_bert_large_parameter_set_has_334m_values():
     shapes = bench_module().bert_shapes(1024, 24, 30522)
     assert round(sum(torch.Size(s).numel() for s in shapes) / 1e6) == 334
-
-
-def test_smoke_run_prints_every_row_and_target():
-    """Every code path of the GPU run, at tiny sizes on CPU: Liger's kernels and ours under
-    Triton's interpreter, torch.compile with aot_eager."""
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "kernels.py"), "--smoke"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})  # fmt: skip
-    assert done.returncode == 0, done.stderr[-4000:]
-    out = done.stdout
-    for implementation in ("tuneup", "liger", "torch eager", "torch compiled"):
-        for mode in ("fwd+bwd", "fwd"):
-            assert f"| cross_entropy 16x100 bf16 | {implementation} | {mode} |" in out
-    for implementation in ("tuneup", "liger", "torch eager unfused", "torch compiled unfused"):
-        for mode in ("fwd+bwd", "fwd"):
-            assert f"| linear_cross_entropy 24x8->50 bf16 | {implementation} | {mode} |" in out
-    assert "| tuneup chunk_size=8 | fwd+bwd |" in out
-    assert "two passes of 4096, 8 warps, 2 per SM looping over rows" in out
-    for optimizer in ("Lamb", "Lars"):
-        for variant in ("tuneup fused (Triton)", "eager per-parameter", "torch._foreach",
-                        "torch.compile of the eager loop"):  # fmt: skip
-            assert f"{optimizer} step, 37 tensors, 0M fp32 | {variant} | step |" in out
-    for variant in ("bf16", "float8 tensorwise", "float8 rowwise"):
-        assert f"| linear 32x16->32 | {variant} | fwd+bwd |" in out
-    assert out.count("| n/a (smoke) |") == 8  # the issue's targets, checked on a GPU

@@ -52,18 +52,21 @@ def install_triton(version: str, cache) -> tuple[Path | None, str]:
 
 
 def start_interpreted_tests(version: str, triton_path: Path | None = None) -> subprocess.Popen:
-    """test_interpreted_kernels.py in a subprocess, under the Triton at triton_path if given
-    (which must be `version`: the subprocess checks). Under the oldest Triton only the kernels'
-    own tests run: opcheck and torch.compile do not depend on Triton's version, the two
-    12-step training runs use the kernels compared op by op already (half of the time), and
-    Liger-Kernel's kernels are Liger's to keep working with old Tritons."""
+    """test_interpreted_kernels.py and test_interpreted_bench.py (``bench/kernels.py --smoke``)
+    in a subprocess, under the Triton at triton_path if given (which must be `version`: the
+    subprocess checks). Under the oldest Triton only the kernels' own tests run: opcheck,
+    torch.compile and the bench do not depend on Triton's version, the two 12-step training
+    runs use the kernels compared op by op already (half of the time), and Liger-Kernel's
+    kernels are Liger's to keep working with old Tritons."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}  # 2 runs share cores
     env["TUNEUP_EXPECT_TRITON"] = version
     if triton_path is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(triton_path), env.get("PYTHONPATH", "")])
     command = [sys.executable, "-m", "pytest", str(HERE / "test_interpreted_kernels.py"),
-               "-q", "-x", "-p", "no:cacheprovider", "-n", "0"]  # fmt: skip
-    if triton_path is not None:
+               "-q", "-rp", "-x", "-p", "no:cacheprovider", "-n", "0"]  # fmt: skip
+    if triton_path is None:
+        command.append(str(HERE / "test_interpreted_bench.py"))
+    else:
         command += ["-k", "not training_losses and not opcheck and not compiled and not liger"]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
@@ -89,6 +92,13 @@ def test_kernels_under_the_triton_interpreter(interpreted):
     returncode, output = interpreted["installed"]
     assert returncode == 0, output[-12000:]
     assert " passed" in output
+
+
+def test_kernel_bench_smoke_run_under_the_triton_interpreter(interpreted):
+    """``python bench/kernels.py --smoke`` ran in the same subprocess (test_interpreted_bench.py)."""
+    returncode, output = interpreted["installed"]
+    assert returncode == 0, output[-12000:]
+    assert "PASSED tests/kernels/test_interpreted_bench.py::test_smoke_run" in output
 
 
 def test_kernels_under_the_oldest_supported_triton_interpreter(interpreted):
