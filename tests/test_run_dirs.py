@@ -50,6 +50,22 @@ def start(site: Path, cwd: Path, *args: str, **environment) -> subprocess.Popen:
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
+def finish(process: subprocess.Popen, timeout: float = 300) -> tuple[str, str]:
+    """(stdout, stderr) of the run once it ended; if it does not end in ``timeout`` seconds,
+    it is killed and the test fails with what it printed and where its threads were."""
+    try:
+        return process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        tasks = Path(f"/proc/{process.pid}/task")
+        where = (
+            {t.name: (t / "wchan").read_text() for t in tasks.iterdir()} if tasks.exists() else {}
+        )
+        process.kill()
+        out, err = process.communicate()
+        pytest.fail(f"the run did not end in {timeout} s; threads waiting in {where}\n"
+                    f"stdout: {out[-3000:]}\nstderr: {err[-5000:]}")  # fmt: skip
+
+
 def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while not path.exists():
@@ -69,20 +85,20 @@ def test_one_run_per_directory_and_a_refused_run_touches_nothing(site, tmp_path)
     holder = Path(f"{barrier}.waiting").read_text()  # the run's pid (first.pid under tests/warm.py)
 
     second = start(site, tmp_path, f"hydra.run.dir={run_dir}", "trainer.max_epochs=2")
-    _, err = second.communicate(timeout=300)
+    _, err = finish(second)
     assert second.returncode == 1, err[-3000:]
     assert f"error: run directory {run_dir} is in use by another run (process {holder} on " in err
     assert not (run_dir / "summary.json").exists()  # the first run's directory is untouched
 
     barrier.write_text("")
-    _, err = first.communicate(timeout=300)
+    _, err = finish(first)
     assert first.returncode == 0, err[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["epochs"] == 1  # not the second's 2 epochs
     before = snapshot(run_dir)
 
     refused = start(site, tmp_path, f"hydra.run.dir={run_dir}", "optimizer.lr=0.5")
-    _, err = refused.communicate(timeout=300)
+    _, err = finish(refused)
     assert refused.returncode == 1 and "resume=null (start fresh) but" in err
     assert snapshot(run_dir) == before  # summary, .hydra/overrides.yaml, log: all as they were
 
@@ -95,7 +111,7 @@ def test_runs_started_together_get_their_own_directories(site, tmp_path):
 
 def test_the_console_keeps_to_tuneup_and_the_log_file_keeps_everything(site, tmp_path):
     run = start(site, tmp_path, f"hydra.run.dir={tmp_path / 'run'}")
-    out, err = run.communicate(timeout=300)
+    out, err = finish(run)
     assert run.returncode == 0, err[-3000:]
     log = (tmp_path / "run" / "tuneup.log").read_text()
     for line in ("tuneup: small_resnet on synthetic_images", "tuneup run summary"):
@@ -110,7 +126,7 @@ def test_ctrl_c_is_an_interruption_not_a_failure(site, tmp_path):
     run = start(site, tmp_path, f"hydra.run.dir={run_dir}", BARRIER=str(barrier))
     wait_for(Path(f"{barrier}.waiting"), run)
     run.send_signal(signal.SIGINT)
-    run.communicate(timeout=300)
+    finish(run)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted", summary.get("error")
     assert "resume=auto" in summary["error"]
@@ -120,7 +136,7 @@ def test_a_run_directory_that_cannot_be_made_is_one_line(site, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     run = start(site, tmp_path, f"hydra.run.dir={blocker / 'run'}")
-    _, err = run.communicate(timeout=300)
+    _, err = finish(run)
     assert run.returncode == 1
     assert err.strip() == (f"error: cannot create the run directory {blocker / 'run'} (Not a "
                            "directory); give one where you can write: hydra.run.dir=<directory>")  # fmt: skip
