@@ -45,9 +45,12 @@ def site(tmp_path_factory) -> Path:
 
 
 def start(site: Path, cwd: Path, *args: str, **environment) -> subprocess.Popen:
+    """``run.py ARGS`` as a shell at a terminal starts it: with Ctrl-C's SIGINT at its default,
+    also where this pytest runs as a background job (which starts with SIGINT ignored)."""
     env = {**os.environ, "PYTHONPATH": str(site), "PYTHONUNBUFFERED": "1", **environment}
     return subprocess.Popen([*python(), str(ROOT / "run.py"), *TINY, *args], cwd=cwd,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
 
 
 def finish(process: subprocess.Popen, timeout: float = 300) -> tuple[str, str]:

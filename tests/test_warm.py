@@ -90,6 +90,33 @@ def test_commands_a_warm_start_cannot_be_run_cold(tmp_path):
     assert (cold.stdout, warm.stdout, warm_options.stdout) == ("False\n", "True\n", "True\n")
 
 
+@pytest.mark.parametrize("sigint", ["ignored", "default"])
+def test_signals_ignored_by_the_starting_process_stay_ignored(tmp_path, sigint):
+    """A background job of a non-interactive shell starts with SIGINT and SIGQUIT ignored, and
+    a fresh interpreter keeps that (Ctrl-C does not reach it); otherwise Ctrl-C raises
+    KeyboardInterrupt. A warm start is the same."""
+    script = tmp_path / "dispositions.py"
+    script.write_text(
+        "import signal\n"
+        "print([signal.getsignal(s) for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGPIPE,"
+        " signal.SIGXFSZ, signal.SIGTERM)])\n"
+    )
+
+    def as_started():
+        handler = signal.SIG_IGN if sigint == "ignored" else signal.SIG_DFL
+        signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGQUIT, handler)
+
+    runs = [subprocess.run([*prefix, str(script)], capture_output=True, text=True, timeout=120,
+                           preexec_fn=as_started) for prefix in ([sys.executable], python())]  # fmt: skip
+    cold, warm = runs
+    ignored = "<Handlers.SIG_IGN: 1>"
+    first = ignored if sigint == "ignored" else "<built-in function default_int_handler>"
+    second = ignored if sigint == "ignored" else "<Handlers.SIG_DFL: 0>"
+    expected = f"[{first}, {second}, {ignored}, {ignored}, <Handlers.SIG_DFL: 0>]\n"
+    assert cold.stdout == warm.stdout == expected, (cold.stderr, warm.stderr)
+
+
 def test_descriptors_arrive_under_their_numbers_and_only_those(tmp_path):
     """What joblib's workers rely on: a pipe passed by number; and nothing of the zygote's."""
     script = tmp_path / "fds.py"

@@ -90,7 +90,8 @@ def client(path: str, argv: list[str]) -> None:
         conn.close()
         _cold(argv, f"more than {MAX_FDS} descriptors")
     request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "fds": fds,
-               "cpus": sorted(os.sched_getaffinity(0)), "umask": _umask()}  # fmt: skip
+               "cpus": sorted(os.sched_getaffinity(0)), "umask": _umask(),
+               "ignored": _ignored_signals()}  # fmt: skip
     data = json.dumps(request).encode()
     socket.send_fds(conn, [_LEN.pack(len(data)) + data], fds)
     reader = conn.makefile("r")
@@ -125,6 +126,18 @@ def _log(how: str, argv: list[str]) -> None:
     if os.environ.get("TUNEUP_WARM_LOG"):
         with open(os.environ["TUNEUP_WARM_LOG"], "a") as log:
             log.write(f"{how}: {' '.join(argv)}\n")
+
+
+def _ignored_signals() -> list[int]:
+    """The signals this process was started with ignored (``nohup``, a background job of a
+    non-interactive shell: SIGINT, SIGQUIT), and the two Python itself ignores (SIGPIPE,
+    SIGXFSZ). A fresh interpreter keeps an inherited SIG_IGN, Ctrl-C's SIGINT included."""
+    ignored = []
+    for signum in range(1, signal.NSIG):
+        with contextlib.suppress(OSError, ValueError):
+            if signal.getsignal(signum) is signal.SIG_IGN:
+                ignored.append(signum)
+    return ignored
 
 
 def _umask() -> int:
@@ -310,13 +323,14 @@ def _become(request: dict, env: dict, received: dict, zygote: Zygote) -> None:
     os.umask(request["umask"])
     options, argv = _split_options(request["argv"])
     sys.orig_argv = [zygote.executable, *request["argv"]]
-    for signum in range(1, signal.NSIG):  # as a fresh interpreter has them
+    ignored = set(request["ignored"])
+    for signum in range(1, signal.NSIG):  # as a fresh interpreter started by the client has them
         if signum in (signal.SIGKILL, signal.SIGSTOP):
             continue
         with contextlib.suppress(OSError, ValueError):
-            signal.signal(signum, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+            signal.signal(signum, signal.SIG_IGN if signum in ignored else signal.SIG_DFL)
+    if signal.SIGINT not in ignored:  # Python raises KeyboardInterrupt unless it was ignored
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     unbuffered = "-u" in options or bool(os.environ.get("PYTHONUNBUFFERED"))
     sys.dont_write_bytecode = "-B" in options or bool(os.environ.get("PYTHONDONTWRITEBYTECODE"))
     sys.stdout.reconfigure(write_through=unbuffered)
