@@ -122,6 +122,16 @@ ZYGOTE_VARIABLE = "TUNEUP_TEST_ZYGOTE"
 WARM = Path(__file__).resolve().parent / "warm.py"
 
 
+def bench_module(name: str):
+    """``bench/<name>.py`` imported as a module (the bench scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_cli(*args, cwd=None, env=None, timeout=300, tiny=True):
     """Run ``python run.py ARGS`` as a user would; returns the CompletedProcess."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-
-
-def bench_module(name: str):
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.conftest import ROOT, bench_module
 
 
 def test_precision_bench_data_do_not_grow_with_the_steps():

@@ -107,9 +107,9 @@ def test_signals_ignored_by_the_starting_process_stay_ignored(tmp_path, sigint):
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGQUIT, handler)
 
-    runs = [subprocess.run([*prefix, str(script)], capture_output=True, text=True, timeout=120,
-                           preexec_fn=as_started) for prefix in ([sys.executable], python())]  # fmt: skip
-    cold, warm = runs
+    cold, warm = [subprocess.run([*prefix, str(script)], capture_output=True, text=True,
+                                 timeout=120, preexec_fn=as_started)
+                  for prefix in ([sys.executable], python())]  # fmt: skip
     ignored = "<Handlers.SIG_IGN: 1>"
     first = ignored if sigint == "ignored" else "<built-in function default_int_handler>"
     second = ignored if sigint == "ignored" else "<Handlers.SIG_DFL: 0>"

@@ -78,7 +78,8 @@ _LEN = struct.Struct("!I")
 def client(path: str, argv: list[str]) -> None:
     """Run ``argv`` (:data:`OPTIONS`, then a script or ``-m module`` and its arguments) in a
     child of the zygote at ``path``; end as it ended."""
-    if not _warm_shape(argv):
+    options, command = _split_options(argv)
+    if not _warm_shape(command):
         _cold(argv)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -89,7 +90,7 @@ def client(path: str, argv: list[str]) -> None:
     if len(fds) > MAX_FDS:
         conn.close()
         _cold(argv, f"more than {MAX_FDS} descriptors")
-    request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "fds": fds,
+    request = {"options": options, "argv": command, "cwd": os.getcwd(), "env": dict(os.environ), "fds": fds,
                "cpus": sorted(os.sched_getaffinity(0)), "umask": _umask(),
                "ignored": _ignored_signals()}  # fmt: skip
     data = json.dumps(request).encode()
@@ -153,10 +154,9 @@ def _split_options(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _warm_shape(argv: list[str]) -> bool:
-    """Some of :data:`OPTIONS`, then a script and its arguments or ``-m`` one of
-    :data:`MODULES`: what a warm start can be. Anything else (other interpreter options, ``-c``,
-    other modules: Inductor's compile workers) runs cold."""
-    argv = _split_options(argv)[1]
+    """A script and its arguments or ``-m`` one of :data:`MODULES` (after :data:`OPTIONS`):
+    what a warm start can be. Anything else (other interpreter options, ``-c``, other modules:
+    Inductor's compile workers) runs cold."""
     if argv[:1] == ["-m"]:
         return len(argv) > 1 and argv[1] in MODULES
     return bool(argv) and not argv[0].startswith("-") and os.path.isfile(argv[0])
@@ -321,8 +321,8 @@ def _become(request: dict, env: dict, received: dict, zygote: Zygote) -> None:
     os.environ.update(env)
     os.sched_setaffinity(0, request["cpus"])  # the CPUs the client may use (taskset, Slurm)
     os.umask(request["umask"])
-    options, argv = _split_options(request["argv"])
-    sys.orig_argv = [zygote.executable, *request["argv"]]
+    options, argv = request["options"], request["argv"]
+    sys.orig_argv = [zygote.executable, *options, *argv]
     ignored = set(request["ignored"])
     for signum in range(1, signal.NSIG):  # as a fresh interpreter started by the client has them
         if signum in (signal.SIGKILL, signal.SIGSTOP):

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 
-from tests.kernels.test_kernel_bench import bench_module
+from tests.conftest import bench_module
 
 
 def test_smoke_run_prints_every_row_and_target(capsys):
     """Every code path of the GPU run: Liger's kernels and ours under Triton's interpreter,
     torch.compile with aot_eager."""
     assert os.environ["TRITON_INTERPRET"] == "1"
-    bench_module().main(["--smoke"])
+    bench_module("kernels").main(["--smoke"])
     out = capsys.readouterr().out
     for implementation in ("tuneup", "liger", "torch eager", "torch compiled"):
         for mode in ("fwd+bwd", "fwd"):

@@ -3,20 +3,11 @@ run, every row it prints on a GPU, is test_interpreted_bench.py (under Triton's 
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 
-from tests.conftest import ROOT
+from tests.conftest import bench_module
 from tuneup.plugins.kernels import Lamb, Lars
-
-
-def bench_module():
-    spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "bench" / "kernels.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize(("optimizer_class", "hyper"), [
@@ -25,7 +16,7 @@ def bench_module():
 ])  # fmt: skip
 def test_foreach_baseline_steps_like_the_reference(optimizer_class, hyper):
     """The torch._foreach row times the same update as the eager loop, or it compares nothing."""
-    foreach_class = bench_module().foreach_version(optimizer_class)
+    foreach_class = bench_module("kernels").foreach_version(optimizer_class)
     torch.manual_seed(0)
     weights = [torch.randn(s) for s in [(8, 4), (4,), (3, 8), (0,)]]
     runs = []
@@ -44,5 +35,5 @@ def test_foreach_baseline_steps_like_the_reference(optimizer_class, hyper):
 
 
 def test_bert_large_parameter_set_has_334m_values():
-    shapes = bench_module().bert_shapes(1024, 24, 30522)
+    shapes = bench_module("kernels").bert_shapes(1024, 24, 30522)
     assert round(sum(torch.Size(s).numel() for s in shapes) / 1e6) == 334
