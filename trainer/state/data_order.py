@@ -122,13 +122,27 @@ class ResumableLoader(DataLoader):
         self.sampler.load_state_dict(state)
 
 
+def data_shard(trainer=None) -> tuple[int, int]:
+    """(this process's data shard, the number of shards) of the epoch.
+
+    Every process is its own shard under DDP and FSDP; under tensor parallelism the
+    processes of one tensor-parallel group train on the same samples, so the shards are
+    the data-parallel ranks. Data sets that shard by rank (the resumable sampler, a
+    streaming data set) ask this, never ``trainer.global_rank`` directly.
+    """
+    if trainer is None:
+        return 0, 1
+    shard = getattr(trainer.strategy, "data_shard", None)
+    return shard() if callable(shard) else (trainer.global_rank, trainer.world_size)
+
+
 def train_loader_kwargs(dataset, seed: int, trainer=None) -> dict:
     """``sampler`` and ``generator`` for a resumable training DataLoader (use :class:`ResumableLoader`).
 
     ``trainer`` (the data module's, once Lightning attached it) gives the rank
     and the number of processes the data is sharded over.
     """
-    rank, replicas = (trainer.global_rank, trainer.world_size) if trainer else (0, 1)
+    rank, replicas = data_shard(trainer)
     sampler = ResumableSampler(len(dataset), seed, shuffle=True, rank=rank, num_replicas=replicas)
     return {"sampler": sampler, "generator": torch.Generator()}
 
