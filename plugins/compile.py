@@ -33,6 +33,7 @@ import statistics
 import time
 
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
 from tuneup import hookimpl
@@ -98,6 +99,7 @@ class Plugin:
         }
         self.step_seconds: list[float] = []
         self.started: float | None = None
+        self.per_block = False
 
     @hookimpl
     def check(self, cfg, env, plan):
@@ -125,7 +127,10 @@ class Plugin:
         return found
 
     @hookimpl(trylast=True)  # after kernel swaps, checkpointing, memory format: compile the result
-    def configure_model(self, model):
+    def configure_model(self, cfg, model):
+        if OmegaConf.select(cfg, "strategy.name") == "fsdp":
+            self.per_block = True  # the strategy compiles each block, before sharding them
+            return model
         return compile_model(model, **self.options)
 
     @hookimpl
@@ -144,4 +149,4 @@ class Plugin:
         summary["compile_seconds"] = first_step_overhead(self.step_seconds)
 
     def describe(self):
-        return {"name": "on", **self.options}
+        return {"name": "on", **self.options, "per_block": self.per_block}

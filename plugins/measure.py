@@ -80,20 +80,31 @@ class SavedActivationBytes:
 
     def __init__(self, module) -> None:
         tensors = (*module.parameters(), *module.buffers())
-        self.exclude = {t.untyped_storage().data_ptr() for t in tensors}
+        self.exclude = {key[0] for t in tensors if (key := storage_of(t)) is not None}
         self.storages: dict[int, int] = {}
         self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
         self.hooks.__enter__()
 
     def _pack(self, tensor):
-        storage = tensor.untyped_storage()
-        if storage.data_ptr() not in self.exclude:
-            self.storages[storage.data_ptr()] = storage.nbytes()
+        key = storage_of(tensor)
+        if key is not None and key[0] not in self.exclude:
+            self.storages[key[0]] = key[1]
         return tensor.detach()  # not the tensor itself: that would make a reference cycle
 
     def stop(self) -> int:
         self.hooks.__exit__(None, None, None)
         return sum(self.storages.values())
+
+
+def storage_of(tensor) -> tuple[int, int] | None:
+    """(data pointer, bytes) of the memory behind ``tensor``: a DTensor's local shard; None for
+    a tensor without storage of its own (FSDP2's unsharded parameters between all-gathers)."""
+    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+    try:
+        storage = local.untyped_storage()
+        return storage.data_ptr(), storage.nbytes()
+    except (RuntimeError, NotImplementedError):
+        return None
 
 
 class LossCurve:
@@ -232,6 +243,7 @@ class Plugin:
         self.val: dict[str, float] = {}
         self.device = None
         self.flops_per_sample: float | None = None
+        self.flops_note: str | None = None  # why flops_per_sample is None
         self.saved: SavedActivationBytes | None = None  # counting during one forward
         self.saved_bytes: int | None = None
         self.plan = None
@@ -247,7 +259,7 @@ class Plugin:
     def on_fit_start(self, cfg, trainer, module):
         self.device = module.device
         if self.plan is not None:
-            self.flops_per_sample = flops.flops_per_sample(self.plan)  # meta: no compute
+            self.flops_per_sample, self.flops_note = flops.count_flops(self.plan)
         self.world_size = trainer.world_size
         self.fit_started = time.perf_counter()
         self.memory_available = memory_available(self.device)
@@ -346,7 +358,9 @@ class Plugin:
             val=self.val,
         )
         speed, device = summary["samples_per_s"], summary.get("device", "")
-        summary.update(flops.throughput(self.flops_per_sample, speed, device, world))
+        summary.update(
+            flops.throughput(self.flops_per_sample, speed, device, world, self.flops_note)
+        )
         summary.update(
             samples_per_s_windows=speed_windows(
                 self.intervals_ms, self.measured_sizes, self.windows, world

@@ -30,26 +30,25 @@ import torch
 from omegaconf import OmegaConf
 
 from tuneup import hookimpl
-from tuneup.plugins.strategy import slurm
+from tuneup.plugins.strategy import fsdp, slurm
 from tuneup.plugins.strategy.build import (
     COMM_HOOKS,
-    SHARDING,
     AllReduceCount,
     backend,
     ddp_strategy,
-    fsdp_strategy,
+    model_parallel_strategy,
 )
 from tuneup.trainer.environment import Environment, cpus_per_process, usable_cpus
 from tuneup.trainer.state.preemption import Preempted, SignalFlag
-from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
+from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problems
 
 COMMON = {"plugin", "name", "timeout_s"}
 KEYS = {
     "auto": COMMON,
     "ddp": COMMON | {"find_unused_parameters", "static_graph", "gradient_as_bucket_view",
                      "bucket_cap_mb", "comm_hook", "count_allreduces"},
-    "fsdp": COMMON | {"sharding_strategy", "cpu_offload", "activation_checkpointing",
-                      "activation_checkpointing_every_n"},
+    "fsdp": COMMON | {"shard_blocks", "reshard_after_forward", "cpu_offload",
+                      "tensor_parallel_size", "tp_plan", "sequence_parallel", "checkpoint"},
 }  # fmt: skip
 RULES = {
     "strategy.name": OneOf(tuple(KEYS)),
@@ -60,17 +59,20 @@ RULES = {
     "strategy.bucket_cap_mb": Number(gt=0),
     "strategy.comm_hook": OneOf(tuple(COMM_HOOKS)),
     "strategy.count_allreduces": BOOL,
-    "strategy.sharding_strategy": OneOf(SHARDING),
     "strategy.cpu_offload": BOOL,
-    "strategy.activation_checkpointing_every_n": Integer(low=1),
+    "strategy.reshard_after_forward": BOOL,
+    "strategy.sequence_parallel": BOOL,
+    "strategy.tensor_parallel_size": Integer(low=1),
+    "strategy.checkpoint": OneOf(("sharded", "full")),
 }
 #: What strategy=auto uses when the world has more than one process: strategy=ddp's defaults.
 DDP_DEFAULTS = {"comm_hook": "none", "find_unused_parameters": False, "static_graph": False,
                 "gradient_as_bucket_view": False, "bucket_cap_mb": 25}  # fmt: skip
 
 
-def settings_problems(cfg, env: Environment) -> list[str]:
-    """Problems with ``cfg.strategy`` on this machine: keys, values, world size, device."""
+def settings_problems(cfg, env: Environment, plan=None) -> list[str]:
+    """Problems with ``cfg.strategy`` on this machine: keys, values, world size, device, and
+    (``strategy=fsdp``) the mesh and tensor-parallel plan against ``plan``'s model."""
     node, name = cfg.strategy, cfg.strategy.get("name")
     found = problems(cfg, RULES)
     if name not in KEYS:
@@ -94,38 +96,16 @@ def settings_problems(cfg, env: Environment) -> list[str]:
             "the node), or use strategy=auto"
         )
     if name == "fsdp":
-        found += _fsdp_problems(cfg, env)
+        found += fsdp.problems(cfg, env, plan)
     return found + slurm.task_problems(env.devices, env.num_nodes)
 
 
-def _fsdp_problems(cfg, env: Environment) -> list[str]:
-    found = []
-    if not env.is_cuda:
-        found.append(
-            f"strategy=fsdp cannot run on {env.accelerator}: Lightning runs FSDP on CUDA GPUs "
-            "only (parameters are sharded across GPUs and gathered with NCCL). On this machine "
-            "use strategy=ddp, or run on GPUs (trainer.accelerator=gpu)"
-        )
-    blocks = cfg.strategy.get("activation_checkpointing") or []
-    if not (OmegaConf.is_list(blocks) or isinstance(blocks, list)) or not all(
-        isinstance(b, str) and b for b in blocks
-    ):
-        found.append(problem("strategy.activation_checkpointing", blocks,
-                             "a list of block class names, e.g. [Block], or []"))  # fmt: skip
-    if (cfg.get("activation_checkpointing") or {}).get("plugin"):
-        found.append(
-            "activation_checkpointing=blocks with strategy=fsdp: under FSDP, checkpointing must "
-            "wrap the blocks after sharding; set activation_checkpointing=off and "
-            "strategy.activation_checkpointing=<block class names> (the same selection)"
-        )
-    return found
-
-
-def build_strategy(cfg, env: Environment, count: AllReduceCount | None):
+def build_strategy(cfg, env: Environment, count: AllReduceCount | None, model_name: str = ""):
     """The ``strategy`` Trainer argument: "auto" (one process) or a Lightning strategy object."""
     node, name = cfg.strategy, cfg.strategy.name
     if name == "fsdp":
-        return fsdp_strategy(node, env.accelerator)
+        parallel = fsdp.settings(cfg, model_name)
+        return model_parallel_strategy(node, env.accelerator, env.world_size, parallel)
     if name == "ddp":
         return ddp_strategy(node, env.accelerator, count=count)
     if env.world_size > 1:
@@ -172,11 +152,13 @@ class Plugin:
         self.count = AllReduceCount() if cfg.strategy.get("count_allreduces") else None
         self.cluster = "slurm" if slurm.in_slurm_job() else "local"
         self.requeued: str | None = None
+        self.model_name = ""
 
     @hookimpl
-    def check(self, cfg, env):
+    def check(self, cfg, env, plan):
         self.env = env
-        found = settings_problems(cfg, env)
+        self.model_name = plan.model_name if plan is not None else ""
+        found = settings_problems(cfg, env, plan)
         if not found and (note := layout_note(cfg, env)):
             log.warning("%s", note)
         return found
@@ -184,7 +166,7 @@ class Plugin:
     @hookimpl
     def configure_trainer(self, cfg, kwargs):
         env = self.env or Environment.from_config(cfg)
-        self.strategy = build_strategy(cfg, env, self.count)
+        self.strategy = build_strategy(cfg, env, self.count, self.model_name)
         kwargs["strategy"] = self.strategy
         kwargs["devices"] = env.devices  # "auto" resolved as tuneup means it (environment.py)
         environment = slurm.cluster_environment()
@@ -230,4 +212,14 @@ class Plugin:
             described["threads_per_process"] = cpus_per_process(env.devices)
         if note := layout_note(self.cfg, env):
             described["note"] = note
+        layout = getattr(self.strategy, "layout", None)
+        if layout is not None:  # strategy=fsdp, once the model was parallelised
+            size = node.get("tensor_parallel_size", 1)
+            described |= {
+                "mesh": {"data_parallel": env.world_size // size, "tensor_parallel": size},
+                "sharded_blocks": len(layout.sharded_blocks),
+                "tensor_parallel_modules": len(layout.tensor_parallel),
+                "compiled_blocks": len(layout.compiled_blocks),
+                "mixed_precision": str(self.strategy.settings.param_dtype or "off"),
+            }
         return described

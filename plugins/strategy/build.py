@@ -1,11 +1,16 @@
-"""Lightning's DDP and FSDP strategies, built from ``cfg.strategy``, and what Lightning leaves out.
+"""Lightning's DDP and model-parallel strategies, built from ``cfg.strategy``, and what
+Lightning leaves out.
 
-Two subclasses fill the gaps, nothing else is changed:
+Two subclasses fill the gaps:
 
 - :class:`DDP` registers the gradient communication hook on every device.
   Lightning's ``DDPStrategy._register_ddp_hooks`` registers ``ddp_comm_hook`` only
   on CUDA (a torch 1.8 limitation); torch's hooks run on gloo/CPU too, so
   ``comm_hook=fp16`` means the same on both and is tested here.
+- :class:`ModelParallel` (``strategy=fsdp``): Lightning's ``ModelParallelStrategy``
+  (FSDP2 and tensor parallelism on a 2-D device mesh) applied to any ``nn.Module``.
+  Lightning's FSDP1 ``FSDPStrategy`` is not offered: torch deprecates FSDP1 for FSDP2,
+  and it never ran here (CUDA only, whole-model wrapping by policy).
 - Both start local ranks > 0 as the same Hydra job (:mod:`plugins.strategy.launch`).
 
 The backend follows the accelerator: NCCL on CUDA, gloo on CPU. The collective
@@ -17,13 +22,17 @@ Lightning's launcher kills every local process when one exits with an error.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
-from pytorch_lightning.strategies import DDPStrategy, FSDPStrategy
+from pytorch_lightning.strategies import DDPStrategy, ModelParallelStrategy
+from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from tuneup.plugins.strategy.launch import HydraJobLauncher
+from tuneup.plugins.strategy.parallelize import Layout, Settings, parallelize
 
 #: ``strategy.comm_hook`` -> torch's hook (None: DDP's built-in all-reduce of fp32 buckets).
 COMM_HOOKS = {
@@ -31,7 +40,6 @@ COMM_HOOKS = {
     "fp16": default_hooks.fp16_compress_hook,
     "bf16": default_hooks.bf16_compress_hook,
 }
-SHARDING = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD")
 
 
 def backend(accelerator: str) -> str:
@@ -76,18 +84,27 @@ class DDP(DDPStrategy):
             self.model.register_comm_hook(self._ddp_comm_state, self._ddp_comm_hook)
 
 
-class FSDP(FSDPStrategy):
-    """Lightning's ``FSDPStrategy`` + Hydra-job children + checkpointing of chosen blocks.
+class ModelParallel(ModelParallelStrategy):
+    """Lightning's ``ModelParallelStrategy`` (FSDP2 + tensor parallelism on a 2-D mesh), plus:
 
-    ``block_types`` selects blocks as activation_checkpointing=blocks does
-    (:func:`plugins.activation_checkpointing.select_blocks`: outermost modules of
-    those classes, every n-th); FSDP's own checkpoint wrapper applies them after
-    sharding, which is what FSDP needs.
+    - the model parallelised by tuneup (:func:`plugins.strategy.parallelize.parallelize`)
+      when the strategy sets up, so the user's plain ``nn.Module`` needs no
+      ``configure_model`` of its own (a user's LightningModule keeps its own);
+    - no gradient reduce-scatter on the micro-batches of an accumulation window before
+      its last (FSDP2's ``set_requires_gradient_sync(False)``; Lightning blocks sync only
+      for DDP): gradients then accumulate unsharded until the window ends;
+    - the data shard of a process is its data-parallel rank (the processes of one
+      tensor-parallel group see the same samples);
+    - sharded checkpoints written atomically with a checksum per file
+      (:mod:`tuneup.trainer.state.sharded`);
+    - Hydra-job children (:mod:`plugins.strategy.launch`).
     """
 
-    def __init__(self, *args, block_types=(), every_n: int = 1, **kwargs) -> None:
+    def __init__(self, *args, settings: Settings | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.block_types, self.every_n = list(block_types), every_n
+        #: What parallelize does; the precision and compile plugins add their parts to it.
+        self.settings = settings or Settings()
+        self.layout: Layout | None = None
 
     def _configure_launcher(self) -> None:
         super()._configure_launcher()
@@ -95,18 +112,54 @@ class FSDP(FSDPStrategy):
             self._launcher = HydraJobLauncher(self.cluster_environment, self.num_processes,
                                               self.num_nodes)  # fmt: skip
 
-    def _setup_model(self, model):
-        if self.block_types:
-            blocks = checkpointed_blocks(model, self.block_types, self.every_n)
-            self._activation_checkpointing_kwargs = {"check_fn": lambda m: id(m) in blocks}
-        return super()._setup_model(model)
+    def data_shard(self) -> tuple[int, int]:
+        mesh = self.device_mesh["data_parallel"]
+        return mesh.get_local_rank(), mesh.size()
+
+    def setup(self, trainer) -> None:
+        module = self.lightning_module
+        if self.layout is None and isinstance(getattr(module, "model", None), nn.Module):
+            self.layout = parallelize(module.model, self.device_mesh, self.settings)
+        super().setup(trainer)
+
+    @contextmanager
+    def block_backward_sync(self):
+        roots = fsdp_roots(self.model)
+        for root in roots:
+            root.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            for root in roots:
+                root.set_requires_gradient_sync(True)
+
+    def save_checkpoint(self, checkpoint, filepath, storage_options=None) -> None:
+        if not self._save_distributed_checkpoint:
+            return super().save_checkpoint(checkpoint, filepath, storage_options)
+        from tuneup.trainer.state import sharded
+
+        sharded.save(self, checkpoint, Path(self.broadcast(str(filepath))))
+
+    def load_checkpoint(self, checkpoint_path, weights_only=None) -> dict:
+        from tuneup.trainer.state import sharded
+
+        path = Path(self.broadcast(str(checkpoint_path)))
+        if path.is_dir():
+            sharded.verify(path)
+        return super().load_checkpoint(path, weights_only=weights_only)
 
 
-def checkpointed_blocks(model, block_types, every_n: int = 1) -> set[int]:
-    """ids of the modules FSDP checkpoints: the activation_checkpointing plugin's selection."""
-    from tuneup.plugins.activation_checkpointing import select_blocks
+def fsdp_roots(module) -> list:
+    """The outermost FSDP2 modules in ``module`` (those whose settings reach the others)."""
+    from torch.distributed.fsdp import FSDPModule
 
-    return {id(model.get_submodule(name)) for name in select_blocks(model, block_types, every_n)}
+    found: list = []
+    for name, m in module.named_modules():
+        if isinstance(m, FSDPModule) and not any(
+            name.startswith(f"{r}.") or r == "" for r, _ in found
+        ):
+            found.append((name, m))
+    return [m for _, m in found]
 
 
 def common(settings, accelerator: str, environment) -> dict:
@@ -130,12 +183,20 @@ def ddp_strategy(settings, accelerator: str, environment=None, count: AllReduceC
     )
 
 
-def fsdp_strategy(settings, accelerator: str, environment=None):
-    """An :class:`FSDP` with the options of ``settings``."""
-    return FSDP(
-        **common(settings, accelerator, environment),
-        sharding_strategy=settings.sharding_strategy,
-        cpu_offload=settings.cpu_offload,
-        block_types=settings.get("activation_checkpointing") or (),
-        every_n=settings.get("activation_checkpointing_every_n", 1),
+def model_parallel_strategy(settings, accelerator: str, world_size: int, parallel: Settings,
+                            environment=None) -> ModelParallel:  # fmt: skip
+    """A :class:`ModelParallel` for ``strategy=fsdp``: the tensor-parallel size from
+    ``settings``, the rest of the world data-parallel."""
+    tp = settings.get("tensor_parallel_size", 1)
+    options = common(settings, accelerator, environment)
+    environment = options.pop("cluster_environment")  # not an argument of this strategy
+    strategy = ModelParallel(
+        **options,
+        data_parallel_size=world_size // tp,
+        tensor_parallel_size=tp,
+        save_distributed_checkpoint=settings.get("checkpoint", "sharded") == "sharded",
+        settings=parallel,
     )
+    if environment is not None:
+        strategy.cluster_environment = environment
+    return strategy

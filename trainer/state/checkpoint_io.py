@@ -50,6 +50,7 @@ import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from tuneup import TuneupError
+from tuneup.trainer.state import sharded
 from tuneup.trainer.state.progress import progress
 
 log = logging.getLogger(__name__)
@@ -179,8 +180,9 @@ def fsync_directory(directory: Path) -> None:
 def remove_leftover_temporaries(directory: Path) -> list[Path]:
     """Delete temporary files of saves that were killed mid-write (they are never checkpoints)."""
     found = [p for p in Path(directory).glob(f"{_TEMP_PREFIX}*{SUFFIX}{_TEMP_MARK}*")]
+    found += sharded.leftovers(Path(directory)) if Path(directory).is_dir() else []
     for path in found:
-        path.unlink(missing_ok=True)
+        sharded.remove(path)
     return found
 
 
@@ -224,7 +226,10 @@ _unsealed_warned: set[str] = set()
 
 def verify(path: Path) -> None:
     """Raise :class:`UnreadableCheckpoint` when the file's bytes are not those it was sealed
-    with; warn (once per file) when it carries no checksum to compare with."""
+    with; warn (once per file) when it carries no checksum to compare with. A directory
+    (a sharded checkpoint) is checked file by file against its manifest."""
+    if sharded.is_sharded(path):
+        return sharded.verify(Path(path))
     expected = recorded_checksum(path)
     if expected is None:
         if str(path) not in _unsealed_warned:
@@ -248,6 +253,8 @@ def load(path: str | Path, map_location="cpu", mmap: bool = False, verify_checks
     or :class:`UnreadableCheckpoint`, each naming the file.
     """
     path = Path(path)
+    if sharded.is_sharded(path):  # its tensors stay on disk: shapes only (sharded.load_meta)
+        return sharded.load_meta(path, verify_checksum)
     if not zipfile.is_zipfile(path):
         with open(path, "rb") as f:
             head = f.read(2)
@@ -286,12 +293,14 @@ def load(path: str | Path, map_location="cpu", mmap: bool = False, verify_checks
 
 
 def checkpoint_files(directory: str | Path) -> list[Path]:
-    """The resume candidates in ``directory`` by name, unread (``best.ckpt`` is a copy for
-    the user, not where training stopped, so it is left out)."""
+    """The resume candidates in ``directory`` by name, unread: files, and directories (sharded
+    checkpoints). ``best.ckpt`` is a copy for the user, not where training stopped, so it is
+    left out."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    return sorted(p for p in directory.glob(f"*{SUFFIX}") if p.is_file() and p.name != BEST)
+    return sorted(p for p in directory.glob(f"*{SUFFIX}")
+                  if p.name != BEST and not p.name.startswith(_TEMP_PREFIX))  # fmt: skip
 
 
 @dataclass
@@ -365,7 +374,7 @@ def prune(directory: str | Path, keep: int) -> list[Path]:
     readable = [c.path for c in scan(directory) if c.problem is None]
     doomed = readable[keep:]
     for path in doomed:
-        path.unlink(missing_ok=True)
+        sharded.remove(path)
     return doomed
 
 
@@ -378,6 +387,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         atomic_save(checkpoint, path)
 
     def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
+        if sharded.is_sharded(path):  # written by strategy=fsdp: reassembled in this process
+            verify(Path(path))
+            return sharded.full_checkpoint(Path(path))
         if not Path(path).is_file():
             raise TuneupError(f"checkpoint {path} does not exist")
         return load(path, map_location=map_location or "cpu")

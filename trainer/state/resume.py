@@ -71,10 +71,10 @@ def resolve(resume, run_dir: str | Path, weights_only: bool = False) -> tuple[Pa
             f"resume={resume!r}: no such file. Give a .ckpt file, resume=auto (the newest in "
             f"{directory}) or resume=null (start fresh)"
         )
-    if path.is_dir():
+    if path.is_dir() and not (path / ".metadata").is_file():  # DCP's index: a sharded one
         raise TuneupError(
-            f"resume={resume!r} is a directory; give a .ckpt file in it, or resume=auto with "
-            "hydra.run.dir set to the run directory"
+            f"resume={resume!r} is a directory, not a checkpoint; give a .ckpt file or "
+            "directory in it, or resume=auto with hydra.run.dir set to the run directory"
         )
     return path, load(path, mmap=True)
 

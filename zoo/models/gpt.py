@@ -22,19 +22,22 @@ from torch.nn import functional as F
 class CausalSelfAttention(nn.Module):
     def __init__(self, width: int, heads: int, dropout: float) -> None:
         super().__init__()
-        self.heads = heads
-        self.c_attn = nn.Linear(width, 3 * width)  # query, key, value in one matmul
+        self.head_width = width // heads
+        # Query, key and value in one matmul, laid out head by head ([q k v] of head 0, then
+        # of head 1...): a column split for tensor parallelism keeps whole heads together.
+        self.c_attn = nn.Linear(width, 3 * width)
         self.c_proj = nn.Linear(width, width)
         self.dropout = dropout
         self.resid_dropout = nn.Dropout(dropout)
 
     def forward(self, x):
-        b, t, c = x.shape
-        q, k, v = self.c_attn(x).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        b, t = x.shape[:2]
+        # -1: the heads this process holds (all of them, or its share under tensor parallelism)
+        qkv = self.c_attn(x).view(b, t, -1, 3, self.head_width).transpose(1, 2)
+        q, k, v = qkv.unbind(dim=3)
         dropout = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
-        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(b, t, c)))
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(b, t, -1)))
 
 
 class MLP(nn.Module):

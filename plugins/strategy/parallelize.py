@@ -1,0 +1,269 @@
+"""Model parallelism for any ``nn.Module``: tensor parallelism, then FSDP2, torchtitan's order.
+
+:func:`parallelize` is what ``strategy=fsdp`` does to the model once the processes and
+their device mesh exist (Lightning's ``ModelParallelStrategy`` makes the mesh,
+``("data_parallel", "tensor_parallel")``):
+
+1. **Tensor parallelism** (``strategy.tensor_parallel_size`` > 1): the plan maps module-name
+   patterns (``fnmatch``: ``transformer.h.*.mlp.c_fc``) to a style, ``colwise`` (the
+   weight's output features split over the tensor-parallel group, the output stays
+   sharded) or ``rowwise`` (input features split, the outputs summed: one all-reduce),
+   through torch's ``parallelize_module`` with ``ColwiseParallel`` / ``RowwiseParallel``.
+   ``sequence_parallel`` (norms) shards the activations between those on the sequence
+   dimension (``SequenceParallel``); the layers around it then take and give sequence-
+   sharded activations. ``model=gpt`` has a built-in plan (:data:`GPT_PLAN`).
+2. Activation checkpointing was applied before (plugins/activation_checkpointing.py wraps
+   the blocks' ``forward`` in place, adding no module, so names stay what the plan says).
+3. ``compile=on``: each block is compiled on its own (``Module.compile``), not the whole
+   model, so FSDP's hooks stay outside the compiled regions.
+4. **FSDP2** (``fully_shard``) on each block (``strategy.shard_blocks``; by default found as
+   ``activation_checkpointing=blocks`` finds them), then on the root, over the mesh's
+   data-parallel dimension, with ``reshard_after_forward``, CPU offload and the mixed
+   precision policy of ``precision=`` (:func:`mixed_precision`).
+
+Every function takes the plain model and returns it changed in place; they are used and
+tested directly.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+#: ``shard_sequence`` / ``gather_sequence``: where sequence parallelism begins and ends (the
+#: module's input is split on the sequence dimension / gathered whole again).
+STYLES = ("colwise", "rowwise", "sequence_parallel", "shard_sequence", "gather_sequence")
+
+#: The built-in plan of ``model=gpt`` (zoo/models/gpt.py): Megatron's split of each block.
+#: The attention's fused q, k, v matmul is laid out head by head, so a column split keeps
+#: whole heads on each process; embeddings, norms and the tied head stay whole.
+GPT_PLAN = {
+    "transformer.h.*.attn.c_attn": "colwise",
+    "transformer.h.*.attn.c_proj": "rowwise",
+    "transformer.h.*.mlp.c_fc": "colwise",
+    "transformer.h.*.mlp.c_proj": "rowwise",
+}
+GPT_SEQUENCE_PARALLEL = {
+    "transformer.h.0": "shard_sequence",
+    "transformer.h.*.ln_1": "sequence_parallel",
+    "transformer.h.*.ln_2": "sequence_parallel",
+    "transformer.ln_f": "gather_sequence",
+}
+#: Block class names looked for when ``strategy.shard_blocks`` is null (those of
+#: ``activation_checkpointing=blocks``): ResNets' and model=gpt's.
+DEFAULT_BLOCKS = ("BasicBlock", "Bottleneck", "Block")
+
+
+@dataclass
+class Layout:
+    """What :func:`parallelize` did: for the summary and ``plugins.list``."""
+
+    tensor_parallel: dict[str, str] = field(default_factory=dict)  # module name -> style
+    sharded_blocks: list[str] = field(default_factory=list)
+    compiled_blocks: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------
+# the plan: patterns -> module names, and what is wrong with it
+# --------------------------------------------------------------------------------------
+
+
+def expand(model: nn.Module, plan: dict[str, str]) -> dict[str, str]:
+    """The plan with each pattern replaced by the names of the modules it matches."""
+    names = [name for name, _ in model.named_modules() if name]
+    expanded: dict[str, str] = {}
+    for pattern, style in plan.items():
+        for name in names:
+            if fnmatch.fnmatchcase(name, pattern):
+                expanded[name] = style
+    return expanded
+
+
+def plan_problems(
+    model: nn.Module, plan: dict, tp_size: int, heads: int | None = None
+) -> list[str]:
+    """Problems with a tensor-parallel plan for ``model``: bad styles, patterns that match no
+    module, modules a style cannot split, dimensions ``tp_size`` does not divide."""
+    found = []
+    for pattern, style in plan.items():
+        if style not in STYLES:
+            found.append(
+                f"strategy.tp_plan: {pattern}: {style!r} is not allowed: expected one of "
+                f"{', '.join(STYLES)}"
+            )
+            continue
+        matches = expand(model, {pattern: style})
+        if not matches:
+            found.append(
+                f"strategy.tp_plan: {pattern} matches no module of the model; its modules "
+                f"include {', '.join(_sample_names(model))}"
+            )
+        for name in matches:
+            found += _split_problems(name, model.get_submodule(name), style, tp_size)
+    if heads is not None and heads % tp_size:
+        found.append(
+            f"strategy.tensor_parallel_size={tp_size} does not divide model.heads={heads}: "
+            "each process must hold whole attention heads"
+        )
+    return found
+
+
+def _split_problems(name: str, module: nn.Module, style: str, tp_size: int) -> list[str]:
+    if style in ("shard_sequence", "gather_sequence"):
+        return []
+    if style == "sequence_parallel":
+        if not isinstance(module, nn.LayerNorm | nn.RMSNorm | nn.Dropout):
+            return [f"strategy.tp_plan: {name} is a {type(module).__name__}; sequence_parallel "
+                    "applies to norms (LayerNorm, RMSNorm) and dropout"]  # fmt: skip
+        return []
+    if not isinstance(module, nn.Linear | nn.Embedding):
+        return [f"strategy.tp_plan: {name} is a {type(module).__name__}; {style} splits "
+                "nn.Linear and nn.Embedding layers"]  # fmt: skip
+    # colwise splits a Linear's output features (weight dim 0), rowwise its input features.
+    dim = 0 if (style == "colwise") == isinstance(module, nn.Linear) else 1
+    size = module.weight.shape[dim]
+    what = ("output" if dim == 0 else "input") if isinstance(module, nn.Linear) else (
+        "vocabulary" if dim == 0 else "embedding")  # fmt: skip
+    if size % tp_size:
+        return [f"strategy.tensor_parallel_size={tp_size} does not divide the {size} {what} "
+                f"features of {name} ({style}): choose a size that divides {size}"]  # fmt: skip
+    return []
+
+
+def _sample_names(model: nn.Module, count: int = 6) -> list[str]:
+    names = [name for name, m in model.named_modules() if name and isinstance(m, nn.Linear)]
+    return names[:count] or [name for name, _ in model.named_modules() if name][:count]
+
+
+def builtin_plan(model_name: str, sequence_parallel: bool) -> dict[str, str] | None:
+    if model_name != "gpt":
+        return None
+    return {**GPT_PLAN, **(GPT_SEQUENCE_PARALLEL if sequence_parallel else {})}
+
+
+# --------------------------------------------------------------------------------------
+# the work
+# --------------------------------------------------------------------------------------
+
+
+def apply_tensor_parallel(model: nn.Module, mesh, plan: dict[str, str]) -> dict[str, str]:
+    """Split the modules ``plan`` names over ``mesh`` (1-D, the tensor-parallel group).
+
+    With ``sequence_parallel`` entries the norms take and give activations sharded on the
+    sequence dimension (dim 1), so the colwise layers gather them first and the rowwise
+    layers reduce-scatter into them; without, activations between blocks are whole.
+    """
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    expanded = expand(model, plan)
+    sequence = "sequence_parallel" in expanded.values()
+    parallelize_module(model, mesh, {name: _style(s, sequence) for name, s in expanded.items()})
+    return expanded
+
+
+def _style(style: str, sequence: bool):
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
+
+    if style == "sequence_parallel":
+        return SequenceParallel()
+    if style in ("shard_sequence", "gather_sequence"):
+        whole, split = (Replicate(),), (Shard(1),)
+        before, after = (whole, split) if style == "shard_sequence" else (split, whole)
+        return PrepareModuleInput(input_layouts=before, desired_input_layouts=after,
+                                  use_local_output=True)  # fmt: skip
+    if style == "colwise":
+        return ColwiseParallel(input_layouts=Shard(1)) if sequence else ColwiseParallel()
+    return RowwiseParallel(output_layouts=Shard(1)) if sequence else RowwiseParallel()
+
+
+def shard_block_names(model: nn.Module, block_types=None) -> list[str]:
+    """The modules FSDP shards one by one (each its own all-gather), before the root.
+
+    ``block_types`` names classes (outermost modules of those classes); None: the
+    classes of :data:`DEFAULT_BLOCKS`, else the members of the model's outermost
+    ``nn.ModuleList``s (torchtitan's ``model.layers``), else none (the root alone).
+    """
+    from tuneup.plugins.activation_checkpointing import select_blocks
+
+    if block_types:
+        return select_blocks(model, block_types)
+    found = select_blocks(model, DEFAULT_BLOCKS)
+    if found:
+        return found
+    lists = select_blocks(model, ["ModuleList"])
+    return [
+        f"{name}.{child}"
+        for name in lists
+        for child, _ in model.get_submodule(name).named_children()
+    ]
+
+
+def mixed_precision(param_dtype: torch.dtype | None, reduce_dtype=torch.float32):
+    """FSDP2's policy: parameters all-gathered (and computed) in ``param_dtype``, gradients
+    reduced in ``reduce_dtype``, the root's outputs cast back to fp32 for the loss."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    if param_dtype is None:
+        return MixedPrecisionPolicy()
+    return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype,
+                                output_dtype=torch.float32)  # fmt: skip
+
+
+def apply_fsdp(model: nn.Module, mesh, blocks: list[str], reshard_after_forward: bool = True,
+               cpu_offload: bool = False, policy=None) -> list[str]:  # fmt: skip
+    """``fully_shard`` each of ``blocks``, then the root, over ``mesh`` (data-parallel)."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    options = {"mesh": mesh, "mp_policy": policy or MixedPrecisionPolicy()}
+    if cpu_offload:
+        options["offload_policy"] = CPUOffloadPolicy()
+    for i, name in enumerate(blocks):
+        # The last block's parameters are needed again first in backward: keep them.
+        last = i == len(blocks) - 1
+        fully_shard(model.get_submodule(name), **options,
+                    reshard_after_forward=reshard_after_forward and not last)  # fmt: skip
+    fully_shard(model, **options, reshard_after_forward=reshard_after_forward)
+    return blocks
+
+
+def compile_blocks(model: nn.Module, blocks: list[str], **options) -> list[str]:
+    """``torch.compile`` each block in place (``Module.compile``), torchtitan's per-block compile."""
+    for name in blocks:
+        model.get_submodule(name).compile(**options)
+    return blocks
+
+
+@dataclass
+class Settings:
+    """What :func:`parallelize` needs, read from the config by the strategy plugin."""
+
+    tp_plan: dict[str, str] = field(default_factory=dict)
+    shard_blocks: list[str] | None = None
+    reshard_after_forward: bool = True
+    cpu_offload: bool = False
+    param_dtype: torch.dtype | None = None
+    compile_options: dict | None = None  # compile=on: torch.compile's options, per block
+
+
+def parallelize(model: nn.Module, mesh, settings: Settings) -> Layout:
+    """Tensor parallelism, per-block compile, then FSDP2: the whole of ``strategy=fsdp``."""
+    layout = Layout()
+    tp, dp = mesh["tensor_parallel"], mesh["data_parallel"]
+    if tp.size() > 1:
+        layout.tensor_parallel = apply_tensor_parallel(model, tp, settings.tp_plan)
+    blocks = shard_block_names(model, settings.shard_blocks)
+    if settings.compile_options is not None:
+        layout.compiled_blocks = compile_blocks(model, blocks, **settings.compile_options)
+    policy = mixed_precision(settings.param_dtype)
+    layout.sharded_blocks = apply_fsdp(model, dp, blocks, settings.reshard_after_forward,
+                                       settings.cpu_offload, policy)  # fmt: skip
+    return layout

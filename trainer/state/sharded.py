@@ -1,0 +1,213 @@
+"""Sharded checkpoints: a directory written by ``torch.distributed.checkpoint`` (DCP), each
+process its own shard, with the guarantees of tuneup's single files.
+
+Layout (Lightning's ``ModelParallelStrategy`` layout, so Lightning's tools read it too)::
+
+    epoch000-step00000010.ckpt/
+        .metadata             DCP's index: each tensor's global shape and where its pieces are
+        __0_0.distcp ...      the pieces rank 0 wrote (one file per rank and writer thread)
+        meta.pt               the rest of the Lightning checkpoint: loops, callbacks, tuneup's
+                              state (written by rank 0, sealed with a checksum like any file)
+        tuneup-sha256.json    the SHA-256 of every file above: written last
+
+Atomic: the directory is written under a hidden temporary name next to its final one
+(``.NAME.tmp-<id>``); each rank hashes the files it wrote, rank 0 writes the manifest,
+fsyncs it and renames the directory onto its final name (a directory being replaced, e.g.
+``best.ckpt``, is moved aside first and deleted after). A save killed at any moment leaves
+the previous checkpoints and, at most, a temporary directory that the next run removes.
+
+Verified on load (:func:`verify`): no manifest means the save did not finish; a file whose
+bytes do not hash to the manifest's value is damaged. Either is
+:class:`~tuneup.trainer.state.checkpoint_io.UnreadableCheckpoint`, so ``resume=auto``
+falls back to the previous checkpoint and says so, as for a single file.
+
+DCP reshards on load: a checkpoint written by 4 processes loads into 2, into 1, or into a
+plain ``strategy=auto`` model (:func:`full_checkpoint`, which is also what
+``tuneup-consolidate`` writes from).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import torch
+
+MANIFEST = "tuneup-sha256.json"
+META = "meta.pt"  # lightning_fabric.utilities.load._METADATA_FILENAME
+TEMP_MARK = ".tmp-"
+OLD_MARK = ".old-"
+STATE_PREFIX = "state_dict."
+
+
+def is_sharded(path: str | Path) -> bool:
+    return Path(path).is_dir()
+
+
+def sha256(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# --------------------------------------------------------------------------------------
+# writing
+# --------------------------------------------------------------------------------------
+
+
+def save(strategy, checkpoint: dict, path: Path) -> None:
+    """Write ``checkpoint`` (Lightning's dict) as a sharded directory at ``path``, atomically.
+
+    Collective: every rank calls it. ``strategy`` gives rank, barrier and all-gather.
+    """
+    from lightning_fabric.strategies.model_parallel import _distributed_checkpoint_save
+
+    from tuneup.trainer.state.checkpoint_io import atomic_save, fsync_directory
+
+    rank = strategy.global_rank
+    token = strategy.broadcast(f"{os.getpid()}")
+    temp = path.with_name(f".{path.name}{TEMP_MARK}{token}")
+    if rank == 0:
+        shutil.rmtree(temp, ignore_errors=True)
+        temp.mkdir(parents=True)
+    strategy.barrier()
+    shards = {"state_dict": checkpoint.pop("state_dict")}
+    for i, state in enumerate(checkpoint.pop("optimizer_states", [])):
+        shards[f"optimizer_{i}"] = state
+    _distributed_checkpoint_save(shards, temp)
+    mine = {p.name: sha256(p) for p in sorted(temp.glob(f"__{rank}_*"))}
+    gathered = [None] * strategy.world_size
+    torch.distributed.all_gather_object(gathered, mine)
+    if rank == 0:
+        atomic_save(checkpoint, temp / META)
+        hashes = {name: digest for part in gathered for name, digest in part.items()}
+        for extra in sorted(temp.iterdir()):
+            if extra.name not in hashes and extra.is_file():
+                hashes[extra.name] = sha256(extra)
+        write_manifest(temp, hashes)
+        fsync_directory(temp)
+        replace(temp, path)
+        fsync_directory(path.parent)
+    strategy.barrier()
+
+
+def write_manifest(directory: Path, hashes: dict[str, str]) -> None:
+    with open(directory / MANIFEST, "w") as f:
+        json.dump({"sha256": hashes}, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def replace(temp: Path, path: Path) -> None:
+    """Rename ``temp`` onto ``path``; an existing ``path`` is moved aside, then deleted."""
+    old = None
+    if path.exists():
+        old = path.with_name(f".{path.name}{OLD_MARK}{os.getpid()}")
+        os.rename(path, old)
+    os.rename(temp, path)
+    if old is not None:
+        remove(old)
+
+
+def remove(path: Path) -> None:
+    """Delete a checkpoint, a file or a directory."""
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def leftovers(directory: Path) -> list[Path]:
+    """Temporary or moved-aside directories of saves that were killed."""
+    return [p for p in directory.glob(".*") if p.is_dir() and (TEMP_MARK in p.name or OLD_MARK in p.name)]  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------
+# reading
+# --------------------------------------------------------------------------------------
+
+
+def verify(path: Path) -> None:
+    """Raise ``UnreadableCheckpoint`` unless every file of the manifest is there, intact."""
+    from tuneup.trainer.state.checkpoint_io import UnreadableCheckpoint
+
+    manifest = path / MANIFEST
+    if not manifest.is_file():
+        raise UnreadableCheckpoint(
+            f"{path} is not a complete sharded checkpoint: it has no {MANIFEST} (written last, "
+            "so its save did not finish)"
+        )
+    try:
+        hashes = json.loads(manifest.read_text())["sha256"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UnreadableCheckpoint(f"{manifest} is corrupt: {exc}") from None
+    for name, expected in sorted(hashes.items()):
+        file = path / name
+        if not file.is_file():
+            raise UnreadableCheckpoint(f"{path} is incomplete: {name} is missing")
+        actual = sha256(file)
+        if actual != expected:
+            raise UnreadableCheckpoint(
+                f"{file} is corrupt: its bytes do not match the SHA-256 it was written with "
+                f"(recorded {expected[:12]}..., found {actual[:12]}...); damaged on disk or in a "
+                "copy"
+            )
+
+
+def load_meta(path: Path, verify_checksum: bool = True) -> dict:
+    """The checkpoint without its tensors' values: ``meta.pt``, plus ``state_dict`` as empty
+    tensors of the saved (global) shapes, from DCP's index, for the resume checks."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from tuneup.trainer.state.checkpoint_io import UnreadableCheckpoint, load
+
+    if verify_checksum:
+        verify(path)
+    if not (path / META).is_file():
+        raise UnreadableCheckpoint(f"{path} is not a complete sharded checkpoint: no {META}")
+    contents = load(path / META, verify_checksum=verify_checksum)
+    try:
+        index = FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    except Exception as exc:  # a damaged .metadata: DCP raises what its unpickler raises
+        raise UnreadableCheckpoint(f"{path}/.metadata cannot be read: {exc}") from None
+    contents["state_dict"] = {
+        key.removeprefix(STATE_PREFIX): torch.empty(item.size, device="meta")
+        for key, item in index.items()
+        if key.startswith(STATE_PREFIX) and isinstance(item, TensorStorageMetadata)
+    }
+    return contents
+
+
+def full_checkpoint(path: Path) -> dict:
+    """The whole checkpoint in one process, full tensors (DCP reassembles the shards): the
+    model's ``state_dict``, ``optimizer_states`` as a plain torch optimizer keeps them, and
+    the rest. Needs no process group."""
+    from lightning_fabric.utilities.load import _load_distributed_checkpoint
+
+    checkpoint = _load_distributed_checkpoint(path)  # state_dict, optimizer_0... and meta.pt
+    states = []
+    while f"optimizer_{len(states)}" in checkpoint:
+        states.append(by_index(checkpoint.pop(f"optimizer_{len(states)}")))
+    checkpoint["optimizer_states"] = states
+    return checkpoint
+
+
+def by_index(state: dict) -> dict:
+    """An optimizer state keyed by parameter name (DCP's) as ``Optimizer.state_dict()`` keys it:
+    by position, in the order of the parameter groups."""
+    index, groups, per_param = 0, [], {}
+    for group in state["param_groups"]:
+        ids = []
+        for name in group["params"]:
+            if name in state["state"]:
+                per_param[index] = state["state"][name]
+            ids.append(index)
+            index += 1
+        groups.append({**group, "params": ids})
+    return {"state": per_param, "param_groups": groups}
