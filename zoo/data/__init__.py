@@ -7,6 +7,7 @@ synthetic_images    images   :mod:`tuneup.zoo.data.images` (default, built in)
 imagefolder         images   :mod:`tuneup.zoo.data.images` (``root/train``, ``root/val``)
 synthetic_tokens    tokens   :mod:`tuneup.zoo.data.tokens` (a learnable Markov chain)
 textfile            tokens   :mod:`tuneup.zoo.data.tokens` (bytes of any text file)
+shards              either   :mod:`tuneup.zoo.data.shards` (what ``tuneup-shards`` wrote)
 ==================  =======  ===============================================
 
 Every data module exposes ``input_shape`` and ``num_classes`` before it loads
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from tuneup.trainer.datamodule import DataModule
 from tuneup.zoo.data.images import ImageFolder, SyntheticImages
+from tuneup.zoo.data.shards import Shards
 from tuneup.zoo.data.tokens import SyntheticTokens, TextFile
 
 DATA: dict[str, type[DataModule]] = {
@@ -26,6 +28,7 @@ DATA: dict[str, type[DataModule]] = {
     "imagefolder": ImageFolder,
     "synthetic_tokens": SyntheticTokens,
     "textfile": TextFile,
+    "shards": Shards,
 }
 
 
@@ -55,6 +58,6 @@ def build_data(cfg, plugins=None) -> DataModule:
 
 
 __all__ = [
-    "DATA", "DataModule", "ImageFolder", "SyntheticImages", "SyntheticTokens", "TextFile",
+    "DATA", "DataModule", "ImageFolder", "Shards", "SyntheticImages", "SyntheticTokens", "TextFile",
     "build_data", "check_data",
 ]  # fmt: skip

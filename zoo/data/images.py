@@ -299,8 +299,8 @@ class ImageFolder(ImageData):
 
     def __init__(self, settings, configure_loader=None) -> None:
         super().__init__(settings, configure_loader)
-        self.root = Path(settings.root).expanduser()
-        self.classes = class_folders(self.root / "train")
+        self.root = Path(self.place(settings)).expanduser()
+        self.classes = self.find_classes()
         self.input_shape = (3, settings.image_size, settings.image_size)
         self.num_classes = len(self.classes)
         self.decoder = settings.get("decoder", "pillow")
@@ -335,20 +335,44 @@ class ImageFolder(ImageData):
         if self.train_set is not None:
             return
         s = self.settings
-        train = _subset(find_samples(self.root / "train", self.classes), s.train_samples, s.seed)
-        val = _subset(find_samples(self.root / "val", self.classes), s.val_samples, s.seed)
+        train = self.split_samples("train", s.train_samples)
+        val = self.split_samples("val", s.val_samples)
         if len(train) < s.batch_size:
             raise TuneupError(
-                f"data.root={str(self.root)!r} has {len(train)} training images, fewer than "
+                f"{self.where} has {len(train)} training images, fewer than "
                 f"data.batch_size={s.batch_size}: no full batch; lower the batch size"
             )
         if self.decoder == "nvjpeg":
-            _jpeg_only(train + val)
+            self.jpeg_only(train, val)
         self.mean, self.std = self._mean_std(train)
         train_crop, val_crop = self._crops()
         self.train_set = ImageFiles(train, self._worker_part(train_crop), self.clock)
         self.val_set = ImageFiles(val, self._worker_part(val_crop))
         self._name_steps()
+
+    @staticmethod
+    def place(settings) -> str:
+        """The folder the data are in (``data.root``; ``data=shards``: ``data.path``)."""
+        return settings.root
+
+    def find_classes(self) -> list[str]:
+        return class_folders(self.root / "train")
+
+    @property
+    def where(self) -> str:
+        """The data's place, as the user gave it (for messages)."""
+        return f"data.root={str(self.root)!r}"
+
+    def split_samples(self, split: str, count: int | None):
+        """``(path, label)`` of a split's images (at most ``count``: a fixed random choice).
+
+        ``data=shards`` gives a sequence of ``(InMemory, label)`` read from its shards instead.
+        """
+        return _subset(find_samples(self.root / split, self.classes), count, self.settings.seed)
+
+    def jpeg_only(self, train, val) -> None:
+        """``data.decoder=nvjpeg`` decodes JPEG only: fail on any other image."""
+        _jpeg_only(train + val)
 
     def _crops(self) -> tuple[TrainCrop, CenterCrop]:
         s = self.settings

@@ -19,12 +19,16 @@ the GPU, torchvision; the workers only read the bytes and draw the crop, see
 :func:`decode_on_device`). With ``draft`` a JPEG is decoded at 1/2, 1/4 or 1/8 of its
 size (libjpeg's DCT scaling, far cheaper than decoding all and shrinking) whenever the
 crop still has ``size`` pixels on both sides after the reduction.
+
+Every worker transform takes a file's path or an :class:`InMemory` image: the encoded bytes
+already read, as ``data=shards`` reads them from a shard (the same decode, crop and draws).
 """
 
 from __future__ import annotations
 
 import io
 import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -84,11 +88,36 @@ def draft_factor(box, size: int) -> int:
 # --- decoding and cropping, in the workers ----------------------------------------------
 
 
+class InMemory(NamedTuple):
+    """An encoded image already read (a shard's sample): its bytes, and its file's suffix
+    (``.jpg``, ``.png``...), which says the format as a file's name does."""
+
+    data: bytes
+    suffix: str
+
+
+def _is_jpeg(path) -> bool:
+    name = path.suffix if isinstance(path, InMemory) else path
+    return name.lower().endswith(JPEG_SUFFIXES)
+
+
+def _file(path):
+    """What Pillow opens: the path, or the bytes as a file."""
+    return io.BytesIO(path.data) if isinstance(path, InMemory) else path
+
+
+def _read(path) -> bytes:
+    if isinstance(path, InMemory):
+        return path.data
+    with open(path, "rb") as f:
+        return f.read()
+
+
 class PillowSource:
     """An image file opened lazily: its size is read from the header, pixels on demand."""
 
-    def __init__(self, path: str) -> None:
-        self.image = Image.open(path)
+    def __init__(self, path) -> None:
+        self.image = Image.open(_file(path))
         self.size = self.image.size
 
     def crop(self, box, size: int, draft: bool) -> np.ndarray:
@@ -106,15 +135,14 @@ class SimplejpegSource(PillowSource):
     """A JPEG decoded by simplejpeg (libjpeg-turbo), with its own scaled decoding; other
     files go through Pillow."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path) -> None:
         import simplejpeg
 
-        self.jpeg = path.lower().endswith(JPEG_SUFFIXES)
+        self.jpeg = _is_jpeg(path)
         if not self.jpeg:
             super().__init__(path)
             return
-        with open(path, "rb") as f:
-            self.data = f.read()
+        self.data = _read(path)
         self.decoder = simplejpeg
         self.size = tuple(simplejpeg.decode_jpeg_header(self.data)[1::-1])
 
@@ -152,7 +180,7 @@ def _decoded_scale(full: int, decoded: int) -> float:
     return eighths / 8 if eighths else decoded / full
 
 
-def open_source(path: str, decoder: str):
+def open_source(path, decoder: str):
     return SimplejpegSource(path) if decoder == "simplejpeg" else PillowSource(path)
 
 
@@ -178,7 +206,7 @@ class TrainCrop:
     def coin(self) -> bool:
         return self.flip and torch.rand(1).item() < 0.5
 
-    def __call__(self, path: str) -> tuple[torch.Tensor, bool]:
+    def __call__(self, path) -> tuple[torch.Tensor, bool]:
         source = open_source(path, self.decoder)
         try:
             box = self.box(source.size)
@@ -210,12 +238,12 @@ class Encoded:
     def __init__(self, crop: TrainCrop) -> None:
         self.crop = crop
 
-    def __call__(self, path: str):
-        with Image.open(path) as img:  # the header only: the size, for the crop box
+    def __call__(self, path):
+        with Image.open(_file(path)) as img:  # the header only: the size, for the crop box
             size = img.size
         box = self.crop.box(size)
         flip = self.crop.coin()
-        data = torch.from_numpy(np.fromfile(path, dtype=np.uint8))
+        data = torch.frombuffer(bytearray(_read(path)), dtype=torch.uint8)
         box = torch.tensor([round(v) for v in box])  # integers: precision casts leave them alone
         return data, flip, box
 
@@ -227,7 +255,7 @@ class OnWorker:
     def __init__(self, crop: TrainCrop, mean, std) -> None:
         self.crop, self.mean, self.std = crop, tuple(mean), tuple(std)
 
-    def __call__(self, path: str) -> torch.Tensor:
+    def __call__(self, path) -> torch.Tensor:
         pixels, flip = self.crop(path)
         return normalize(pixels.flip(-1) if flip else pixels, self.mean, self.std)
 
