@@ -7,10 +7,12 @@ these problems and the plugins' together.
 from __future__ import annotations
 
 import inspect
+import re
 
 import torch
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
+from tuneup.config import did_you_mean
 from tuneup.trainer.optim import check_optim
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
 
@@ -18,8 +20,9 @@ _FRACTION_OR_COUNT = "a fraction in (0, 1] or a whole number of batches >= 0"
 
 TRAINER_RULES = {
     "seed": Integer(low=0),
-    "trainer.max_steps": Integer(low=-1, note="-1: no step limit"),
-    "trainer.max_epochs": Integer(low=-1, also=(None,), note="-1: no epoch limit"),
+    # 0 would train nothing and end "ok": refused (-1 is "no limit", as in Lightning)
+    "trainer.max_steps": Integer(low=1, also=(-1,), note="-1: no step limit"),
+    "trainer.max_epochs": Integer(low=1, also=(-1, None), note="-1: no epoch limit"),
     "trainer.min_steps": Integer(low=0, also=(None,)),
     "trainer.accelerator": OneOf(("auto", "cpu", "gpu", "cuda", "mps")),
     "trainer.num_nodes": Integer(low=1),
@@ -51,12 +54,27 @@ def core_problems(cfg, env, plan) -> list[str]:
 CLOSED_GROUPS = ("model", "data", "optimizer", "scheduler")
 
 
+#: Nodes of conf/config.yaml itself that hold every key they read.
+CLOSED_NODES = ("measure", "grad_accum", "plugins", "report")
+
+
 def _unknown_keys(cfg) -> list[str]:
-    """Keys under a built-in option of a closed group that its config file does not define
-    (``+optimizer.lrr=0.1``): they would be accepted and silently do nothing."""
+    """Keys nothing reads, added with Hydra's ``+`` (``+precison=bf16``, ``+optimizer.lrr=0.1``):
+    they would be accepted and silently do nothing. At the top level, under conf/config.yaml's
+    own nodes, and under a built-in option of a closed group. (``trainer.*``: Lightning's
+    signature, below; a plugin's group: its own check.)"""
     from tuneup.config import builtin_dir
 
-    found = []
+    found = _unknown_top_level(cfg)
+    primary = OmegaConf.load(builtin_dir() / "config.yaml")
+    for name in CLOSED_NODES:
+        node, allowed = cfg.get(name), set(primary.get(name) or {})
+        if isinstance(node, DictConfig):
+            for key in sorted(set(node) - allowed):
+                match = did_you_mean(key, allowed)
+                hint = f"; did you mean {name}.{match}?" if match else ""
+                found.append(f"{name}.{key} is not a setting of {name}; its settings are: "
+                             f"{', '.join(sorted(allowed))}{hint}")  # fmt: skip
     for group in CLOSED_GROUPS:
         node = cfg.get(group)
         if node is None or "_target_" in node or not isinstance(node.get("name"), str):
@@ -66,10 +84,38 @@ def _unknown_keys(cfg) -> list[str]:
             continue
         allowed = set(OmegaConf.load(option)) - {"defaults"}
         settings = ", ".join(sorted(allowed - {"name", "plugin"}))
-        found += [
-            f"{group}.{key} is not a setting of {group}={node.name}; its settings are: {settings}"
-            for key in sorted(set(node) - allowed)
-        ]
+        for key in sorted(set(node) - allowed):
+            match = did_you_mean(key, allowed - {"name", "plugin"})
+            hint = f"; did you mean {group}.{match}?" if match else ""
+            found.append(f"{group}.{key} is not a setting of {group}={node.name}; its settings "
+                         f"are: {settings}{hint}")  # fmt: skip
+    return found
+
+
+def _unknown_top_level(cfg) -> list[str]:
+    """Top-level keys no config file gives and nothing reads (``+precison=bf16``): not a key of
+    conf/config.yaml, not a config group, not set by a preset, not a node switching a plugin
+    on (``plugin: <name>``), and not used by an interpolation (``${my_width}``)."""
+    from tuneup.config import searched_dirs, top_level_keys
+
+    unknown = [k for k in cfg if not (isinstance(cfg.get(k), DictConfig) and "plugin" in cfg[k])]
+    if not unknown:
+        return []
+    known = top_level_keys(searched_dirs())
+    unknown = [k for k in unknown if k not in known]
+    if unknown:
+        text = OmegaConf.to_yaml(cfg, resolve=False)  # interpolations as written
+        known |= {n for ref in re.findall(r"\$\{([^}]*)\}", text) for n in re.findall(r"\w+", ref)}
+    found = []
+    for key in unknown:
+        if key in known:
+            continue
+        value = cfg.get(key)
+        shown = key if isinstance(value, DictConfig) else f"{key}={value}"
+        match = did_you_mean(key, known)
+        hint = f"; did you mean {shown.replace(key, match, 1)}?" if match else ""
+        found.append(f"{shown} is not allowed: {key} is not a config group or setting, nothing "
+                     f"would read it{hint}")  # fmt: skip
     return found
 
 
@@ -98,12 +144,12 @@ def _trainer_argument_problems(cfg) -> list[str]:
         import pytorch_lightning as pl
 
         allowed = set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
-        found = [
-            f"trainer.{key} is not a Lightning Trainer argument; allowed: "
-            f"{', '.join(sorted(allowed))}"
-            for key in cfg.trainer
-            if key not in allowed
-        ]
+        for key in cfg.trainer:
+            if key not in allowed:
+                match = did_you_mean(key, allowed)
+                hint = f"did you mean trainer.{match}? " if match else ""
+                found.append(f"trainer.{key} is not a Lightning Trainer argument; {hint}"
+                             f"allowed: {', '.join(sorted(allowed))}")  # fmt: skip
     devices = cfg.trainer.get("devices", "auto")
     if not (devices == "auto" or (Integer(low=-1)(devices) and devices != 0) or _is_list(devices)):
         found.append(

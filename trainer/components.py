@@ -44,8 +44,30 @@ DATA_KEYS = ("batch_size",)
 
 
 def is_user(node) -> bool:
-    """Whether a ``model`` or ``data`` node names the user's own code (``_target_``)."""
-    return node is not None and TARGET in node
+    """Whether a ``model`` or ``data`` node names the user's own code (``_target_``), or is
+    meant to and does not yet (``model=custom`` without ``model._target_``: ``???``)."""
+    from omegaconf import OmegaConf
+
+    return node is not None and (TARGET in node or OmegaConf.is_missing(node, TARGET))
+
+
+#: What to say when ``model=custom|lightning`` or ``data=custom`` comes without ``_target_``.
+MISSING_TARGET = {
+    "model": "model._target_ is not set: your own model needs the dotted path of its class "
+    "(or of a function returning it), e.g. model._target_=my_project.nets.Net",
+    "data": "data._target_ is not set: your own data needs the dotted path of its "
+    "LightningDataModule (or of a function returning Datasets), e.g. "
+    "data._target_=my_project.data.MyData",
+}
+
+
+def target_path(node, group: str) -> str:
+    """The ``_target_`` of the user's ``model`` or ``data`` node; TuneupError when not given."""
+    from omegaconf import OmegaConf
+
+    if OmegaConf.is_missing(node, TARGET):
+        raise TuneupError(MISSING_TARGET[group])
+    return str(node[TARGET])
 
 
 def arguments(node, drop=()) -> dict:
@@ -162,17 +184,25 @@ class Plan:
 
     @property
     def model_name(self) -> str:
-        return str(self.cfg.model[TARGET] if self.user_model else self.cfg.model.get("name"))
+        return self._name(self.cfg.model, self.user_model)
 
     @property
     def data_name(self) -> str:
-        return str(self.cfg.data[TARGET] if self.user_data else self.cfg.data.get("name"))
+        return self._name(self.cfg.data, self.user_data)
+
+    @staticmethod
+    def _name(node, user: bool) -> str:
+        from omegaconf import OmegaConf
+
+        if not user:
+            return str(node.get("name"))
+        return "???" if OmegaConf.is_missing(node, TARGET) else str(node[TARGET])
 
     # -- the pieces -------------------------------------------------------------------------
 
     @cached_property
     def model_target(self):
-        return locate(self.model_name, "model._target_")
+        return locate(target_path(self.cfg.model, "model"), "model._target_")
 
     @cached_property
     def lightning(self) -> bool:
@@ -214,7 +244,7 @@ class Plan:
         from hydra.utils import instantiate
 
         node = self.cfg.data
-        target = locate(self.data_name, "data._target_")
+        target = locate(target_path(node, "data"), "data._target_")
         if isinstance(self.cfg.get("seed"), int) and self.cfg.seed >= 0:
             pl.seed_everything(self.cfg.seed, workers=True, verbose=False)  # it may draw
         drop = [k for k in DATA_KEYS if node.get(k) is None or not accepts(target, k)]

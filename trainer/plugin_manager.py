@@ -85,6 +85,7 @@ class PluginManager(pluggy.PluginManager):
         self.add_hookspecs(hookspecs)
         self.sources: dict[str, str] = {}  # plugin name -> where it came from
         self.config_keys: dict[str, str] = {}  # plugin named by config -> its config node
+        self.left_out: dict[str, str] = {}  # plugin named by config but disabled -> its node
 
     # -- loading ------------------------------------------------------------------------
 
@@ -102,7 +103,9 @@ class PluginManager(pluggy.PluginManager):
             wanted.setdefault(name, name)
         available = entry_points()
         for name, key in wanted.items():
-            if not pm.is_blocked(name):
+            if pm.is_blocked(name):
+                pm.left_out[name] = key  # a contradiction: check() says so
+            else:
                 pm.register_named(name, cfg, key, available)
         autoload = settings.get("autoload", True) and not os.environ.get(
             "TUNEUP_DISABLE_PLUGIN_AUTOLOAD"
@@ -188,7 +191,12 @@ class PluginManager(pluggy.PluginManager):
             from tuneup.trainer.components import Plan
 
             plan = Plan(cfg)
-        found = []
+        disabled = ",".join((cfg.get("plugins") or {}).get("disable") or [])
+        found = [
+            f"{_setting(cfg, key)} switches plugin '{name}' on, but plugins.disable=[{disabled}] "
+            f"leaves it out: the run would ignore {_setting(cfg, key)}; remove one of the two"
+            for name, key in self.left_out.items()
+        ]
         for impl in self.call_order("check"):
             args = {"cfg": cfg, "env": env, "plan": plan}
             try:
@@ -265,6 +273,23 @@ class PluginManager(pluggy.PluginManager):
             if impls:
                 lines.append(f"  {hook_name:<26} " + " -> ".join(_label(i) for i in impls))
         return "\n".join(lines)
+
+
+def _setting(cfg, key: str) -> str:
+    """How the user chose config node ``key``: ``precision=fp16``, from Hydra's choices or the
+    node's ``name``; the node itself where neither says (an in-process compose of ``ema=on``)."""
+    choice = None
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            choice = HydraConfig.get().runtime.choices.get(key)
+    except ImportError:
+        pass
+    if choice is None:
+        node = cfg.get(key)
+        choice = node.get("name") if isinstance(node, DictConfig) else None
+    return f"{key}={choice}" if choice is not None else f"{key} (plugin: {cfg[key].plugin})"
 
 
 def _instantiate(cls, cfg, name: str):

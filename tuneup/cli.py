@@ -50,7 +50,20 @@ def main() -> None:
     config.warn_shadowed(argv)
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # the user's own modules, as `python -m tuneup` sees them
-    _hydra_main()
+    try:
+        _hydra_main()
+    except (SystemExit, Exception) as exc:  # Hydra reports its own errors, then exits 1
+        if not _started and (not isinstance(exc, SystemExit) or exc.code == 1):
+            try:
+                hints = config.override_hints(argv)  # "Could not override": which key was meant
+            except Exception:  # a hint must never hide Hydra's own message
+                hints = []
+            for line in hints:
+                print(line, file=sys.stderr, flush=True)
+        raise
+
+
+_started = False  # whether Hydra got as far as calling task(): a config was composed
 
 
 def _hydra_main() -> None:
@@ -71,6 +84,8 @@ def task(cfg):
     callback that writes the report (tuneup/report/callback.py, which then exits 1 if any
     run failed); the Optuna sweeper records the NaN trial as failed.
     """
+    global _started
+    _started = True
     from tuneup import console
     from tuneup.trainer.runner import run
     from tuneup.trainer.state.preemption import Preempted

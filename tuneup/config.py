@@ -47,6 +47,7 @@ USER_DIR = "conf"
 HYDRA_GROUP = "hydra"
 
 _extra_dirs: list[Path] = []  # compose(config_dir=...): like --config-dir, for Python callers
+_composed_dirs: list[Path] = []  # the config_dir of the last compose, for the checks of its keys
 
 
 def builtin_dir() -> Path:
@@ -160,6 +161,7 @@ def compose(overrides=(), config_dir: str | Path | None = None):
     from hydra import initialize_config_module
 
     _extra_dirs[:] = [Path(config_dir).resolve()] if config_dir is not None else []
+    _composed_dirs[:] = _extra_dirs
     try:
         with initialize_config_module(config_module=f"{PROJECT}.conf", version_base="1.3"):
             register()  # plugins installed since the last call are seen
@@ -199,3 +201,116 @@ def warn_shadowed(argv: list[str]) -> None:
         for name in shadowed(folder):
             print(f"warning: {folder / name} is not used: tuneup's built-in {name} has the same "
                   "name and is found first; rename yours", file=sys.stderr)  # fmt: skip
+
+
+# -- keys nothing reads: a typo that would train the default (trainer/checks.py, tuneup/cli.py) --
+
+
+def searched_dirs() -> list[Path]:
+    """Every config folder this process's run was composed from (as far as it can be known)."""
+    folders = [builtin_dir(), *_composed_dirs, user_dir(), *plugin_dirs().values()]
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():  # --config-dir among them
+            sources = HydraConfig.get().runtime.config_sources
+            folders += [Path(s.path) for s in sources if s.schema == "file" and s.path]
+    except ImportError:
+        pass
+    return [f for f in folders if f is not None and f.is_dir()]
+
+
+def top_level_keys(folders: list[Path]) -> set[str]:
+    """The top-level keys configs in ``folders`` can give a run: primary configs' keys, each
+    group's name, and the keys that presets (``# @package _global_`` files) set."""
+    found: set[str] = set()
+    for folder in folders:
+        for path in folder.rglob("*.yaml"):
+            parts = path.relative_to(folder).parts
+            if parts[0] == HYDRA_GROUP:
+                continue
+            if len(parts) == 1 or _is_global(path):
+                loaded = OmegaConf.load(path)
+                if OmegaConf.is_dict(loaded):
+                    found |= set(loaded.keys()) - {"defaults"}
+            else:
+                found.add(parts[0])
+    return found
+
+
+def _is_global(path: Path) -> bool:
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            return False
+        if line.lstrip("# ").startswith("@package"):
+            return line.split("@package", 1)[1].strip().startswith("_global_")
+    return False
+
+
+def did_you_mean(name: str, candidates) -> str | None:
+    """The candidate ``name`` is most likely a typo of, or None."""
+    import difflib
+
+    found = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.75)
+    return found[0] if found else None
+
+
+def suggest_key(cfg, key: str, extra: dict[str, set[str]] | None = None) -> str | None:
+    """The existing dotted key of ``cfg`` that ``key`` is most likely a typo of, or None.
+    ``extra``: more names allowed under a parent (``trainer``: Lightning's arguments)."""
+    parent, _, leaf = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+    candidates = set(node.keys()) if hasattr(node, "keys") else set()
+    candidates |= (extra or {}).get(parent, set())
+    match = did_you_mean(leaf, candidates)
+    return None if match is None else (f"{parent}.{match}" if parent else match)
+
+
+def override_hints(argv: list[str]) -> list[str]:
+    """For overrides Hydra refused as unknown keys (``precison=bf16``: "Could not override"),
+    the key most likely meant. Composes the config again, so only called after a failure."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+
+    try:
+        args = get_args_parser().parse_args(argv)
+        overrides = OverridesParser.create().parse_overrides(args.overrides)
+    except Exception:
+        return []
+    changes = [o for o in overrides if o.type == OverrideType.CHANGE and o.package is None
+               and not o.key_or_group.startswith(f"{HYDRA_GROUP}.")]  # fmt: skip
+    chosen = [o.input_line for o in changes if "." not in o.key_or_group
+              and not o.is_sweep_override()]  # fmt: skip
+    cfg = None
+    for attempt in (chosen, []):  # the groups as chosen, else the defaults
+        try:
+            cfg = compose(attempt, config_dir=args.config_dir)
+            break
+        except Exception:
+            continue
+    if cfg is None:
+        return []
+    hints, absent = [], object()
+    for o in changes:
+        key = o.key_or_group
+        if OmegaConf.select(cfg, key, default=absent) is not absent:
+            continue
+        match = suggest_key(cfg, key)
+        if match is None and key.startswith("trainer."):  # Lightning's others, with a +
+            match = suggest_key(cfg, key, {"trainer": trainer_arguments()})
+        if match is not None:
+            value = o.input_line.split("=", 1)[1]
+            plus = "" if OmegaConf.select(cfg, match, default=absent) is not absent else "+"
+            hints.append(f"did you mean {plus}{match}={value}? ({key} is not a setting; "
+                         f"+{key}={value} would be refused: nothing reads it)")  # fmt: skip
+    return hints
+
+
+def trainer_arguments() -> set[str]:
+    """The Lightning Trainer's argument names (imports Lightning: seconds, so only on demand)."""
+    import inspect
+
+    import pytorch_lightning as pl
+
+    return set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}

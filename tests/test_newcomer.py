@@ -1,0 +1,88 @@
+"""What a newcomer types first: typos, contradictions and missing pieces are refused with a line
+that says what was meant, before anything is trained (issue 25)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import compose_config
+from tuneup.trainer.runner import ConfigError, run
+
+
+def refused(tmp_path, *overrides) -> str:
+    """The config error of a run with ``overrides``; nothing may have been trained."""
+    with pytest.raises(ConfigError) as info:
+        run(compose_config(overrides), run_dir=tmp_path / "run")
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    return str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("+precison=bf16", "precison=bf16 is not allowed: precison is not a config group or "
+         "setting, nothing would read it; did you mean precision=bf16?"),
+        ("+trainer.max_step=3", "trainer.max_step is not a Lightning Trainer argument; did you "
+         "mean trainer.max_steps?"),
+        ("+plugins.lst=true", "plugins.lst is not a setting of plugins; its settings are: "
+         "autoload, disable, list; did you mean plugins.list?"),
+        ("+optimizer.lrr=0.1", "did you mean optimizer.lr?"),
+        ("+foo.bar=1", "foo is not allowed: foo is not a config group or setting"),
+    ],
+)  # fmt: skip
+def test_a_key_nothing_reads_is_refused_with_what_was_meant(tmp_path, override, expected):
+    assert expected in refused(tmp_path, override)
+
+
+def test_a_top_level_key_used_by_an_interpolation_is_read(train):
+    summary, _ = train("+my_width=4", "model.width=${my_width}", "trainer.max_steps=1")
+    assert summary["status"] == "ok"
+
+
+def test_hydras_could_not_override_says_what_was_meant(cli, tmp_path):
+    for typo, meant in [("precison=bf16", "did you mean precision=bf16?"),
+                        ("trainer.max_step=3", "did you mean trainer.max_steps=3?")]:  # fmt: skip
+        result = cli(typo)
+        assert result.returncode == 1
+        assert f"Could not override '{typo.split('=')[0]}'" in result.stderr  # Hydra's own
+        assert meant in result.stderr and "would be refused" in result.stderr
+        assert not (tmp_path / "run").exists()
+
+
+def test_disabling_a_plugin_the_config_switches_on_is_refused_naming_both(tmp_path):
+    message = refused(tmp_path, "precision=fp16", "plugins.disable=[precision]")
+    assert ("precision=fp16 switches plugin 'precision' on, but plugins.disable=[precision] "
+            "leaves it out") in message  # fmt: skip
+
+
+def test_disabling_an_installed_plugin_switched_on_by_config_is_refused(tmp_path, monkeypatch):
+    package = tmp_path / "site" / "tuneup_probe"
+    (package / "conf" / "probe").mkdir(parents=True)
+    (package / "__init__.py").write_text("class Plugin:\n    pass\n")
+    (package / "conf" / "probe" / "on.yaml").write_text("plugin: probe\nname: 'on'\n")
+    (package / "conf" / "probe" / "off.yaml").write_text("name: 'off'\n")
+    info = tmp_path / "site" / "tuneup_probe-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tuneup-probe\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[tuneup]\nprobe = tuneup_probe:Plugin\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    message = refused(tmp_path, "probe=on", "plugins.disable=[probe]")
+    assert "probe=on switches plugin 'probe' on, but plugins.disable=[probe]" in message
+
+
+@pytest.mark.parametrize("override", ["trainer.max_steps=0", "trainer.max_epochs=0"])
+def test_a_run_that_would_train_nothing_is_refused(tmp_path, override):
+    key = override.split("=")[0]
+    assert f"{key}=0 is not allowed: expected an integer >= 1 or -1" in refused(tmp_path, override)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        (["model=custom"], "model._target_ is not set: your own model needs the dotted path"),
+        (["model=lightning"], "model._target_ is not set"),
+        (["data=custom"], "data._target_ is not set: your own data needs the dotted path"),
+    ],
+)
+def test_own_model_or_data_without_target_names_the_key(tmp_path, overrides, expected):
+    assert expected in refused(tmp_path, *overrides)
