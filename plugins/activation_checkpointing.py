@@ -36,11 +36,20 @@ memory_format, so the order between those two (pluggy: registration order) does
 not matter. torch's own ``checkpoint_wrapper`` (torch.distributed) adds a
 ``_checkpoint_wrapped_module`` level to every parameter name, which is why it is
 not used here.
+
+A model that keeps a key/value cache while training (a Hugging Face model whose
+``config.use_cache`` is true, GPT-2's default) appends to it in each block's forward, so
+the recompute sees a longer cache and runs other ops than the forward did: selective
+checkpointing fails mid-training (``aten.slice.Tensor encountered during backward but
+not found in storage``) and ``blocks`` only works because the cache is sliced. Training
+needs no cache, so it is switched off on the model (``config.use_cache = False``), with a
+line in the log and ``use_cache`` in this plugin's summary settings.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from contextlib import contextmanager
 
 import torch
@@ -54,6 +63,8 @@ from torch.utils.checkpoint import (
 
 from tuneup import TuneupError, hookimpl
 from tuneup.trainer.validation import Integer, Number, OneOf, problem, problems
+
+log = logging.getLogger(__name__)
 
 CHOICES = ("blocks", "selective")
 #: What ``save`` may name: kinds of ops whose outputs selective checkpointing keeps.
@@ -251,6 +262,17 @@ def checkpoint_blocks(
     return names
 
 
+def switch_cache_off(model: nn.Module) -> bool:
+    """Set ``config.use_cache = False`` on every module of ``model`` whose config has it true
+    (a transformers model: its key/value cache changes what a recompute runs, see the module
+    docstring). Returns whether any was on."""
+    configs = {id(c): c for m in model.modules() if (c := getattr(m, "config", None)) is not None}
+    switched = [c for c in configs.values() if getattr(c, "use_cache", None) is True]
+    for config in switched:
+        config.use_cache = False
+    return bool(switched)
+
+
 def no_blocks_reason(model: nn.Module, block_types, model_name: str) -> str | None:
     """Why nothing would be checkpointed in ``model``, or None when some block matches."""
     if select_blocks(model, block_types):
@@ -292,6 +314,7 @@ class Plugin:
         self.save = list(settings.get("save") or [])
         self.recompute_wider_than = settings.get("recompute_wider_than")
         self.checkpointed: list[str] | None = None
+        self.cache_switched_off = False
         self.model_name = "the model"
 
     @property
@@ -325,6 +348,11 @@ class Plugin:
         if reason:
             raise TuneupError(reason)
         self.checkpointed = checkpoint_blocks(model, self.block_types, self.every_n, self.policy)
+        self.cache_switched_off = switch_cache_off(model)
+        if self.cache_switched_off:
+            log.info("activation_checkpointing: the model's key/value cache is switched off for "
+                     "training (config.use_cache=False): recomputed blocks must run the ops of "
+                     "their forward, which a growing cache changes")  # fmt: skip
         return model
 
     def describe(self):
@@ -333,4 +361,6 @@ class Plugin:
             settings |= {"save": self.save, "recompute_wider_than": self.recompute_wider_than}
         if self.checkpointed is not None:
             settings["checkpointed_blocks"] = len(self.checkpointed)
+        if self.cache_switched_off:
+            settings["use_cache"] = "switched off for training (config.use_cache=False)"
         return settings

@@ -355,7 +355,7 @@ class Plan:
         batch = self.example_batch()
         if self.task.model_loss:
             return tasks.call_model(model, batch)
-        return model(batch[0])
+        return tasks.logits_of(tasks.forward(model, batch[0]))
 
 
 def _pair(batch) -> bool:
@@ -416,6 +416,8 @@ def pairing_problems(plan: Plan) -> list[str]:
             return found
 
     both = f"model {plan.model_name} and data {plan.data_name}"
+    if plan.task.model_loss and (found := _shifted_labels_problems(plan)):
+        return found
     batch = plan.example_batch()
     if not plan.task.model_loss and not _pair(batch):
         return [f"task={plan.task.name} needs (input, target) batches, but data "
@@ -432,6 +434,28 @@ def pairing_problems(plan: Plan) -> list[str]:
     if output is None or plan.task.model_loss:
         return _loss_problems(plan, output)
     return _output_problems(plan, output, plan.sample[1] if plan.user_data else batch[1])
+
+
+def _shifted_labels_problems(plan: Plan) -> list[str]:
+    """A transformers causal LM under task=model_loss gets ``labels=y`` and shifts them by one
+    itself: targets that are already the next tokens (tuneup's token data, or a user's whose
+    ``y[:, :-1]`` is ``x[:, 1:]``) would teach it the token after next."""
+    if plan._meta_model is None or not tasks.is_causal_lm(plan._meta_model):
+        return []
+    if plan.user_data:
+        batch = plan.sample
+        shifted = (_pair(batch) and isinstance(batch[0], torch.Tensor) and batch[0].dim() == 2
+                   and batch[0].shape == batch[1].shape and not torch.equal(batch[0], batch[1])
+                   and torch.equal(batch[0][:, 1:], batch[1][:, :-1]))  # fmt: skip
+    else:
+        shifted = plan.data.inputs == "tokens"
+    if not shifted:
+        return []
+    return [f"task=model_loss: model {plan.model_name} is a transformers causal LM, which "
+            f"shifts its labels by one itself, but the targets of data {plan.data_name} are "
+            "already the next tokens (y[t] = x[t+1]): it would learn the token after next. "
+            "Use task=next_token (tuneup's loss on the model's .logits against y), or give "
+            "batches of the input ids alone (labels = input_ids)"]  # fmt: skip
 
 
 def _loss_problems(plan: Plan, output) -> list[str]:

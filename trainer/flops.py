@@ -8,7 +8,10 @@ copy is built from the config, before plugins transform the model, so the
 count is the model's own arithmetic ("model FLOPs" in the PaLM paper's MFU):
 recomputation under activation checkpointing, kernel swaps and compilation do
 not change it. Only matrix products and convolutions are counted (what
-FlopCounterMode knows), which is where the FLOPs of these models are.
+FlopCounterMode knows), which is where the FLOPs of these models are. A model
+that cannot run on the meta device (its forward reads a tensor's value, as
+transformers' models do) is counted once on a real copy on the CPU instead
+(:func:`count_flops`); where that fails too, ``mfu_note`` says why.
 
 Attention is counted as it is computed: a causal ``scaled_dot_product_attention``
 (``is_causal=True``, as model=gpt calls it) skips the masked half of the score
@@ -31,6 +34,7 @@ import re
 
 import torch
 from torch.nn import functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode, bmm_flop
 
@@ -73,35 +77,68 @@ def example_batch(data, batch_size: int = 2, device="meta") -> tuple[torch.Tenso
     return x, torch.zeros(batch_size, dtype=torch.long, device=device)
 
 
-def flops_per_sample(plan) -> float | None:
-    """Model FLOPs of one training sample (forward + backward), counted on the meta device.
+#: The largest model (fp32 parameter bytes) that :func:`count_flops` copies to the CPU to count
+#: it with a real forward, when it cannot run on the meta device.
+REAL_COPY_LIMIT = 2**30
 
-    ``plan`` is the run's :class:`~tuneup.trainer.components.Plan`: its model on the meta
-    device and a batch shaped like the data's. None when the model cannot be built or run
-    on the meta device (a builder or a forward that needs real tensors).
+
+def flops_per_sample(plan) -> float | None:
+    """Model FLOPs of one training sample (forward + backward); None when they cannot be
+    counted (:func:`count_flops` says why)."""
+    return count_flops(plan)[0]
+
+
+def count_flops(plan) -> tuple[float | None, str | None]:
+    """(model FLOPs of one training sample, None) or (None, why they could not be counted).
+
+    ``plan`` is the run's :class:`~tuneup.trainer.components.Plan`. Counted on its model on
+    the meta device with a batch shaped like the data's. A model whose forward reads a
+    tensor's value (transformers' models call ``.item()`` on their attention mask) cannot run
+    there: it is then counted once on a real copy on the CPU, built from the config, with the
+    random number generators forked (the run's model, its RNG stream and memory untouched),
+    up to :data:`REAL_COPY_LIMIT` bytes of parameters.
     """
+    model = plan.meta_model()
+    if model is None:
+        cause = plan.meta_error
+        return None, "the model cannot be built on the meta device" + (
+            f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+        )
+    try:
+        return _count(plan, model, plan.example_batch()), None
+    except Exception as exc:  # a measurement must never stop a run; mfu_note says why
+        meta_failure = f"{type(exc).__name__}: {exc}".splitlines()[0]
+    size = sum(p.numel() for p in model.parameters()) * 4
+    if size > REAL_COPY_LIMIT:
+        return None, (f"the model does not run on the meta device ({meta_failure}), and at "
+                      f"{size / 2**30:.1f} GiB is too large to count on a CPU copy")  # fmt: skip
+    try:  # the math attention: FlopCounterMode does not count the CPU's fused kernel
+        with torch.random.fork_rng(devices=[]), sdpa_kernel(SDPBackend.MATH):
+            real = plan.build_model()
+            return _count(plan, real, plan.example_batch(device="cpu")), None
+    except Exception as exc:
+        return None, (f"the model does not run on the meta device ({meta_failure}), nor on "
+                      f"the CPU: {type(exc).__name__}: {exc}".splitlines()[0])  # fmt: skip
+
+
+def _count(plan, model, batch) -> float:
+    """FLOPs per sample of one forward, loss and backward of ``model`` on ``batch``."""
     from tuneup.trainer import task as tasks
     from tuneup.trainer.components import first_tensor
 
-    model = plan.meta_model()
-    if model is None:
-        return None
     model.train()
-    try:
-        batch = plan.example_batch()
-        size = len(first_tensor(batch))  # FLOPs are linear in the batch (2 samples here)
-        with FlopCounterMode(display=False) as counter, AttentionCalls() as attention:
-            if plan.lightning:  # its forward; what else its training_step does is not counted
-                x = batch[0] if isinstance(batch, (list, tuple)) else batch
-                loss = model(x).float().sum()
-            elif plan.task.model_loss:
-                loss = tasks.returned_loss(tasks.call_model(model, batch))
-            else:
-                loss = plan.task.loss_fn(model(batch[0]), batch[1])
-            loss.backward()
-        return (counter.get_total_flops() - attention.masked_flops()) / size
-    except Exception:  # a measurement must never stop a run; mfu_note says it is missing
-        return None
+    size = len(first_tensor(batch))  # FLOPs are linear in the batch (2 samples here)
+    with FlopCounterMode(display=False) as counter, AttentionCalls() as attention:
+        if plan.lightning:  # its forward; what else its training_step does is not counted
+            x = batch[0] if isinstance(batch, (list, tuple)) else batch
+            loss = model(x).float().sum()
+        elif plan.task.model_loss:
+            loss = tasks.returned_loss(tasks.call_model(model, batch))
+        else:
+            logits = tasks.logits_of(tasks.forward(model, batch[0]))
+            loss = plan.task.loss_fn(logits, batch[1])
+        loss.backward()
+    return (counter.get_total_flops() - attention.masked_flops()) / size
 
 
 class AttentionCalls(TorchFunctionMode):
@@ -138,17 +175,23 @@ class AttentionCalls(TorchFunctionMode):
 
 
 def throughput(
-    flops: float | None, samples_per_s: float | None, device_name: str, devices: int
+    flops: float | None,
+    samples_per_s: float | None,
+    device_name: str,
+    devices: int,
+    flops_note: str | None = None,
 ) -> dict:
     """``flops_per_sample``, ``achieved_tflops`` (all devices), ``mfu`` and ``peak_tflops``
-    (per device), and ``mfu_note`` saying why MFU is missing when it is."""
+    (per device), and ``mfu_note`` saying why MFU is missing when it is (``flops_note``: why
+    the FLOPs could not be counted, from :func:`count_flops`)."""
     achieved = flops * samples_per_s / 1e12 if flops and samples_per_s else None
     peak = peak_tflops(device_name or "")
     figures = {"flops_per_sample": flops, "achieved_tflops": achieved, "peak_tflops": peak,
                "mfu": achieved / (peak * devices) if achieved and peak else None}  # fmt: skip
     if figures["mfu"] is None:
         figures["mfu_note"] = (
-            "FLOPs could not be counted on the meta device" if not flops
+            f"FLOPs could not be counted: {flops_note or 'the model cannot run on the meta device'}"
+            if not flops
             else "no measured samples/s" if not samples_per_s
             else f"no known peak for device {device_name!r} (trainer/flops.py PEAK_TFLOPS)"
         )  # fmt: skip

@@ -49,7 +49,7 @@ class TrainingModule(pl.LightningModule):
         self._transforms = bool(plugins.call_order("transform_batch"))
 
     def forward(self, x):
-        return self.model(x)
+        return tasks.forward(self.model, x)
 
     def compute(self, batch):
         """(loss, output) of one batch under the task."""
@@ -57,7 +57,7 @@ class TrainingModule(pl.LightningModule):
             output = tasks.call_model(self.model, batch)
             return tasks.returned_loss(output), None
         x, y = batch
-        output = self.model(x)
+        output = tasks.logits_of(tasks.forward(self.model, x))  # a transformers output: .logits
         return self.loss_fn(output, y), output
 
     def training_step(self, batch, batch_idx):

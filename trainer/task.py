@@ -13,6 +13,12 @@ model_loss     the model is called with the whole batch        what it returns: 
 auto           ``next_token`` on token data (``model=gpt``), else ``classification``
 =============  ==============================================  =========================
 
+A Hugging Face ``transformers.PreTrainedModel`` is called by its own convention: its input
+by keyword (``model(input_ids=x)``, ``main_input_name``), and under ``model_loss``
+``model(input_ids=x, labels=y)``, or ``labels=x`` for a batch of inputs alone (a causal
+LM shifts its labels itself); the loss is the output's ``.loss``, the logits its ``.logits``
+(a positional ``model(x, y)`` would put ``y`` in the model's cache argument).
+
 Cross-entropy is computed in fp32 whatever the autocast type. For 2-D logits the two
 cross-entropy tasks are the same computation, so the built-in image models train exactly as
 before this option existed.
@@ -20,6 +26,7 @@ before this option existed.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -69,14 +76,66 @@ def resolve(name: str, inputs: str | None) -> Task:
     return TASKS[name]
 
 
+def is_transformers(model) -> bool:
+    """Whether ``model`` is a Hugging Face ``transformers.PreTrainedModel``. transformers is
+    not imported for this: a model of its classes means it already is."""
+    library = sys.modules.get("transformers")
+    return library is not None and isinstance(model, library.PreTrainedModel)
+
+
+def is_causal_lm(model) -> bool:
+    """Whether ``model`` is (or derives from) one of transformers' causal LM classes: those
+    shift their ``labels`` by one themselves (``labels=input_ids``)."""
+    if not is_transformers(model):
+        return False
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    names = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+    return any(cls.__name__ in names for cls in type(model).__mro__)
+
+
+def forward(model, x):
+    """``model``'s output for the input ``x``: ``model(x)``; a transformers model gets it by
+    keyword (``input_ids=x``, or whatever its ``main_input_name`` is)."""
+    if is_transformers(model):
+        return model(**{model.main_input_name: x})
+    return model(x)
+
+
+def logits_of(output):
+    """The logits in a model's output: the tensor itself, or a transformers output's
+    ``.logits`` (``out["logits"]``); anything else as it is, for the checks to name."""
+    if isinstance(output, torch.Tensor):
+        return output
+    found = output.get("logits") if isinstance(output, Mapping) else getattr(output, "logits", None)
+    return found if isinstance(found, torch.Tensor) else output
+
+
 def call_model(model, batch):
     """``model`` called with a whole batch (task=model_loss): ``model(**batch)`` for a dict,
-    ``model(*batch)`` for a tuple or list, else ``model(batch)``."""
+    ``model(*batch)`` for a tuple or list, else ``model(batch)``; a transformers model with
+    :func:`labelled` keywords."""
     if isinstance(batch, Mapping):
         return model(**batch)
+    if is_transformers(model):
+        return model(**labelled(model, batch))
     if isinstance(batch, (tuple, list)):
         return model(*batch)
     return model(batch)
+
+
+def labelled(model, batch) -> dict:
+    """A batch as a transformers model's keywords: ``(x, y)`` -> ``input_ids=x, labels=y``;
+    ``x`` alone (a tensor or a 1-tuple) -> ``input_ids=x, labels=x``, the convention of its
+    causal LMs, which shift the labels themselves."""
+    items = list(batch) if isinstance(batch, (tuple, list)) else [batch]
+    if len(items) not in (1, 2):
+        raise TypeError(
+            f"task=model_loss: a transformers model takes (inputs, labels), inputs alone, or a "
+            f"dict of its keywords; the batch has {len(items)} parts"
+        )
+    x, y = items if len(items) == 2 else items * 2
+    return {model.main_input_name: x, "labels": y}
 
 
 def returned_loss(output) -> torch.Tensor:

@@ -1,0 +1,91 @@
+"""Hugging Face ``transformers`` models trained as ``model=custom``: a tiny GPT-2 built from a
+config (nothing downloaded), called by its own conventions (trainer/task.py), its key/value
+cache switched off under activation checkpointing, its FLOPs counted."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import compose_config
+from tests.hf_models import counting, tiny_gpt2
+from tuneup.trainer import flops
+from tuneup.trainer import task as tasks
+from tuneup.trainer.components import Plan
+from tuneup.trainer.runner import ConfigError, run
+
+GPT2 = ["model=custom", "model._target_=tests.hf_models.tiny_gpt2", "~model.width"]
+#: tuneup's token data: x and its next tokens y
+TOKENS = ["data=synthetic_tokens", "data.vocab_size=32", "data.context=16",
+          "data.train_samples=64", "data.val_samples=32", "data.batch_size=16"]  # fmt: skip
+#: the user's token data: input ids alone, or with labels aligned to them
+OWN_TOKENS = ["data=custom", "data._target_=tests.hf_models.token_data", "data.batch_size=16"]
+
+
+@pytest.mark.parametrize("how", ["blocks", "selective"])
+def test_activation_checkpointing_trains_gpt2_as_off_does_with_its_cache_off(train, how, tmp_path):
+    plain, _ = train(*GPT2, *TOKENS, "task=next_token", run_dir=tmp_path / "off")
+    checkpointed, _ = train(*GPT2, *TOKENS, "task=next_token", f"activation_checkpointing={how}",
+                            "activation_checkpointing.block_types=[GPT2Block]",
+                            run_dir=tmp_path / how)  # fmt: skip
+    assert checkpointed["status"] == "ok"  # selective failed mid-training: aten.slice.Tensor ...
+    settings = checkpointed["plugins"]["activation_checkpointing"]
+    assert settings["checkpointed_blocks"] == 2
+    assert settings["use_cache"] == "switched off for training (config.use_cache=False)"
+    assert checkpointed["loss_curve"]["loss"] == plain["loss_curve"]["loss"]  # the same training
+
+
+def test_next_token_takes_the_logits_of_a_transformers_output(train):
+    summary, _ = train(*GPT2, *TOKENS, "task=next_token")
+    assert summary["status"] == "ok" and 0 <= summary["val"]["acc"] <= 1
+
+
+def test_model_loss_calls_transformers_with_input_ids_and_labels():
+    model = tiny_gpt2().eval()
+    x = counting(4, seed=3)
+    own = model(input_ids=x, labels=x).loss
+    assert torch.equal(tasks.returned_loss(tasks.call_model(model, (x, x))), own)
+    assert torch.equal(tasks.returned_loss(tasks.call_model(model, [x])), own)  # labels = ids
+    assert torch.equal(tasks.returned_loss(tasks.call_model(model, x)), own)
+    assert torch.equal(tasks.logits_of(tasks.forward(model, x)), model(input_ids=x).logits)
+
+
+@pytest.mark.parametrize("kind", ["inputs", "pairs"])
+def test_model_loss_trains_gpt2_on_its_own_labels(train, kind):
+    summary, _ = train(*GPT2, *OWN_TOKENS, f"data.kind={kind}", "task=model_loss",
+                       "optimizer=adamw", "optimizer.lr=0.01", "trainer.max_epochs=3")  # fmt: skip
+    assert summary["status"] == "ok"
+    curve = summary["loss_curve"]["loss"]
+    assert curve[-1] < curve[0] - 1.0  # the counting pattern is learned
+
+
+def test_model_loss_on_next_token_targets_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"task=model_loss: model tests.hf_models.tiny_gpt2 is "
+                       r"a transformers causal LM, which shifts its labels by one itself.*Use "
+                       r"task=next_token"):  # fmt: skip
+        run(compose_config([*GPT2, *TOKENS, "task=model_loss"]), run_dir=tmp_path)
+
+
+def test_flops_of_a_model_that_cannot_run_on_meta_are_counted_on_a_cpu_copy(train):
+    def plan(use_cache):
+        return Plan(compose_config([*GPT2, *TOKENS, "task=next_token",
+                                    f"model.use_cache={use_cache}"]))  # fmt: skip
+
+    cached = flops.count_flops(plan(True))  # runs on the meta device
+    rng = torch.random.get_rng_state()
+    uncached = flops.count_flops(plan(False))  # .item() on a meta tensor: counted on the CPU
+    assert uncached == cached and cached[0] > 0
+    assert torch.equal(torch.random.get_rng_state(), rng)  # the run's random stream untouched
+    summary, _ = train(*GPT2, *TOKENS, "task=next_token", "model.use_cache=false")
+    assert summary["flops_per_sample"] == cached[0]
+
+
+def test_selective_checkpointing_of_a_gpt2_with_its_cache_on_runs_backward(make_config):
+    from tuneup.plugins.activation_checkpointing import Plugin
+
+    cfg = make_config(["activation_checkpointing=selective",
+                       "activation_checkpointing.block_types=[GPT2Block]"])  # fmt: skip
+    model = Plugin(cfg).configure_model(cfg=cfg, model=tiny_gpt2(use_cache=True))
+    x = counting(2, seed=0)
+    model(input_ids=x, labels=x).loss.backward()  # was: aten.slice.Tensor ... not found in storage
+    assert model.config.use_cache is False
