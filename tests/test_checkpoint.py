@@ -108,6 +108,34 @@ def test_a_nan_loss_stops_the_run_naming_the_step(train, tmp_path):
     assert path.name == checkpoint_name(0, 1) and all(t.isfinite().all() for t in weights.values())
 
 
+class NanData:
+    """Puts a NaN into the input of training micro-batch ``at`` (1-based), as bad data would."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.seen = at, 0
+
+    @hookimpl
+    def transform_batch(self, batch):
+        x, y = batch
+        if torch.is_grad_enabled():  # training batches only
+            self.seen += 1
+            if self.seen == self.at:
+                x = x.clone()
+                x.view(-1)[5] = math.nan
+        return x, y
+
+
+def test_nan_in_the_data_is_named_as_the_data_not_divergence(train, add_plugin):
+    add_plugin(NanData(at=3))
+    with pytest.raises(Diverged) as raised:
+        train(*MLP, tiny=False)
+    text = str(raised.value)
+    assert text.startswith("the data holds NaN or inf: the loss was nan in step 3 (epoch 0, "
+                           "batch 2 of the epoch) on rank 0, and that batch held non-finite "
+                           "values in batch[0] (1 of 98304 values).")  # fmt: skip
+    assert "learning rate" not in text and "fp16" not in text
+
+
 class Poison:
     """Makes a weight infinite right after optimizer step ``step``, before it could be saved."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import math
 import os
 import random
 import struct
@@ -309,6 +310,25 @@ def test_a_nonfinite_loss_names_step_and_rank():
     watch.observe(torch.tensor(1.0), step=1, epoch=0, batch=0, rank=0)
     with pytest.raises(Diverged, match=r"loss was nan in step 7 \(epoch 1, batch 3 .*rank 2"):
         watch.observe(torch.tensor(float("nan")), step=7, epoch=1, batch=3, rank=2)
+
+
+def test_a_deferred_check_says_when_the_bad_micro_batch_held_nan_data():
+    watch = LossWatch()
+    tokens, images = torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 3)
+    watch.observe(torch.tensor(1.0), step=1, epoch=0, batch=0, rank=0, deferred=True,
+                  data=(images, tokens))  # fmt: skip
+    bad = images.clone()
+    bad[1, 2] = math.inf
+    watch.observe(torch.tensor(math.nan), step=2, epoch=0, batch=1, rank=0, deferred=True,
+                  data={"pixels": bad, "labels": tokens})  # fmt: skip
+    with pytest.raises(Diverged, match=r"^the data holds NaN or inf: .*step 2 .*batch held "
+                       r"non-finite values\. The training did not diverge"):  # fmt: skip
+        watch.check()
+    healthy = LossWatch()  # a NaN loss on finite data is still divergence
+    healthy.observe(torch.tensor(math.nan), step=1, epoch=0, batch=0, rank=0, deferred=True,
+                    data=(images, tokens))  # fmt: skip
+    with pytest.raises(Diverged, match=r"^training diverged: .*Lower the learning rate"):
+        healthy.check()
 
 
 def test_nonfinite_weights_are_named():

@@ -62,7 +62,7 @@ class TrainingModule(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         loss, _ = self.compute(batch)
-        self.run_state.observe(loss, self.trainer, batch_idx)
+        self.run_state.observe(loss, self.trainer, batch_idx, batch)
         # Lightning writes step metrics only every log_every_n_steps, but self.log's bookkeeping
         # costs ~0.5 ms on every call: call it only when the value will be written. Not
         # prog_bar: Lightning would .item() (sync) it every step.

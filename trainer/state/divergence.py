@@ -12,6 +12,13 @@ checkpoint: the save fails first. With several processes the check is deferred
 the same way and its answer is agreed between ranks (any rank's NaN stops all
 of them at the same point), so no rank is left waiting in a collective for one
 that stopped alone.
+
+A non-finite loss is not always the training's fault: a NaN or inf in the batch itself
+(the data) makes the loss NaN whatever the learning rate. So the batch is looked at too:
+on the immediate path once the loss is bad (which floating-point parts hold how many
+non-finite values), on the deferred path as one more device flag per micro-batch (a
+reduction over its floating-point tensors, no sync). The error then says it was the data,
+and gives no learning-rate or fp16 advice.
 """
 
 from __future__ import annotations
@@ -29,23 +36,30 @@ class LossWatch:
     def __init__(self) -> None:
         self.first_bad: torch.Tensor | None = None  # device: index into self.where, -1: none
         self.bad_value: torch.Tensor | None = None
+        self.bad_data: torch.Tensor | None = None  # device: that micro-batch's data held NaN/inf
         self.where: list[tuple[int, int, int]] = []  # (step, epoch, batch) since the last check
         self.rank = 0
 
     def observe(self, loss: torch.Tensor, step: int, epoch: int, batch: int, rank: int,
-                deferred: bool = False) -> None:  # fmt: skip
-        """Note the loss of one micro-batch of optimizer step ``step`` (1-based)."""
+                deferred: bool = False, data=None) -> None:  # fmt: skip
+        """Note the loss of one micro-batch of optimizer step ``step`` (1-based); ``data``: the
+        micro-batch itself, looked at for NaN/inf when the loss is not finite."""
         loss = loss.detach()
         if not deferred:
             if not torch.isfinite(loss):
-                raise Diverged(message(float(loss), (step, epoch, batch), rank))
+                bad = nonfinite_parts(data)
+                raise Diverged(message(float(loss), (step, epoch, batch), rank, bad))
             return
         if self.first_bad is None:
             self.first_bad = torch.full((), -1, dtype=torch.long, device=loss.device)
             self.bad_value = torch.zeros((), dtype=loss.dtype, device=loss.device)
+            self.bad_data = torch.zeros((), dtype=torch.bool, device=loss.device)
         new = ~torch.isfinite(loss) & (self.first_bad < 0)
         self.first_bad = torch.where(new, len(self.where), self.first_bad)
         self.bad_value = torch.where(new, loss, self.bad_value)
+        flag = any_nonfinite(data)
+        if flag is not None:
+            self.bad_data = torch.where(new, flag.to(loss.device), self.bad_data)
         self.where.append((step, epoch, batch))
         self.rank = rank
 
@@ -58,19 +72,65 @@ class LossWatch:
         if any_rank(index >= 0):
             if index < 0:
                 raise Diverged("training diverged: the loss was NaN or inf on another rank")
-            raise Diverged(message(float(self.bad_value), self.where[index], self.rank))
-        self.first_bad = self.bad_value = None
+            bad = bool(self.bad_data)  # which part is not known here, only that one was
+            raise Diverged(message(float(self.bad_value), self.where[index], self.rank, bad))
+        self.first_bad = self.bad_value = self.bad_data = None
         self.where.clear()
 
 
-def message(value: float, where: tuple[int, int, int], rank: int) -> str:
+def message(value: float, where: tuple[int, int, int], rank: int,
+            bad_data: list[str] | bool = False) -> str:  # fmt: skip
+    """The error for a non-finite loss; ``bad_data``: the parts of the micro-batch that held
+    NaN or inf (:func:`nonfinite_parts`), or True when it did and which is not known."""
     step, epoch, batch = where
+    at = f"in step {step} (epoch {epoch}, batch {batch} of the epoch) on rank {rank}"
+    if bad_data:
+        parts = f" in {', '.join(bad_data)}" if isinstance(bad_data, list) else ""
+        return (
+            f"the data holds NaN or inf: the loss was {value} {at}, and that batch held "
+            f"non-finite values{parts}. The training did not diverge; "
+            "checkpoints written before it are kept. Clean the data set, or drop or repair "
+            "such samples in your data's loading or transform"
+        )
     return (
-        f"training diverged: the loss was {value} in step {step} (epoch {epoch}, batch {batch} "
-        f"of the epoch) on rank {rank}. Checkpoints written before it are kept. Lower the "
-        "learning rate, add warm-up (scheduler.warmup_steps) or gradient clipping "
-        "(+trainer.gradient_clip_val=1.0), or use bf16 instead of fp16"
+        f"training diverged: the loss was {value} {at}. Checkpoints written before it are "
+        "kept. Lower the learning rate, add warm-up (scheduler.warmup_steps) or gradient "
+        "clipping (+trainer.gradient_clip_val=1.0), or use bf16 instead of fp16"
     )
+
+
+def floating_parts(data, name: str = "batch"):
+    """(name, tensor) of each floating-point tensor in a batch (nested tuples, lists, dicts,
+    or an object with tensor attributes such as a transformers BatchEncoding)."""
+    if isinstance(data, torch.Tensor):
+        if data.is_floating_point() or data.is_complex():
+            yield name, data
+    elif isinstance(data, dict) or hasattr(data, "items"):
+        for key, value in data.items():
+            yield from floating_parts(value, f"{name}[{key!r}]")
+    elif isinstance(data, (list, tuple)):
+        for i, value in enumerate(data):
+            yield from floating_parts(value, f"{name}[{i}]")
+
+
+def nonfinite_parts(data) -> list[str]:
+    """``batch[0] (12 of 3072 values)`` for each floating-point part of ``data`` that holds NaN
+    or inf (reads them: for after the loss went bad)."""
+    found = []
+    for name, tensor in floating_parts(data):
+        count = int((~torch.isfinite(tensor.detach())).sum())
+        if count:
+            found.append(f"{name} ({count} of {tensor.numel()} values)")
+    return found
+
+
+def any_nonfinite(data) -> torch.Tensor | None:
+    """A boolean device tensor: whether any floating-point part of ``data`` holds NaN or inf
+    (no sync); None when the batch has no floating-point part (token ids cannot be NaN)."""
+    flags = [~torch.isfinite(t.detach()).all() for _, t in floating_parts(data)]
+    if not flags:
+        return None
+    return torch.stack([f.to(flags[0].device) for f in flags]).any()
 
 
 def nonfinite_tensors(state_dict: dict) -> list[str]:

@@ -54,11 +54,13 @@ class RunState(pl.Callback):
         self._resumed: dict | None = None  # the checkpoint being restored, until training starts
         self._between_epochs = False  # it was written at an epoch's end
 
-    def observe(self, loss, trainer, batch_idx: int) -> None:
-        """Note one micro-batch's loss (raises :class:`Diverged` at once when not deferred)."""
+    def observe(self, loss, trainer, batch_idx: int, batch=None) -> None:
+        """Note one micro-batch's loss (raises :class:`Diverged` at once when not deferred);
+        ``batch``: the micro-batch, looked at for NaN/inf data when the loss is not finite."""
         step, epoch = trainer.global_step + 1, trainer.current_epoch
         deferred = defer_loss_check(loss, trainer)
-        self.loss_watch.observe(loss, step, epoch, batch_idx, trainer.global_rank, deferred)
+        self.loss_watch.observe(loss, step, epoch, batch_idx, trainer.global_rank, deferred,
+                                data=batch)  # fmt: skip
 
     def check_loss(self, trainer) -> None:
         strategy = trainer.strategy
@@ -68,7 +70,7 @@ class RunState(pl.Callback):
         if self.watches_outputs:
             loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
             if loss is not None:
-                self.observe(loss, trainer, batch_idx)
+                self.observe(loss, trainer, batch_idx, batch)
         if (batch_idx + 1) % trainer.log_every_n_steps == 0:
             self.check_loss(trainer)  # CUDA: one sync per logging interval, as logging itself
 
