@@ -224,6 +224,8 @@ class Shards(DataModule):
                 descriptor = read_descriptor(root, split)
             except ShardError as exc:
                 found.append(f"{where}: {exc}")
+                if split == "train":  # not a folder of shards at all: one line says it
+                    return found
                 continue
             found += [f"{where}: {p}" for p in shard_problems(root, descriptor)]
             train = descriptor if split == "train" else train
