@@ -42,7 +42,7 @@ from tuneup.trainer.state.checkpoint_io import (
     prune,
     remove_leftover_temporaries,
 )
-from tuneup.trainer.state.preemption import Preempted, SignalFlag, continue_command
+from tuneup.trainer.state.preemption import SignalFlag, stopped
 from tuneup.trainer.state.resume import checkpoint_dir
 from tuneup.trainer.validation import Integer, Number, OneOf, problem, problems
 
@@ -162,10 +162,7 @@ class Saver(Checkpoint):
             self.save(trainer)
         if preempted:
             received = self.signals.received or "a stop signal on another rank"
-            raise Preempted(
-                f"received {received}: stopped after step {step} and saved {self.last_path}; "
-                f"continue with: {continue_command(self.directory.parent)}"
-            )
+            raise stopped(received, step, self.last_path, self.directory.parent)
 
     def _step_due(self, trainer, step: int) -> bool:
         if self.every_n_steps and step % self.every_n_steps == 0:

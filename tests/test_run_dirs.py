@@ -35,6 +35,15 @@ BARRIER = """
                 os.replace(barrier + ".pid", barrier + ".waiting")
                 while not Path(barrier).exists():
                     time.sleep(0.05)
+
+        @hookimpl
+        def on_train_batch_start(self, batch_idx):
+            barrier = os.environ.get("STEP_BARRIER")  # the same, before the third step
+            if barrier and batch_idx == 2:
+                Path(barrier + ".pid").write_text(str(os.getpid()))
+                os.replace(barrier + ".pid", barrier + ".waiting")
+                while not Path(barrier).exists():
+                    time.sleep(0.05)
 """
 
 
@@ -133,6 +142,36 @@ def test_ctrl_c_is_an_interruption_not_a_failure(site, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "interrupted", summary.get("error")
     assert "resume=auto" in summary["error"]
+
+
+def test_ctrl_c_saves_the_step_exits_130_and_says_how_to_continue(site, tmp_path):
+    run_dir, barrier = tmp_path / "run", tmp_path / "go"
+    run = start(site, tmp_path, f"hydra.run.dir={run_dir}", STEP_BARRIER=str(barrier))
+    wait_for(Path(f"{barrier}.waiting"), run)  # in the third step
+    run.send_signal(signal.SIGINT)
+    barrier.write_text("")
+    _, err = finish(run)
+    assert run.returncode == 130, err[-3000:]
+    (saved,) = (run_dir / "checkpoints").glob("*.ckpt")
+    assert saved.name == "epoch000-step00000003.ckpt"  # the step it was in, finished and saved
+    assert f"interrupted: Ctrl-C: stopped after step 3 and saved {saved}" in err
+    assert f"resume=auto hydra.run.dir={run_dir}" in err and "Traceback" not in err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["steps"] == 3
+
+
+def test_a_second_ctrl_c_stops_at_once_without_saving(site, tmp_path):
+    run_dir, barrier = tmp_path / "run", tmp_path / "go"
+    run = start(site, tmp_path, f"hydra.run.dir={run_dir}", STEP_BARRIER=str(barrier))
+    wait_for(Path(f"{barrier}.waiting"), run)
+    run.send_signal(signal.SIGINT)
+    time.sleep(0.5)  # the first is handled before the second arrives
+    run.send_signal(signal.SIGINT)
+    _, err = finish(run)
+    assert run.returncode == 130, err[-3000:]
+    assert not list((run_dir / "checkpoints").glob("*.ckpt"))
+    assert "stopped at step 2 without saving" in err and "resume=auto" in err
+    assert "Traceback" not in err
 
 
 def test_a_run_directory_that_cannot_be_made_is_one_line(site, tmp_path):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import platform
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -23,7 +23,7 @@ from tuneup.trainer.components import Plan
 from tuneup.trainer.environment import Environment, threads_as_asked
 from tuneup.trainer.module import TrainingModule, with_batch_transforms
 from tuneup.trainer.plugin_manager import PluginManager
-from tuneup.trainer.state.preemption import Preempted
+from tuneup.trainer.state.preemption import Interrupted, Preempted, continue_command
 from tuneup.trainer.state.progress import shortfall
 from tuneup.trainer.state.resume import check_config, load_weights, resolve, weights_only_setting
 from tuneup.trainer.state.run_dir import RunDirLock, write_record
@@ -84,6 +84,7 @@ def run(cfg, run_dir: str | Path | None = None):
                 return _train(cfg, run_dir, resume_from, weights_only)
             except BaseException as exc:
                 console.traceback_to_file(log, exc)
+                _note(exc, tuneup_log=run_dir / console.log_file_name())  # the command names it
                 raise
 
 
@@ -122,13 +123,16 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
             summary["short_of_limits"] = short  # a resumed run never ends short without a word
         summary["fit_seconds"] = time.perf_counter() - started
     except BaseException as exc:
-        summary["status"] = _status(exc, trainer)
-        summary["error"] = f"{type(exc).__name__}: {exc}".strip()
-        if summary["status"] == "interrupted":
-            summary["error"] = "interrupted (Ctrl-C): continue with resume=auto"
+        failure = _as_interruption(exc, trainer, run_dir)
+        summary["status"] = _status(failure, trainer)
+        summary["error"] = f"{type(failure).__name__}: {failure}".strip()
         if trainer is not None and trainer.world_size > 1:
-            exc.tuneup_rank = trainer.global_rank  # the command names the process that failed
-        raise
+            failure.tuneup_rank = trainer.global_rank  # the command names the process that failed
+        if trainer is not None:
+            _note(failure, tuneup_step=trainer.global_step)  # and the step it failed at
+        if failure is exc:
+            raise
+        raise failure from exc
     finally:
         first = console.process_rank() == "0" if trainer is None else trainer.is_global_zero
         if first:  # one summary per run, by its first process
@@ -136,12 +140,32 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
     return summary.get("val", {}).get("acc")
 
 
-def _status(exc: BaseException, trainer) -> str:
-    """preempted, interrupted (Ctrl-C: Lightning turns it into SystemExit(1)), or failed."""
+def _note(exc: BaseException, **facts) -> None:
+    """Attach what the command's one-line error says (tuneup/cli.py) to the exception."""
+    for key, value in facts.items():
+        with suppress(AttributeError):  # an exception type without a __dict__
+            setattr(exc, key, value)
+
+
+def _as_interruption(exc: BaseException, trainer, run_dir: Path) -> BaseException:
+    """Ctrl-C that no checkpoint was saved for (pressed twice, before training, or with
+    checkpoint=off; Lightning turns it into SystemExit(1)) as :class:`Interrupted`: exit 130
+    and the command that continues from the last checkpoint there is. Else ``exc`` itself."""
     if isinstance(exc, Preempted):
-        return "preempted"
-    interrupted = trainer is not None and trainer.interrupted and isinstance(exc, SystemExit)
-    return "interrupted" if interrupted or isinstance(exc, KeyboardInterrupt) else "failed"
+        return exc
+    lightning = trainer is not None and trainer.interrupted and isinstance(exc, SystemExit)
+    if not (lightning or isinstance(exc, KeyboardInterrupt)):
+        return exc
+    step = trainer.global_step if trainer is not None else 0
+    return Interrupted(f"Ctrl-C: stopped at step {step} without saving; continue from the last "
+                       f"checkpoint (if any) with: {continue_command(run_dir)}")  # fmt: skip
+
+
+def _status(exc: BaseException, trainer) -> str:
+    """preempted, interrupted (Ctrl-C), or failed."""
+    if isinstance(exc, Interrupted):
+        return "interrupted"
+    return "preempted" if isinstance(exc, Preempted) else "failed"
 
 
 def plan_line(plan: Plan, env: Environment, run_dir: Path) -> str:

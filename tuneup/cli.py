@@ -10,7 +10,8 @@ directories land under the current one, and the current directory is importable 
 
 Exit codes: 0 done; 1 a config or run error (one line on stderr; the full traceback in the
 run's log file, and on the console too with ``HYDRA_FULL_ERROR=1``); 75 preempted after a
-checkpoint (run it again to continue). What the console shows and what only the log file
+checkpoint (run it again to continue); 130 Ctrl-C (a checkpoint saved at the end of the step,
+unless pressed twice; the line printed continues the run). What the console shows and what only the log file
 keeps: tuneup/console.py.
 """
 
@@ -93,22 +94,63 @@ def task(cfg):
     console.route_libraries()
     try:
         return run(cfg)
-    except Preempted as exc:  # a checkpoint is written: exit so the job can be run again
-        print(f"preempted: {exc}", file=sys.stderr, flush=True)
+    except Preempted as exc:  # a checkpoint is written (or Ctrl-C): the job can be run again
+        print(f"{exc.label}: {exc}", file=sys.stderr, flush=True)
         sys.exit(exc.exit_code)
     except Exception as exc:
         user_error = isinstance(exc, TuneupError)
+        logged = getattr(exc, "tuneup_log", None)  # the run's log file holds the traceback
         if _is_multirun():
-            log.error("run failed: %s%s", _rank(exc), exc, exc_info=not user_error)
+            line = exc if user_error or logged is None else crash_line(exc)
+            log.error("run failed: %s%s", _rank(exc), line, exc_info=not user_error and not logged)
             return math.nan
-        if not user_error:
+        if not user_error and logged is None:  # before the run had a log file: the traceback
             if _rank(exc):  # the traceback does not say which process it comes from
                 print(f"error: {_rank(exc)}{type(exc).__name__}: {exc}", file=sys.stderr,
                       flush=True)  # fmt: skip
             raise
         show_traceback_if_asked(exc)
-        print(f"error: {_rank(exc)}{exc}", file=sys.stderr, flush=True)
+        line = exc if user_error else crash_line(exc)
+        print(f"error: {_rank(exc)}{line}", file=sys.stderr, flush=True)
         sys.exit(1)
+
+
+def crash_line(exc: BaseException) -> str:
+    """An exception that is no config error (the user's model, a library) in one line: what,
+    where it was raised (and the user's own frame when that was in a library), at which step,
+    and the log file that holds the whole traceback."""
+    import traceback
+
+    frames = list(traceback.walk_tb(exc.__traceback__))
+    message = str(exc).strip().splitlines()
+    text = type(exc).__name__ + (f": {message[0]}" + (" ..." if len(message) > 1 else "")
+                                 if message else "")  # fmt: skip
+    if frames:
+        text += f", raised in {_frame(*frames[-1])}"
+        own = [f for f in frames if not _is_library(f[0])]
+        if own and own[-1] is not frames[-1] and _is_library(frames[-1][0]):
+            text += f", called from {_frame(*own[-1])}"
+    step = getattr(exc, "tuneup_step", None)
+    if step is not None:
+        text += f" at step {step}"
+    logged = getattr(exc, "tuneup_log", None)
+    if logged is not None:
+        text += f"; the traceback is in {logged} (on the console too with HYDRA_FULL_ERROR=1)"
+    return text
+
+
+def _frame(frame, line: int) -> str:
+    return f"{frame.f_globals.get('__name__', '?')} (line {line}, in {frame.f_code.co_name})"
+
+
+def _is_library(frame) -> bool:
+    """Whether a frame is in an installed library, the standard library or tuneup itself,
+    rather than in the user's own code."""
+    import sysconfig
+
+    name, path = frame.f_globals.get("__name__", ""), frame.f_code.co_filename
+    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
+    return name.split(".")[0] == PROJECT or any(path.startswith(r) for r in roots if r)
 
 
 def show_traceback_if_asked(exc: BaseException) -> None:

@@ -8,6 +8,9 @@ the checkpoint plugin acts on it at the end of the current optimizer step,
 where the state is consistent, and raises :class:`Preempted`. ``run.py`` then
 exits with :data:`EXIT_CODE` so a job script can tell "checkpoint written,
 run me again with resume=auto" from success (0) and errors (1).
+
+Ctrl-C (SIGINT) saves and stops the same way, with exit status 130 (:class:`Interrupted`);
+pressed a second time it stops at once, without saving.
 """
 
 from __future__ import annotations
@@ -20,14 +23,32 @@ from tuneup import TuneupError
 #: Exit status after a preemption checkpoint: EX_TEMPFAIL of sysexits.h, "try again later".
 EXIT_CODE = 75
 
-#: The signals that mean "save and stop". SIGINT (Ctrl-C) is not one: it stops without saving.
+#: The signals that mean "save and stop". Ctrl-C's SIGINT does too, once (:class:`SignalFlag`).
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+#: Exit status after Ctrl-C, saved or not: 128 + SIGINT, as a shell reports a process it ended.
+INTERRUPTED_EXIT_CODE = 130
 
 
 class Preempted(TuneupError):
     """The run stopped on a signal after writing a checkpoint; ``run.py`` exits with EXIT_CODE."""
 
     exit_code = EXIT_CODE
+    label = "preempted"
+
+
+class Interrupted(Preempted):
+    """Ctrl-C: the run stopped (after saving a checkpoint, unless pressed twice); exit 130."""
+
+    exit_code = INTERRUPTED_EXIT_CODE
+    label = "interrupted"
+
+
+def stopped(received: str, step: int, saved, run_dir) -> Preempted:
+    """The error a run stopped by ``received`` after ``step`` raises, ``saved`` there."""
+    what = "Ctrl-C" if received == "SIGINT" else f"received {received}"
+    kind = Interrupted if received == "SIGINT" else Preempted
+    return kind(f"{what}: stopped after step {step} and saved {saved}; "
+                f"continue with: {continue_command(run_dir)}")  # fmt: skip
 
 
 def continue_command(run_dir) -> str:
@@ -67,7 +88,12 @@ def _wrapper(script: str) -> bool:
 
 
 class SignalFlag:
-    """Handlers for :data:`SIGNALS` that record the signal; :meth:`restore` puts the old ones back."""
+    """Handlers for :data:`SIGNALS` that record the signal; :meth:`restore` puts the old ones back.
+
+    Ctrl-C is recorded the same way, the first time, where Python's own handler was in place
+    (not where SIGINT is ignored: a background job): the run saves and stops at the end of the
+    step. Pressed again, it raises KeyboardInterrupt at once: no save.
+    """
 
     def __init__(self) -> None:
         self.received: str | None = None  # name of the first signal received
@@ -75,7 +101,7 @@ class SignalFlag:
 
     def remember_handlers(self) -> None:
         """Note the handlers to restore later (before Lightning installs its own)."""
-        self._previous = {s: signal.getsignal(s) for s in SIGNALS}
+        self._previous = {s: signal.getsignal(s) for s in (*SIGNALS, signal.SIGINT)}
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -84,10 +110,25 @@ class SignalFlag:
             self.remember_handlers()
         for s in SIGNALS:
             signal.signal(s, self._handle)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self._handle_ctrl_c)
 
     def _handle(self, signum, frame) -> None:
         if self.received is None:
             self.received = signal.Signals(signum).name
+
+    def _handle_ctrl_c(self, signum, frame) -> None:
+        if self.received is not None:  # the second: stop now, without saving
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        self.received = "SIGINT"
+        from tuneup.console import process_rank
+
+        if process_rank() == "0":
+            import sys
+
+            print("\nCtrl-C: saving a checkpoint at the end of this step, then stopping "
+                  "(Ctrl-C again: stop now, without saving)", file=sys.stderr, flush=True)  # fmt: skip
 
     def restore(self) -> None:
         for s, handler in self._previous.items():
