@@ -3,7 +3,10 @@ that says what was meant, before anything is trained (issue 25)."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
+import torch
 
 from tests.conftest import compose_config
 from tuneup.trainer.runner import ConfigError, run
@@ -86,3 +89,13 @@ def test_a_run_that_would_train_nothing_is_refused(tmp_path, override):
 )
 def test_own_model_or_data_without_target_names_the_key(tmp_path, overrides, expected):
     assert expected in refused(tmp_path, *overrides)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="about float16 on a CPU")
+def test_fp16_on_a_cpu_warns_at_start_and_names_faster_choices(train, caplog):
+    caplog.set_level(logging.WARNING)
+    summary, _ = train("precision=fp16", "trainer.max_steps=1")
+    (warning,) = [r.getMessage() for r in caplog.records if "no fast CPU kernels" in r.getMessage()]
+    assert warning.startswith("precision: precision=fp16 on cpu: float16 has no fast CPU kernels")
+    assert "precision=fp32" in warning and "precision=amp" in warning
+    assert summary["status"] == "ok"
