@@ -25,8 +25,13 @@ micro-batches and the first step after each validation are left out):
   windows of (nearly) equal step count, samples/s of each: the run's spread, and what
   the sweep report and autotune compare (tuneup/autotune/interval.py). Computed at the
   report from the step times kept anyway: nothing per step.
-- loss_curve: the mean training loss over buckets of consecutive micro-batches, from the
-  first micro-batch (``samples``: samples seen at each bucket's end, all ranks), at most
+- steps, epochs, samples, micro_batches: the whole run's, resumed sessions included;
+  steps_this_session, samples_this_session, micro_batches_this_session: this process's
+  session only (the same as the run's in a run that was not resumed). A checkpoint carries
+  the run's totals (this plugin's state) so a resumed run can add its own.
+- loss_curve: the mean training loss over buckets of consecutive micro-batches of this
+  session, from its first micro-batch (``samples``: the run's samples seen at each bucket's
+  end, all ranks, counted from the run's start), at most
   2 x ``measure.windows`` points, see :class:`LossCurve`. Summed on the loss's device and
   read once at the report, so no step waits for the GPU.
 - device_hours, gpu_hours: the fit's wall time x processes (one device each), in hours;
@@ -142,12 +147,13 @@ class LossCurve:
         self.samples = [a + b for a, b in zip(self.samples[::2], self.samples[1::2], strict=True)]
         self.per_bucket *= 2
 
-    def values(self, world: int = 1) -> dict | None:
-        """``{"samples": [seen at each bucket's end], "loss": [bucket means]}``, or None."""
+    def values(self, world: int = 1, start: int = 0) -> dict | None:
+        """``{"samples": [seen at each bucket's end], "loss": [bucket means]}``, or None;
+        ``start``: samples seen before the first bucket (by earlier sessions of a resumed run)."""
         if self.sums is None:
             return None
         sums = self.sums[: len(self.counts)].tolist()  # the one read of the device
-        seen, total = [], 0
+        seen, total = [], start
         for samples in self.samples:
             total += samples * world
             seen.append(total)
@@ -234,7 +240,11 @@ class Plugin:
         self.power: GpuPower | None = None
         self.intervals_ms: list[float] = []  # resolved step times
         self.pending: list = []  # CUDA: (start_event, next_start_event) pairs not yet read
-        self.samples = self.micro_batches = 0
+        self.samples = self.micro_batches = 0  # this session's (this process's)
+        #: The run's totals before this session (a resumed run's checkpoint); None: not known
+        #: (a checkpoint of an older tuneup)
+        self.before: dict[str, int | None] = {"samples": 0, "micro_batches": 0}
+        self.start_step: int | None = None  # the optimizer step this session started from
         self.measured_samples = 0
         self.wait_s = self.host_s = 0.0
         self.last_start = self.last_end = self.last_event = None
@@ -272,7 +282,9 @@ class Plugin:
             _reset_peak_rss()  # several runs in one process (a sweep): each reports its own peak
 
     @hookimpl(tryfirst=True)
-    def on_train_batch_start(self, batch, module):
+    def on_train_batch_start(self, trainer, batch, module):
+        if self.start_step is None:
+            self.start_step = trainer.global_step  # a resumed run's step is restored by now
         if self.micro_batches == SAVED_BYTES_MICRO_BATCH:
             self.saved = SavedActivationBytes(module)  # stopped before this batch's backward
         now = time.perf_counter()
@@ -350,10 +362,12 @@ class Plugin:
             samples_per_s=self.measured_samples * world / (total_ms / 1e3) if total_ms else None,
             step_time_ms=_percentiles(self.intervals_ms),
             data_wait_fraction=self.wait_s / self.host_s if self.host_s else None,
-            peak_memory_bytes=_peak_memory(self.device),
+            peak_memory_bytes=peak_memory(self.device),
             saved_activation_bytes=self.saved_bytes,
-            micro_batches=self.micro_batches,
-            samples=self.samples * world,
+            **self._totals(world),
+            steps_this_session=self._session_steps(summary.get("steps")),
+            micro_batches_this_session=self.micro_batches,
+            samples_this_session=self.samples * world,
             train_loss=float(self.last_loss) if self.last_loss is not None else None,
             val=self.val,
         )
@@ -365,7 +379,7 @@ class Plugin:
             samples_per_s_windows=speed_windows(
                 self.intervals_ms, self.measured_sizes, self.windows, world
             ),
-            loss_curve=self.loss_curve.values(world),
+            loss_curve=self.loss_curve.values(world, start=self.before["samples"] or 0),
             memory_available_bytes=self.memory_available,
             **self._device_time(world),
         )
@@ -381,6 +395,25 @@ class Plugin:
         if self.power is not None:
             figures.update(self.power.figures(world))
         return figures
+
+    def _totals(self, world: int) -> dict:
+        """``samples`` and ``micro_batches`` of the whole run (None where a resumed run's
+        checkpoint did not carry what came before)."""
+        now = {"samples": self.samples * world, "micro_batches": self.micro_batches}
+        return {k: None if self.before[k] is None else self.before[k] + v for k, v in now.items()}
+
+    def _session_steps(self, steps: int | None) -> int | None:
+        return None if steps is None else steps - (self.start_step or 0)
+
+    def state_dict(self) -> dict:
+        """The run's totals so far, for the summary of a run resumed from this checkpoint."""
+        return self._totals(getattr(self, "world_size", 1))
+
+    @hookimpl
+    def on_load_checkpoint(self, checkpoint):
+        state = (checkpoint.get("tuneup") or {}).get("measure")
+        state = state if isinstance(state, dict) else {}
+        self.before = {k: state.get(k) for k in ("samples", "micro_batches")}
 
     def describe(self):
         return {"warmup_steps": self.warmup_steps, "windows": self.windows}
@@ -432,7 +465,7 @@ def _percentiles(values: list[float]) -> dict:
     return {"p50": statistics.median(values), "p90": deciles[8], "count": len(values)}
 
 
-def _peak_memory(device) -> int:
+def peak_memory(device) -> int:
     if device is not None and device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

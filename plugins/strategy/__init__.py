@@ -30,7 +30,8 @@ import torch
 from omegaconf import OmegaConf
 
 from tuneup import hookimpl
-from tuneup.plugins.strategy import fsdp, slurm
+from tuneup.plugins.measure import peak_memory
+from tuneup.plugins.strategy import fsdp, memory, slurm
 from tuneup.plugins.strategy.build import (
     COMM_HOOKS,
     AllReduceCount,
@@ -153,6 +154,10 @@ class Plugin:
         self.cluster = "slurm" if slurm.in_slurm_job() else "local"
         self.requeued: str | None = None
         self.model_name = ""
+        self.collectives: memory.Collectives | None = None  # counting one step's collectives
+        self.counted: dict | None = None
+        self.held: dict | None = None
+        self.per_rank: list[dict] | None = None
 
     @hookimpl
     def check(self, cfg, env, plan):
@@ -181,7 +186,42 @@ class Plugin:
             torch.set_num_threads(cpus_per_process(self.env.devices if self.env else 1))
 
     @hookimpl
+    def on_train_batch_start(self, trainer):
+        measured = trainer.global_step == memory.MEASURED_STEP
+        if trainer.world_size > 1 and self.collectives is None and measured:
+            self.collectives = memory.Collectives()
+            self.collectives.__enter__()
+
+    @hookimpl
+    def on_before_optimizer_step(self, trainer, module):
+        if trainer.global_step <= memory.MEASURED_STEP:  # gradients are all there now
+            self.held = memory.held_bytes(module, trainer.optimizers)
+
+    @hookimpl
+    def on_train_batch_end(self, trainer):
+        if (
+            self.collectives is not None
+            and not self.counted
+            and (trainer.global_step > memory.MEASURED_STEP)
+        ):
+            self._stop_counting()
+            self.counted = self.collectives.figures()
+
+    def _stop_counting(self) -> None:
+        if self.collectives is not None and self.counted is None:
+            self.collectives.__exit__(None, None, None)
+
+    @hookimpl
+    def on_fit_end(self, trainer, module):
+        self._stop_counting()
+        figures = {**(self.held or memory.held_bytes(module, trainer.optimizers)),
+                   "peak_memory_bytes": peak_memory(trainer.strategy.root_device),
+                   **(self.counted or {})}  # fmt: skip
+        self.per_rank = memory.gather(trainer, figures)
+
+    @hookimpl
     def on_exception(self, trainer, exception):
+        self._stop_counting()
         if (
             isinstance(exception, Preempted)
             and trainer.is_global_zero
@@ -196,6 +236,8 @@ class Plugin:
             summary["gradient_allreduces"] = self.count.rounds
         if self.requeued:
             summary["requeued_job"] = self.requeued
+        if self.per_rank is not None:
+            summary["per_rank"] = [{"rank": r, **f} for r, f in enumerate(self.per_rank)]
 
     def describe(self):
         env = self.env or Environment.from_config(self.cfg)

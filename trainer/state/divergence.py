@@ -134,11 +134,19 @@ def any_nonfinite(data) -> torch.Tensor | None:
 
 
 def nonfinite_tensors(state_dict: dict) -> list[str]:
-    """Names of floating-point tensors in ``state_dict`` holding NaN or inf (one sync in all)."""
+    """Names of floating-point tensors in ``state_dict`` holding NaN or inf (one sync in all).
+
+    A sharded tensor (DTensor, under strategy=fsdp) is judged by this process's shard; the
+    processes then agree (one all-reduce), so a bad shard anywhere is named everywhere."""
     floats = [(k, t) for k, t in state_dict.items() if torch.is_tensor(t) and t.is_floating_point()]
-    if not floats:
+    sharded = any(hasattr(t, "to_local") for _, t in floats)
+    local = [(k, t.to_local() if hasattr(t, "to_local") else t) for k, t in floats]
+    if not local:
         return []
-    finite = torch.stack([torch.isfinite(t).all() for _, t in floats])
+    finite = torch.stack([torch.isfinite(t).all() for _, t in local])
+    if sharded and torch.distributed.is_initialized():
+        finite = finite.to(torch.int32)
+        torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
     if bool(finite.all()):
         return []
-    return [k for (k, _), ok in zip(floats, finite.tolist(), strict=True) if not ok]
+    return [k for (k, _), ok in zip(local, finite.tolist(), strict=True) if not ok]
