@@ -401,7 +401,7 @@ class Bench:
         if not self.smoke and torch.cuda.get_device_capability() < (8, 9):
             return [f"| {op} | float8 | - | needs compute capability >= 8.9 | | | |"]
         try:
-            from tuneup.plugins.precision import fp8_config, torchao_float8
+            from tuneup.plugins.precision.fp8 import fp8_config, torchao_float8
         except ImportError:
             return [f"| {op} | float8 | - | torchao not installed | | | |"]
         flops = 6 * rows * d_in * d_out

@@ -15,9 +15,8 @@ from torch import nn
 from tests.conftest import compose_config
 from tests.test_grad_accum import final_weights
 from tuneup import TuneupError, hookimpl
-from tuneup.plugins import precision
 from tuneup.plugins.activation_checkpointing import is_checkpointed
-from tuneup.plugins.precision import Plugin, convert_to_fp8, fp8_layers
+from tuneup.plugins.precision import Plugin, convert_to_fp8, fp8, fp8_layers
 from tuneup.trainer.components import Plan
 from tuneup.trainer.environment import Environment
 from tuneup.trainer.plugin_manager import PluginManager
@@ -125,7 +124,7 @@ def test_missing_or_old_torchao_is_a_check_error_with_the_install_command(monkey
     assert "torchao is not installed: pip install 'tuneup[fp8]'" in found
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.8.0")
     (found,) = check(FP8, CPU)
-    assert f"needs torchao>={precision.TORCHAO_MIN}" in found and "found 0.8.0" in found
+    assert f"needs torchao>={fp8.TORCHAO_MIN}" in found and "found 0.8.0" in found
 
 
 def test_bad_fp8_settings_are_reported_with_what_is_allowed():

@@ -7,7 +7,7 @@ imports ``tuneup.plugins``. Which ones a run registers:
 
 - A config node that holds ``plugin: <name>`` switches plugin ``<name>`` on, built-in
   or installed: ``precision=fp16`` selects ``conf/precision/fp16.yaml`` whose
-  ``plugin: precision`` loads ``plugins/precision.py``; ``gradclip=on`` selects an
+  ``plugin: precision`` loads ``plugins/precision/``; ``gradclip=on`` selects an
   installed package's ``conf/gradclip/on.yaml`` whose ``plugin: gradclip`` loads that
   package's entry point ``gradclip``. Such a plugin is off until a config names it.
 - An installed plugin whose package ships no ``conf/`` has nothing to switch it, so it

@@ -6,7 +6,7 @@ What a user or a plugin author imports is here; everything else lives in the pac
     tuneup.trainer      the core: hook specs, plugin manager, runner, Lightning bridge, training
                         module, config checks; tuneup.trainer.state: checkpoints, resume, data
                         order, RNG, preemption, divergence
-    tuneup.plugins      the built-in plugins, one per feature (precision=fp16 -> plugins/precision.py)
+    tuneup.plugins      the built-in plugins, one per feature (precision=fp16 -> plugins/precision/)
     tuneup.zoo          the built-in models and data sets (a model's or data's _target_ replaces them)
     tuneup.conf         the built-in Hydra configs
     tuneup.report       sweep reports
