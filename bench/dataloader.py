@@ -16,8 +16,20 @@ into a temporary directory, then measures two things:
    synthetic figure, data_wait_fraction and step time; the summary's data_advice names
    the bottleneck when there is one.
 
+3. **Shards** (``--shards``, this alone): ``--shard-images`` JPEGs of 500x375 as a folder
+   and as shards (``tuneup-shards``), each read from a cold page cache (``echo 3 >
+   /proc/sys/vm/drop_caches`` when this runs as root; else each file's pages dropped with
+   ``posix_fadvise(DONTNEED)``, which leaves the directory and inode caches warm) and a warm
+   one, in a shuffled order, with each of ``--shard-workers`` DataLoader workers: the bytes
+   alone (every image), and tuneup's decode path (``data=imagefolder`` and ``data=shards``'s
+   training transform: decode, random resized crop, flip coin; ``--shard-decode`` images).
+   The set-up (the folder listed, or the shards' descriptor read), samples/s per worker, and
+   the time from asking for the first batch to having it (the workers start, the shards
+   are opened and their tar headers indexed).
+
     python bench/dataloader.py           # CPU: model=mlp on 96x96 crops; CUDA: ResNet-50, 224, amp
     python bench/dataloader.py --skip-training --workers 1,2 --sources 500x375,1024x768
+    python bench/dataloader.py --shards  # 5,120 JPEGs: folder against shards, cold and warm
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -196,6 +209,119 @@ def training_table(root: Path, cuda: bool, args, tmp: Path) -> list[str]:
     return rows + (["", *advice] if advice else [])
 
 
+# --- 3. shards ----------------------------------------------------------------------------
+
+
+class FileBytes(torch.utils.data.Dataset):
+    """The bytes of each image file (their count: nothing to collate)."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.paths = paths
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> int:
+        with open(self.paths[index], "rb") as f:
+            return len(f.read())
+
+
+class ShardBytes(torch.utils.data.Dataset):
+    """The bytes of each image sample of the shards (tuneup's reader: wids, memory-mapped)."""
+
+    def __init__(self, records) -> None:
+        self.records = records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, index: int) -> int:
+        return sum(len(v) for v in self.records[index].values())
+
+
+def drop_cache(files: list[Path]) -> str:
+    """Evict ``files`` from the page cache: the whole cache as root, else each file's pages."""
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return "drop_caches"
+    except OSError:
+        for path in files:
+            fd = os.open(path, os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+        return "fadvise"
+
+
+def read_rate(dataset, workers: int, count: int, batch: int) -> dict:
+    """Samples/s over ``count`` samples in a shuffled order, and the first batch's wait."""
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))[:count]
+    loader = torch.utils.data.DataLoader(
+        torch.utils.data.Subset(dataset, order.tolist()), batch_size=batch,
+        num_workers=workers, collate_fn=lambda samples: len(samples),
+    )  # fmt: skip
+    started = time.perf_counter()
+    samples, first = 0, None
+    for size in loader:
+        samples += size
+        if first is None:
+            first = time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    return {"per_worker": samples / seconds / max(1, workers), "first_s": first}
+
+
+def shards_table(args, tmp: Path) -> list[str]:
+    import tuneup
+    from tuneup.shards import main as convert
+    from tuneup.trainer.components import Plan
+    from tuneup.zoo.data.shards import ShardRecords, read_descriptor
+
+    folder, shards = tmp / "folder", tmp / "shards"
+    write_images(folder, args.classes, args.shard_images, 64, (500, 375))
+    started = time.perf_counter()
+    convert([str(folder), str(shards), "--shard-size", args.shard_size, "--quiet"])
+    converted = time.perf_counter() - started
+    files = sorted(folder.rglob("*.jpg")) + sorted(shards.rglob("*.tar"))
+    size = sum(p.stat().st_size for p in files if p.suffix == ".jpg")
+    count = len(read_descriptor(shards, "train")["shardlist"])
+    print(f"{args.shard_images} JPEGs of 500x375 (quality 90, {size / 2**20:.0f} MiB) in "
+          f"{args.classes} class folders; converted in {converted:.1f} s into {count} shards of "
+          f"at most {args.shard_size}; {args.image_size}-px crops; batch {args.decode_batch}\n")  # fmt: skip
+
+    def decode_set(name: str, key: str, place: Path):
+        cfg = tuneup.compose([f"data={name}", f"data.{key}={place}", "data.decoder=pillow",
+                              f"data.image_size={args.image_size}"])  # fmt: skip
+        data = Plan(cfg).data
+        data.setup()
+        return data.train_set
+
+    ways = {
+        ("folder", "bytes"): lambda: FileBytes([str(p) for p, _ in decode_set(
+            "imagefolder", "root", folder).samples]),
+        ("shards", "bytes"): lambda: ShardBytes(ShardRecords(shards, read_descriptor(
+            shards, "train"))),
+        ("folder", "decode"): lambda: decode_set("imagefolder", "root", folder),
+        ("shards", "decode"): lambda: decode_set("shards", "path", shards),
+    }  # fmt: skip
+    rows = ["| read | from | page cache | workers | samples | set-up (s) | samples/s per worker "
+            "| first batch (s) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    how = set()
+    for (source, what), make in ways.items():
+        for workers in args.shard_workers:
+            for cache in ("cold", "warm"):
+                if cache == "cold":
+                    how.add(drop_cache(files))
+                started = time.perf_counter()
+                dataset = make()  # the folder: its listing; the shards: the descriptor
+                setup = time.perf_counter() - started
+                count = len(dataset) if what == "bytes" else min(len(dataset), args.shard_decode)
+                r = read_rate(dataset, workers, count, args.decode_batch)
+                rows.append(f"| {'bytes' if what == 'bytes' else 'decode path'} | {source} "
+                            f"| {cache} | {workers} | {count} | {setup:.2f} | {r['per_worker']:,.0f} "
+                            f"| {r['first_s']:.2f} |")  # fmt: skip
+    return [*rows, "", f"cold: {', '.join(sorted(how))}"]
+
+
 def fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
@@ -224,16 +350,28 @@ def main() -> None:
                         help="dataloader.num_workers of the training runs")  # fmt: skip
     parser.add_argument("--repeats", type=int, default=1 if cuda else 2)
     parser.add_argument("--skip-training", action="store_true")
+    parser.add_argument("--shards", action="store_true",
+                        help="only the shards table: a folder against its shards, cold and warm")  # fmt: skip
+    parser.add_argument("--shard-images", type=int, default=5120)
+    parser.add_argument("--shard-decode", type=int, default=2048,
+                        help="images each decode-path row decodes (a shuffled subset)")  # fmt: skip
+    parser.add_argument("--shard-workers", default="1,2")
+    parser.add_argument("--shard-size", default="128MB")
     parser.add_argument(
         "--extra", nargs="*", default=None, help="more run.py overrides for every training run"
     )
     args = parser.parse_args()
     args.workers = [int(w) for w in args.workers.split(",")]
+    args.shard_workers = [int(w) for w in args.shard_workers.split(",")]
     args.decoders = [d for d in args.decoders.split(",") if d]
     if args.extra is None:  # what the GPU figures of docs/benchmarks.md use
         args.extra = (
             ["precision=amp", "memory_format=channels_last"] if cuda else ["optimizer=adamw"]
         )
+    if args.shards:
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
+            print("\n".join(shards_table(args, Path(tmp))))
+        return
     with tempfile.TemporaryDirectory() as tmp:
         folders = {}
         for width, height in _sizes(args.sources):
