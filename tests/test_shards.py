@@ -149,6 +149,24 @@ def test_an_interrupted_conversion_is_finished_by_running_it_again(images, tmp_p
     assert "holds shards of another conversion" in capsys.readouterr().err
 
 
+def test_every_worker_transform_reads_a_shard_s_bytes_as_it_reads_the_file(images):
+    """The same crop, flip and pixels from the bytes in a shard as from the file: the training
+    crop, the validation crop and data.decoder=nvjpeg's worker part (bytes, box, flip)."""
+    from tuneup.zoo.data.transforms import CenterCrop, Encoded, TrainCrop
+
+    folder, shards = images
+    files = image_data(["data=imagefolder", f"data.root={folder}"]).train_set.samples
+    stored = image_data(["data=shards", f"data.path={shards}"]).train_set.samples
+    for transform in (TrainCrop(16, draft=True), CenterCrop(16), Encoded(TrainCrop(16))):
+        for i in (0, 1, 2):  # a JPEG, a PNG, a greyscale JPEG
+            torch.manual_seed(i)
+            expected = transform(files[i][0])
+            torch.manual_seed(i)
+            got = transform(stored[i][0])
+            for a, b in zip(got, expected, strict=True):
+                assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+
+
 # -- training ---------------------------------------------------------------------------------
 
 
