@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from pytorch_lightning.plugins.precision import HalfPrecision
 from torch import nn
 
 import tuneup.trainer.runner as runner
@@ -14,11 +15,12 @@ from tuneup import TuneupError, hookimpl
 from tuneup.plugins.precision import (
     CHOICES,
     Choice,
-    DeviceFSDPPrecision,
     Plugin,
-    lightning_precision,
+    ScaledPrecision,
     resolve,
+    sharded_precision,
 )
+from tuneup.plugins.strategy.parallelize import Settings
 from tuneup.trainer.environment import Environment
 
 #: 16 steps of 16 images 8x8 (fp16 is slow on CPU): the default model learns the classes.
@@ -313,14 +315,25 @@ def test_half_precision_on_cuda_warns_about_sizes_not_multiple_of_8(make_config,
     assert caplog.text == ""
 
 
-def test_fsdp_gets_lightnings_fsdp_plugin_autocasting_on_the_runs_device(make_config):
-    cfg = make_config(["precision=fp16"])
-    plugin = lightning_precision(resolve("fp16", CPU), cfg.precision, "cpu", fsdp=True)
-    assert isinstance(plugin, DeviceFSDPPrecision)
-    assert type(plugin.scaler).__name__ == "ShardedGradScaler" and plugin.scaler.is_enabled()
-    assert plugin.scaler.get_scale() == cfg.precision.init_scale
-    with plugin.forward_context():
-        assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float16
+@pytest.mark.parametrize("name", ["fp16", "bf16", "bf16-true", "fp32"])
+def test_under_fsdp_mixed_precision_is_fsdp2s_policy_with_a_sharded_scaler_for_fp16(
+    make_config, name
+):
+    cfg = make_config([f"precision={name}"])
+    parallel = Settings()
+    plugin = sharded_precision(resolve(name, CPU), cfg.precision, "cpu", parallel)
+    if name == "fp16":  # parameters computed in fp16 by FSDP2; the scaler agrees across ranks
+        assert parallel.param_dtype == torch.float16 and isinstance(plugin, ScaledPrecision)
+        assert type(plugin.scaler).__name__ == "ShardedGradScaler" and plugin.scaler.is_enabled()
+        assert plugin.scaler.get_scale() == cfg.precision.init_scale
+        with plugin.forward_context():  # no autocast on top of the policy's casts
+            assert (torch.ones(2, 2) @ torch.ones(2, 2)).dtype == torch.float32
+    elif name == "bf16":
+        assert parallel.param_dtype == torch.bfloat16 and plugin is None
+    elif name == "bf16-true":  # the weights themselves are bf16: no policy
+        assert parallel.param_dtype is None and isinstance(plugin, HalfPrecision)
+    else:
+        assert parallel.param_dtype is None and plugin is None
 
 
 def test_docs_name_every_choice():

@@ -37,12 +37,12 @@ checkpoint (under the precision plugin's class name) and returns on resume.
 from __future__ import annotations
 
 import logging
-import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 from omegaconf import OmegaConf
-from pytorch_lightning.plugins.precision import FSDPPrecision, HalfPrecision, MixedPrecision
+from pytorch_lightning.plugins.precision import HalfPrecision, MixedPrecision
 from torch import nn
 
 from tuneup import TuneupError, hookimpl
@@ -208,24 +208,15 @@ class CountingMixedPrecision(SkipCounting, MixedPrecision):
     """Lightning's autocast plugin, counting the steps its GradScaler skips."""
 
 
-class DeviceFSDPPrecision(SkipCounting, FSDPPrecision):
-    """Lightning's FSDP precision plugin, autocasting on the run's device (Lightning's: CUDA)."""
-
-    def __init__(self, precision: str, device: str, scaler=None, **kwargs) -> None:
-        # Lightning 2.6's FSDPPrecision rejects a given scaler and builds a CUDA one (which
-        # warns on CPU); build without ours, then put ours in.
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", "torch.cuda.amp.GradScaler is enabled")
-            super().__init__(precision, **kwargs)
-        if scaler is not None:
-            self.scaler = scaler
-        self.device = device
+class ScaledPrecision(SkipCounting, MixedPrecision):
+    """fp16 under FSDP2: the loss scaler without autocast. FSDP2's ``MixedPrecisionPolicy``
+    casts the parameters to fp16 for compute (:func:`sharded_precision`), so autocast would
+    only cast again; the scaler (:class:`ShardedGradScaler`: it agrees on inf/NaN across
+    the processes, each of which sees only its shard of the gradients) still guards the
+    fp16 gradients."""
 
     def forward_context(self):
-        if "mixed" in self.precision:
-            dtype = torch.bfloat16 if self.precision == "bf16-mixed" else torch.float16
-            return torch.autocast(self.device, dtype=dtype)
-        return super().forward_context()
+        return nullcontext()
 
 
 def make_scaler(settings, device: str, sharded: bool = False) -> torch.amp.GradScaler:
@@ -238,24 +229,38 @@ def make_scaler(settings, device: str, sharded: bool = False) -> torch.amp.GradS
     return torch.amp.GradScaler(device, **kwargs)
 
 
-def lightning_precision(choice: Choice, settings, device: str, fsdp: bool = False):
+def lightning_precision(choice: Choice, settings, device: str):
     """The Lightning precision plugin instance for ``choice``; None for fp32/tf32 (the default).
 
-    ``device`` is the autocast device ("cpu", "cuda"); ``fsdp`` builds the FSDP variant,
-    which Lightning's FSDP strategy requires.
+    ``device`` is the autocast device ("cpu", "cuda").
     """
     if choice.ran_as in ("fp32", "tf32"):
         return None
     flag = LIGHTNING_FLAG[choice.ran_as]
-    scaler = make_scaler(settings, device, sharded=fsdp) if choice.scaled else None
+    scaler = make_scaler(settings, device) if choice.scaled else None
     skips = settings.get("max_consecutive_skips", 20)
-    if fsdp:
-        return DeviceFSDPPrecision(flag, device, scaler=scaler, max_consecutive_skips=skips)
     if choice.true_half:
         return HalfPrecision(flag)
     if scaler is None:
         return MixedPrecision(flag, device)
     return CountingMixedPrecision(flag, device, scaler, max_consecutive_skips=skips)
+
+
+def sharded_precision(choice: Choice, settings, device: str, parallel):
+    """Under ``strategy=fsdp``: mixed precision through FSDP2's ``MixedPrecisionPolicy``
+    (``parallel``: the strategy's settings, given the compute dtype), and the Lightning
+    plugin that remains: the sharded loss scaler for fp16, the weights' type for the true
+    half modes, none for bf16 and fp8 (their bf16 is the policy's)."""
+    if choice.ran_as in ("fp32", "tf32"):
+        return None
+    if choice.true_half:
+        return HalfPrecision(LIGHTNING_FLAG[choice.ran_as])
+    parallel.param_dtype = AUTOCAST[choice.ran_as]
+    if not choice.scaled:
+        return None
+    scaler = make_scaler(settings, device, sharded=True)
+    skips = settings.get("max_consecutive_skips", 20)
+    return ScaledPrecision("16-mixed", device, scaler, max_consecutive_skips=skips)
 
 
 def set_tf32(enabled: bool | tuple[str, bool]) -> tuple[str, bool]:
@@ -342,14 +347,6 @@ def trainer_conflicts(cfg) -> list[str]:
     ]
 
 
-def _is_fsdp(strategy) -> bool:
-    from pytorch_lightning.strategies import FSDPStrategy
-
-    return isinstance(strategy, FSDPStrategy) or (
-        isinstance(strategy, str) and strategy.startswith("fsdp")
-    )
-
-
 def _dtype_name(dtype: torch.dtype | None) -> str | None:
     return None if dtype is None else str(dtype).removeprefix("torch.")
 
@@ -410,8 +407,11 @@ class Plugin:
     @hookimpl(trylast=True)  # after a strategy plugin has put its strategy into kwargs
     def configure_trainer(self, cfg, kwargs):
         device = (self.env or Environment.from_config(cfg)).accelerator
-        fsdp = _is_fsdp(kwargs.get("strategy"))
-        self.lightning = lightning_precision(self.choice, self.settings, device, fsdp)
+        parallel = getattr(kwargs.get("strategy"), "settings", None)  # strategy=fsdp's
+        if parallel is not None:
+            self.lightning = sharded_precision(self.choice, self.settings, device, parallel)
+        else:
+            self.lightning = lightning_precision(self.choice, self.settings, device)
         if self.lightning is not None:
             kwargs["plugins"] = [*(kwargs.get("plugins") or []), self.lightning]
 

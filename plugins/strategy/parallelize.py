@@ -27,6 +27,7 @@ tested directly.
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
 
@@ -209,13 +210,13 @@ def shard_block_names(model: nn.Module, block_types=None) -> list[str]:
 
 def mixed_precision(param_dtype: torch.dtype | None, reduce_dtype=torch.float32):
     """FSDP2's policy: parameters all-gathered (and computed) in ``param_dtype``, gradients
-    reduced in ``reduce_dtype``, the root's outputs cast back to fp32 for the loss."""
+    reduced in ``reduce_dtype`` (:func:`apply_fsdp` has the root's outputs cast back to fp32
+    for the loss)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy
 
     if param_dtype is None:
         return MixedPrecisionPolicy()
-    return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype,
-                                output_dtype=torch.float32)  # fmt: skip
+    return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
 
 
 def apply_fsdp(model: nn.Module, mesh, blocks: list[str], reshard_after_forward: bool = True,
@@ -231,6 +232,8 @@ def apply_fsdp(model: nn.Module, mesh, blocks: list[str], reshard_after_forward:
         last = i == len(blocks) - 1
         fully_shard(model.get_submodule(name), **options,
                     reshard_after_forward=reshard_after_forward and not last)  # fmt: skip
+    if options["mp_policy"].param_dtype is not None:  # the model's output in fp32, for the loss
+        options["mp_policy"] = dataclasses.replace(options["mp_policy"], output_dtype=torch.float32)
     fully_shard(model, **options, reshard_after_forward=reshard_after_forward)
     return blocks
 
