@@ -357,6 +357,9 @@ class Plugin:
         self.settings = cfg.precision
         self.env: Environment | None = None  # from check; worked out from cfg if not called
         self.lightning = None  # the Lightning precision plugin given to the Trainer
+        self.sharded = (
+            None  # strategy=fsdp's settings: its MixedPrecisionPolicy casts, not autocast
+        )
         self.previous_tf32 = None
         self.fp8_edges: tuple[str, ...] | None = None  # first and last Linear, as configured
         self.fp8: Fp8Layers | None = None  # what configure_model converted
@@ -402,13 +405,15 @@ class Plugin:
             return None
         self.fp8 = self._fp8_layers(model)
         recipe, emulate = self.settings.recipe, self.settings.get("emulate", False)
-        return convert_to_fp8(model, self.fp8, recipe, emulate)
+        sharded = OmegaConf.select(self.cfg, "strategy.name") == "fsdp"  # float8 all-gathers
+        return convert_to_fp8(model, self.fp8, recipe, emulate, sharded)
 
     @hookimpl(trylast=True)  # after a strategy plugin has put its strategy into kwargs
     def configure_trainer(self, cfg, kwargs):
         device = (self.env or Environment.from_config(cfg)).accelerator
         parallel = getattr(kwargs.get("strategy"), "settings", None)  # strategy=fsdp's
         if parallel is not None:
+            self.sharded = parallel
             self.lightning = sharded_precision(self.choice, self.settings, device, parallel)
         else:
             self.lightning = lightning_precision(self.choice, self.settings, device)
@@ -442,7 +447,7 @@ class Plugin:
         summary["precision"] = {
             "name": choice.name,
             "ran_as": choice.ran_as,
-            "autocast_dtype": _dtype_name(choice.autocast_dtype),
+            **self._compute(choice),
             "weights_dtype": _dtype_name(choice.weights_dtype),
             "tf32": self._tf32_state(choice),
             "loss_scale": scaler.get_scale() if scaler is not None else None,
@@ -467,7 +472,7 @@ class Plugin:
             "name": choice.name,
             "ran_as": choice.ran_as,
             "why": choice.why or None,
-            "autocast_dtype": _dtype_name(choice.autocast_dtype),
+            **self._compute(choice),
             "weights_dtype": _dtype_name(choice.weights_dtype),
             "tf32": self._tf32_state(choice),
             "loss_scaler": scaler,
@@ -479,6 +484,12 @@ class Plugin:
                 described["fp8"] |= {"converted": len(self.fp8.converted),
                                      "kept_in_bf16": dict(self.fp8.skipped)}  # fmt: skip
         return {k: v for k, v in described.items() if v is not None}
+
+    def _compute(self, choice: Choice) -> dict:
+        """How the half type is applied: autocast, or (strategy=fsdp) FSDP2's policy."""
+        if self.sharded is None:
+            return {"autocast_dtype": _dtype_name(choice.autocast_dtype)}
+        return {"autocast_dtype": None, "fsdp_param_dtype": _dtype_name(self.sharded.param_dtype)}
 
     @staticmethod
     def _tf32_state(choice: Choice) -> str:

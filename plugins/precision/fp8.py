@@ -94,19 +94,27 @@ def torchao_float8():
     return float8
 
 
-def fp8_config(recipe: str, emulate: bool = False):
+def fp8_config(recipe: str, emulate: bool = False, sharded: bool = False):
     """torchao's ``Float8LinearConfig`` for ``recipe``; ``emulate``: the float8 casts are kept
-    but the matmuls run in fp32 (any device: tests and debugging, never faster)."""
+    but the matmuls run in fp32 (any device: tests and debugging, never faster); ``sharded``
+    (strategy=fsdp): FSDP2 all-gathers the weights already cast to float8, where the recipe
+    allows it (``tensorwise``: one scale per tensor, which the shards agree on)."""
     config = torchao_float8().Float8LinearConfig.from_recipe_name(recipe)
-    return dataclasses.replace(config, emulate=True) if emulate else config
+    if emulate:
+        config = dataclasses.replace(config, emulate=True)
+    if sharded and recipe == "tensorwise":
+        config = dataclasses.replace(config, enable_fsdp_float8_all_gather=True)
+    return config
 
 
-def convert_to_fp8(model: nn.Module, layers: Fp8Layers, recipe: str, emulate=False) -> nn.Module:
+def convert_to_fp8(model: nn.Module, layers: Fp8Layers, recipe: str, emulate=False,
+                   sharded: bool = False) -> nn.Module:  # fmt: skip
     """Swap the ``layers.converted`` layers of ``model`` for torchao's ``Float8Linear``, in
     place; parameter names, weights (fp32) and their tying are unchanged."""
     names = set(layers.converted)
+    config = fp8_config(recipe, emulate, sharded)
     return torchao_float8().convert_to_float8_training(
-        model, module_filter_fn=lambda _, name: name in names, config=fp8_config(recipe, emulate)
+        model, module_filter_fn=lambda _, name: name in names, config=config
     )
 
 
