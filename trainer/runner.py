@@ -25,7 +25,13 @@ from tuneup.trainer.module import TrainingModule, with_batch_transforms
 from tuneup.trainer.plugin_manager import PluginManager
 from tuneup.trainer.state.preemption import Interrupted, Preempted, continue_command
 from tuneup.trainer.state.progress import shortfall
-from tuneup.trainer.state.resume import check_config, load_weights, resolve, weights_only_setting
+from tuneup.trainer.state.resume import (
+    check_config,
+    complete,
+    load_weights,
+    resolve,
+    weights_only_setting,
+)
 from tuneup.trainer.state.run_dir import RunDirLock, write_record
 from tuneup.trainer.state.run_state import RunState
 
@@ -83,6 +89,10 @@ def run(cfg, run_dir: str | Path | None = None):
             try:
                 return _train(cfg, run_dir, resume_from, weights_only)
             except BaseException as exc:
+    done = None if resume_from is None or weights_only else complete(cfg, run_dir, *resume_from)
+    if done:
+        console.say(done, log)  # a finished run resumed as it was: untouched too
+        return _previous_acc(run_dir)
                 console.traceback_to_file(log, exc)
                 _note(exc, tuneup_log=run_dir / console.log_file_name())  # the command names it
                 raise
@@ -95,6 +105,14 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
     try:
         plugins = PluginManager.from_config(cfg)
         env = Environment.from_config(cfg)
+def _previous_acc(run_dir: Path):
+    """The final val acc in the summary a finished run left, if it left one."""
+    try:
+        return run_summary.read(run_dir).get("val", {}).get("acc")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
         plan = Plan(cfg, plugins)
         found = core_problems(cfg, env, plan)
         found += plugins.check(cfg, env, plan)

@@ -140,6 +140,24 @@ def start_epoch_afresh(trainer) -> None:
 # --------------------------------------------------------------------------------------
 
 
+def epochs_done(checkpoint: dict) -> int:
+    """Epochs trained to their end in ``checkpoint``: those processed, and the epoch whose
+    last batch it was written after (Lightning counts that one only after the batch)."""
+    epochs = progress(checkpoint)[2]
+    return epochs + 1 if epoch_boundary(fit_loop(checkpoint)) == "last_batch_end" else epochs
+
+
+def limit_reached(checkpoint: dict, max_steps, max_epochs) -> tuple[str, int] | None:
+    """The limit (``("trainer.max_steps", 24)``) that ``checkpoint`` has reached already,
+    so that a run resumed from it with these limits would train nothing; None if none."""
+    steps = progress(checkpoint)[0]
+    if isinstance(max_steps, int) and max_steps > 0 and steps >= max_steps:
+        return "trainer.max_steps", max_steps
+    if isinstance(max_epochs, int) and max_epochs > 0 and epochs_done(checkpoint) >= max_epochs:
+        return "trainer.max_epochs", max_epochs
+    return None
+
+
 def steps_asked(trainer) -> tuple[int, str] | None:
     """The optimizer steps the run's limits ask for, and which limits say so; None when
     they cannot be known (no limit, or an epoch of unknown length)."""

@@ -31,6 +31,7 @@ from omegaconf import OmegaConf
 from tuneup import TuneupError
 from tuneup.trainer.state import changes
 from tuneup.trainer.state.checkpoint_io import checkpoint_files, load, newest_valid
+from tuneup.trainer.state.progress import epochs_done, limit_reached, progress
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,23 @@ def resolve(resume, run_dir: str | Path, weights_only: bool = False) -> tuple[Pa
             "directory in it, or resume=auto with hydra.run.dir set to the run directory"
         )
     return path, load(path, mmap=True)
+
+
+def complete(cfg, run_dir: str | Path, path: Path, checkpoint: dict) -> str | None:
+    """What to say when ``checkpoint`` has reached this run's limits already (a finished run
+    resumed as it was): resuming would train nothing and only rewrite the run's summary and
+    metrics, so the run is left as it is. None when there is training left to do."""
+    trainer = cfg.get("trainer") or {}
+    reached = limit_reached(checkpoint, trainer.get("max_steps"), trainer.get("max_epochs"))
+    if reached is None:
+        return None
+    key, value = reached
+    return (
+        f"the run is complete: {path.name} already reached {key}={value} (step "
+        f"{progress(checkpoint)[0]}, {epochs_done(checkpoint)} epochs), so nothing was trained "
+        f"and {run_dir} is left as it was. To train further, raise {key}, e.g. "
+        f"{key}={2 * value} resume={cfg.get('resume')}"
+    )
 
 
 def weights_only_setting(cfg) -> bool:
