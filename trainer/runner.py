@@ -82,6 +82,10 @@ def run(cfg, run_dir: str | Path | None = None):
                           "one where you can write: hydra.run.dir=<directory>") from exc  # fmt: skip
     weights_only = weights_only_setting(cfg)
     resume_from = resolve(cfg.get("resume"), run_dir, weights_only)  # refused: untouched
+    done = None if resume_from is None or weights_only else complete(cfg, run_dir, *resume_from)
+    if done:
+        console.say(done, log)  # a finished run resumed as it was: untouched too
+        return _previous_acc(run_dir)
     with RunDirLock(run_dir) if first else nullcontext():
         if first:
             write_record(run_dir, cfg)
@@ -89,13 +93,17 @@ def run(cfg, run_dir: str | Path | None = None):
             try:
                 return _train(cfg, run_dir, resume_from, weights_only)
             except BaseException as exc:
-    done = None if resume_from is None or weights_only else complete(cfg, run_dir, *resume_from)
-    if done:
-        console.say(done, log)  # a finished run resumed as it was: untouched too
-        return _previous_acc(run_dir)
                 console.traceback_to_file(log, exc)
                 _note(exc, tuneup_log=run_dir / console.log_file_name())  # the command names it
                 raise
+
+
+def _previous_acc(run_dir: Path):
+    """The final val acc in the summary a finished run left, if it left one."""
+    try:
+        return run_summary.read(run_dir).get("val", {}).get("acc")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
@@ -105,14 +113,6 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
     try:
         plugins = PluginManager.from_config(cfg)
         env = Environment.from_config(cfg)
-def _previous_acc(run_dir: Path):
-    """The final val acc in the summary a finished run left, if it left one."""
-    try:
-        return run_summary.read(run_dir).get("val", {}).get("acc")
-    except (OSError, ValueError, AttributeError):
-        return None
-
-
         plan = Plan(cfg, plugins)
         found = core_problems(cfg, env, plan)
         found += plugins.check(cfg, env, plan)
