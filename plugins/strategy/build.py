@@ -113,8 +113,9 @@ class ModelParallel(ModelParallelStrategy):
                                               self.num_nodes)  # fmt: skip
 
     def data_shard(self) -> tuple[int, int]:
-        mesh = self.device_mesh["data_parallel"]
-        return mesh.get_local_rank(), mesh.size()
+        """(data-parallel rank, size): the mesh is (data_parallel, tensor_parallel), row-major."""
+        tp = self._tensor_parallel_size
+        return self.global_rank // tp, max(1, self.world_size // tp)
 
     def setup(self, trainer) -> None:
         module = self.lightning_module

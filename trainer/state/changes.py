@@ -174,19 +174,41 @@ def review(ctx: Context) -> list[Change]:
             if key in ctx.saved and not _same(ctx.saved[key], ctx.current[key]):
                 note, refused = judge(key, ctx)
                 changes.append(Change(key, ctx.saved[key], ctx.current[key], note, refused))
-    old_world, world = ctx.saved.get("world_size"), ctx.current["world_size"]
-    if old_world is not None and not _same(old_world, world):
-        layout = bool(ctx.position)
-        note = (f"the checkpoint stopped {ctx.position} samples into an epoch sharded over "
-                f"{old_world!r} process(es); resume with the old world size, or from a "
-                "checkpoint saved at an epoch end") if layout else (
-                f"takes effect from step {ctx.step}: the data are sharded over {world}")  # fmt: skip
-        changes.append(Change("world size", old_world, world, note, layout))
+    changes += _layout_changes(ctx)
     named = any(c.refused and c.key.split(".")[0] in ("model", "task") for c in changes)
     if ctx.weights_problem and not named:  # no model key changed (e.g. compile, kernels)
         note = f"the checkpoint's weights do not fit ({ctx.weights_problem}); {START_FRESH}"
         changes.append(Change("model weights", "as saved", "as built now", note, True))
     return changes
+
+
+def _layout_changes(ctx: Context) -> list[Change]:
+    """A change of the number of processes, and whether it changes the data order.
+
+    Each epoch's order is its seeded permutation whatever the number of processes; the
+    number of data shards (processes, less tensor parallelism's groups, which share their
+    samples) only decides who trains which part of it. Mid-epoch, the samples a process has
+    still to see depend on that number, so a change there is refused.
+    """
+    old_world, world = ctx.saved.get("world_size"), ctx.current["world_size"]
+    old_shards = ctx.saved.get("data_shards", old_world)
+    shards = ctx.current.get("data_shards", world)
+    if old_world is None or (_same(old_world, world) and _same(old_shards, shards)):
+        return []
+    if _same(old_shards, shards):
+        note = (f"takes effect from step {ctx.step}: the model is laid out over {world} "
+                f"process(es); the data order is unchanged ({shards} data shard(s) as before)")  # fmt: skip
+        return [Change("world size", old_world, world, note, False)]
+    if ctx.position:
+        note = (f"the checkpoint stopped {ctx.position} samples into an epoch sharded over "
+                f"{old_shards!r} data shard(s); resume with the old world size, or from a "
+                "checkpoint saved at an epoch end")  # fmt: skip
+        return [Change("world size", old_world, world, note, True)]
+    note = (f"takes effect from step {ctx.step}: each epoch keeps its order (the seeded "
+            f"permutation), now split into {shards} data shard(s) instead of {old_shards}; the "
+            "samples of a step are the same if the global batch (data.batch_size x shards x "
+            "grad_accum.steps) is")  # fmt: skip
+    return [Change("world size", old_world, world, note, False)]
 
 
 def report(path, changes: list[Change]) -> None:

@@ -31,6 +31,7 @@ from omegaconf import OmegaConf
 from tuneup import TuneupError
 from tuneup.trainer.state import changes
 from tuneup.trainer.state.checkpoint_io import checkpoint_files, load, newest_valid
+from tuneup.trainer.state.data_order import data_shard
 from tuneup.trainer.state.progress import epochs_done, limit_reached, progress
 
 log = logging.getLogger(__name__)
@@ -133,6 +134,7 @@ def run_facts(cfg, trainer, data_order: dict | None = None) -> dict:
         "grad_accum": int(trainer.accumulate_grad_batches),
         "data.batch_size": cfg.data.get("batch_size"),
         "world_size": int(trainer.world_size),
+        "data_shards": data_shard(trainer)[1],  # the world less tensor parallelism's groups
         "seed": int(cfg.seed),
         "data.name": str(cfg.data.get("name") or cfg.data.get("_target_")),  # a user's: its target
         "optimizers": [type(o).__name__ for o in getattr(trainer, "optimizers", None) or []],
