@@ -74,7 +74,10 @@ def check(cfg, env, plan) -> list[str]:
     ``plan.lightning`` (the user's own LightningModule, trained as it is),
     ``plan.task`` (how the loss is computed), ``plan.model_name``, ``plan.data_name``.
     Every plugin is asked; all problems are shown together in one error before a
-    model is built or a process spawned. Each problem should say what is wrong,
+    model is built or a process spawned. Every plugin was constructed before (its
+    ``__init__(cfg)`` runs when the run loads its plugins): an ``__init__`` that parses or
+    converts a setting fails on a bad value before ``check`` can name it; leave that to
+    ``check`` and the hooks after it. Each problem should say what is wrong,
     what is allowed and what to do. A plugin that cannot apply to what is trained
     (e.g. a loss kernel on a model that computes its own loss) says so here, never
     skips silently.
@@ -171,7 +174,16 @@ def on_after_backward(cfg, trainer, module):
 
 @hookspec
 def on_before_optimizer_step(cfg, trainer, module, optimizer):
-    """Lightning ``on_before_optimizer_step``: once per optimizer step, before it."""
+    """Lightning ``on_before_optimizer_step``: once per optimizer step, before it.
+
+    With a loss scaler (``precision=fp16``; ``amp`` where it picks float16) the gradients here
+    are already unscaled, divided by the loss scale: their real values. They may hold inf or
+    NaN: the hook fires also on the steps the scaler then skips (no ``optimizer.step()``;
+    ``trainer.global_step`` advances all the same, and the summary counts them in
+    ``precision.skipped_steps``), so check ``torch.isfinite`` before acting on them. To clip
+    gradients, Lightning's own ``+trainer.gradient_clip_val=<norm>`` does it right after this
+    hook, on the unscaled gradients. (tests/test_hook_facts.py measures all of this.)
+    """
 
 
 @hookspec
