@@ -11,6 +11,12 @@ checksum, and read back safely and verified; "newest" and pruning go by the trai
 progress recorded in the files, never their times (trainer/state/checkpoint_io.py). See
 docs/checkpointing.md.
 
+When a run starts (rank 0): the files ``resume=auto`` skipped as damaged are set aside
+into ``checkpoints/damaged/`` (never counted, never pruned, named in the summary); the
+directory is pruned to ``keep_last`` before the first save, so lowering ``keep_last`` on
+resume frees space before it is needed; and a warning says so when the file system has
+less free space than the next checkpoint will take.
+
 Saves happen only where an optimizer step has just finished: a checkpoint
 never holds half an accumulation window (the gradients of its first
 micro-batches are not in a checkpoint), so with ``grad_accum.steps=k`` a
@@ -28,6 +34,7 @@ their state final, and adds no default ModelCheckpoint) that calls
 from __future__ import annotations
 
 import logging
+import shutil
 import time
 from pathlib import Path
 
@@ -39,8 +46,10 @@ from tuneup.trainer.state.checkpoint_io import (
     BEST,
     AtomicCheckpointIO,
     checkpoint_name,
+    damaged,
     prune,
     remove_leftover_temporaries,
+    set_aside_skipped,
 )
 from tuneup.trainer.state.preemption import SignalFlag, stopped
 from tuneup.trainer.state.resume import checkpoint_dir
@@ -96,10 +105,48 @@ def is_better(value: float, best: float | None, mode: str) -> bool:
     return best is None or (value > best if mode == "max" else value < best)
 
 
+def stored_bytes(path: Path) -> int:
+    """Bytes a checkpoint takes on disk: a file, or a sharded checkpoint's directory."""
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size
+
+
+def next_checkpoint_bytes(resumed: Path | None, module) -> tuple[int, str]:
+    """About how many bytes the next checkpoint takes, and where the figure comes from: the
+    checkpoint resumed from, else the weights and an optimizer state up to twice their size
+    (Adam's two moments; the optimizer's state does not exist before its first step)."""
+    if resumed is not None and resumed.exists():
+        return stored_bytes(resumed), f"the size of {resumed.name}"
+    weights = sum(t.numel() * t.element_size() for t in module.state_dict().values()
+                  if torch.is_tensor(t))  # fmt: skip
+    return 3 * weights, "estimated: the weights and an optimizer state up to twice their size"
+
+
+def free_bytes(directory: Path) -> int:
+    """Free bytes on the file system ``directory`` is (or will be) on."""
+    existing = next(p for p in (directory, *directory.parents) if p.exists())
+    return shutil.disk_usage(existing).free
+
+
+def space_warning(directory: Path, needed: int, source: str) -> str | None:
+    """What to say when the next checkpoint will not fit on the file system; None if it will."""
+    free = free_bytes(directory)
+    if free >= needed:
+        return None
+    return (
+        f"only {free / 2**20:.1f} MiB free on the file system of {directory}, but the next "
+        f"checkpoint needs about {needed / 2**20:.1f} MiB ({source}): it will fail when it is "
+        "written. Free space, keep fewer (checkpoint.keep_last), or give the run a larger "
+        "file system: hydra.run.dir=<directory>"
+    )
+
+
 class Saver(Checkpoint):
     """Decides when to save, saves through ``trainer.save_checkpoint``, prunes, acts on signals."""
 
-    def __init__(self, settings, directory: Path) -> None:
+    def __init__(self, settings, directory: Path, resumed_auto: bool = False) -> None:
+        self.resumed_auto = resumed_auto  # resume=auto: what it skipped is set aside at start
         self.every_n_steps = settings.get("every_n_steps")
         minutes = settings.get("every_n_minutes")
         self.every_n_seconds = minutes * 60 if minutes else None
@@ -132,6 +179,20 @@ class Saver(Checkpoint):
         if trainer.is_global_zero:
             for path in remove_leftover_temporaries(self.directory):
                 log.info("removed %s, left by a save that was killed", path.name)
+            self.tidy(Path(trainer.ckpt_path) if trainer.ckpt_path else None, pl_module)
+
+    def tidy(self, resumed: Path | None, module) -> None:
+        """Before the first save (rank 0): damaged files aside, the directory pruned to
+        ``keep_last`` (a lowered one frees its space now), a warning if the next save
+        cannot fit."""
+        if self.resumed_auto and resumed is not None:
+            set_aside_skipped(self.directory, resumed)
+        if self.keep_last:
+            for path in prune(self.directory, self.keep_last, protect=resumed):
+                log.info("removed %s: checkpoint.keep_last=%d", path.name, self.keep_last)
+        warning = space_warning(self.directory, *next_checkpoint_bytes(resumed, module))
+        if warning:
+            log.warning("%s", warning)
 
     def on_train_start(self, trainer, pl_module) -> None:
         # After Lightning installed its SIGTERM handler (which would only stop at the epoch end,
@@ -222,6 +283,7 @@ class Saver(Checkpoint):
 class Plugin:
     def __init__(self, cfg) -> None:
         self.settings = cfg.checkpoint
+        self.resumed_auto = cfg.get("resume") == "auto" and not cfg.get("resume_weights_only")
         self.saver: Saver | None = None
 
     @hookimpl
@@ -230,7 +292,8 @@ class Plugin:
 
     @hookimpl
     def configure_trainer(self, kwargs):
-        self.saver = Saver(self.settings, checkpoint_dir(kwargs["default_root_dir"]))
+        directory = checkpoint_dir(kwargs["default_root_dir"])
+        self.saver = Saver(self.settings, directory, resumed_auto=self.resumed_auto)
         kwargs["callbacks"].append(self.saver)
         kwargs["enable_checkpointing"] = True  # the Saver is the checkpoint callback, no default
         kwargs["plugins"] = [*(kwargs.get("plugins") or []), AtomicCheckpointIO()]
@@ -246,4 +309,5 @@ class Plugin:
             "save_seconds": round(saver.save_seconds, 3),
             "preempted_by": saver.signals.received,
             "best": saver.best,
+            "damaged": [str(p) for p in damaged(saver.directory)],  # set aside, kept
         }

@@ -227,7 +227,7 @@ def test_prune_keeps_the_k_furthest_trained_and_best_whatever_the_file_times(tmp
     assert sorted(p.name for p in deleted) == ["copy-3.ckpt", "copy-4.ckpt", "copy-5.ckpt"]
     kept = [p.name for p in list_checkpoints(tmp_path)]
     assert kept == ["copy-1.ckpt", "copy-2.ckpt"]  # steps 50 and 40
-    assert (tmp_path / BEST).exists() and (tmp_path / "damaged.ckpt").exists()
+    assert (tmp_path / BEST).exists() and (tmp_path / "damaged" / "damaged.ckpt").exists()
 
 
 # -- the data order -----------------------------------------------------------------------

@@ -31,6 +31,11 @@ Order (:func:`list_checkpoints`): "newest" is the furthest training progress
 recorded in a file (optimizer steps, then micro-batches, then epochs), never its
 modification time, which ``cp -r``, ``rsync`` without ``-t`` or a restore from backup
 rewrite: a copied run resumes from its real last step, and pruning never deletes it.
+
+Damaged checkpoints (:func:`set_aside`): a file that cannot be read, or that resume=auto
+skipped because its bytes failed their checksum, is moved into ``checkpoints/damaged/``:
+kept for whoever looks into it, never a resume candidate, never counted toward
+``keep_last`` and never pruned; a later save of the same step cannot overwrite it.
 """
 
 from __future__ import annotations
@@ -58,6 +63,8 @@ log = logging.getLogger(__name__)
 SUFFIX = ".ckpt"
 #: The best-by-metric checkpoint: kept apart, never pruned, not a resume=auto candidate.
 BEST = "best.ckpt"
+#: Where damaged checkpoints are moved, inside the checkpoint directory (:func:`set_aside`).
+DAMAGED = "damaged"
 _TEMP_PREFIX = "."
 _TEMP_MARK = ".tmp-"
 #: The zip archive's comment that carries the checksum: this prefix, then 64 hex digits.
@@ -116,8 +123,9 @@ def disk_full(path: Path, cause: OSError) -> TuneupError:
     return TuneupError(
         f"no space left to save {path} ({cause.strerror}; {free / 2**20:.0f} MiB free on that "
         "file system): the checkpoints written before are kept and nothing half-written was "
-        "left. Free space, keep fewer (checkpoint.keep_last), or give the run a larger file "
-        "system: hydra.run.dir=<directory>"
+        "left. Free space, keep fewer (resume=auto checkpoint.keep_last=<fewer>: the oldest "
+        "are deleted before the next save), or give the run a larger file system: "
+        "hydra.run.dir=<directory>"
     )
 
 
@@ -366,16 +374,56 @@ def newest_valid(directory: str | Path) -> tuple[Path, dict] | None:
     return None
 
 
-def prune(directory: str | Path, keep: int) -> list[Path]:
-    """Delete all but the ``keep`` furthest-trained checkpoints; return what was deleted.
+def prune(directory: str | Path, keep: int, protect: str | Path | None = None) -> list[Path]:
+    """Delete all but the ``keep`` furthest-trained checkpoints, never ``protect`` (the one a
+    run resumed from); return what was deleted.
 
-    Files that cannot be read are left alone: their progress is unknown, and a damaged
-    file is evidence for whoever looks into it."""
-    readable = [c.path for c in scan(directory) if c.problem is None]
-    doomed = readable[keep:]
+    Files that cannot be read are set aside (:func:`set_aside`), not deleted and not counted:
+    their progress is unknown, and a damaged file is evidence for whoever looks into it."""
+    candidates = scan(directory)
+    for candidate in candidates:
+        if candidate.problem is not None:
+            set_aside(candidate.path)
+    readable = [c.path for c in candidates if c.problem is None]
+    kept = {Path(protect).resolve()} if protect is not None else set()
+    doomed = [p for p in readable[keep:] if p.resolve() not in kept]
     for path in doomed:
         sharded.remove(path)
     return doomed
+
+
+def set_aside(path: str | Path) -> Path:
+    """Move a damaged checkpoint (a file, or a sharded checkpoint's directory) into
+    ``damaged/`` beside it, under a name none there has yet; return where it went."""
+    path = Path(path)
+    folder = path.parent / DAMAGED
+    folder.mkdir(exist_ok=True)
+    target, n = folder / path.name, 1
+    while target.exists():
+        target, n = folder / f"{path.stem}-{n}{path.suffix}", n + 1
+    os.replace(path, target)
+    fsync_directory(path.parent)
+    log.warning("set aside the damaged checkpoint %s as %s: kept, never resumed, counted or "
+                "pruned", path.name, target)  # fmt: skip
+    return target
+
+
+def set_aside_skipped(directory: str | Path, resumed: str | Path) -> list[Path]:
+    """After resume=auto chose ``resumed`` (:func:`newest_valid`): set aside what it skipped,
+    the files that cannot be read and those further trained than ``resumed`` (their bytes
+    failed their checksum); return where they went."""
+    candidates = scan(directory)
+    chosen = [i for i, c in enumerate(candidates) if c.path.resolve() == Path(resumed).resolve()]
+    if not chosen:
+        return []  # resumed from elsewhere: this directory's files were not judged
+    skipped = [c for i, c in enumerate(candidates) if i < chosen[0] or c.problem is not None]
+    return [set_aside(c.path) for c in skipped]
+
+
+def damaged(directory: str | Path) -> list[Path]:
+    """The checkpoints set aside in ``directory`` (by this run or an earlier one)."""
+    folder = Path(directory) / DAMAGED
+    return sorted(folder.iterdir()) if folder.is_dir() else []
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
