@@ -9,6 +9,7 @@ number says which sample a batch held.
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import shutil
 import signal
@@ -129,6 +130,21 @@ def test_converter_cuts_the_text_into_textfile_s_windows(text):
         assert isinstance(expected, Windows) and len(got) == len(expected) > 0
         for i in range(len(expected)):
             assert all(torch.equal(a, b) for a, b in zip(got[i], expected[i], strict=True))
+
+
+def test_resize_re_encodes_jpegs_with_the_shorter_side_at_most_the_size(images, tmp_path):
+    from PIL import Image
+
+    folder, _ = images
+    assert convert([str(folder), str(tmp_path / "small"), "--resize", "20", "--quiet"]) == 0
+    info = read_descriptor(tmp_path / "small", "train")["tuneup"]
+    assert info["resize"] == 20 and info["formats"] == {"jpg": 24}
+    labels = [label for _, label in image_data(["data=imagefolder", f"data.root={folder}"]
+                                               ).train_set.samples]  # fmt: skip
+    stored = image_data(["data=shards", f"data.path={tmp_path / 'small'}"]).train_set.samples
+    for (image, label), expected in zip(stored, labels, strict=True):
+        decoded = Image.open(io.BytesIO(image.data))
+        assert decoded.format == "JPEG" and min(decoded.size) == 20 and label == expected
 
 
 def test_an_interrupted_conversion_is_finished_by_running_it_again(images, tmp_path, capsys):

@@ -282,8 +282,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("dst", type=Path, help="the folder to write (new, empty, or an unfinished one)")
     p.add_argument("--shard-size", type=parse_size, default=parse_size("256MB"),
                    help="bytes per shard at most (one sample at least): 256MB (default), 1GB...")  # fmt: skip
-    p.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1),
-                   help="processes writing shards (default: min(8, CPUs))")  # fmt: skip
+    p.add_argument("--workers", type=int, default=min(8, len(os.sched_getaffinity(0))),
+                   help="processes writing shards (default: min(8, usable CPUs))")  # fmt: skip
     p.add_argument("--resize", type=int, default=None, metavar="PX",
                    help="images: re-encode as JPEG with the shorter side at most PX (default: "
                    "keep each file's bytes as they are)")  # fmt: skip
