@@ -3,7 +3,12 @@ the log file that holds the traceback; start-up, Lightning's tips, leftovers (is
 
 from __future__ import annotations
 
+import csv
+import os
+import subprocess
 import textwrap
+
+from tests.conftest import python, run_cli
 
 BOOM = """
     import torch
@@ -41,3 +46,55 @@ def test_an_exception_in_training_is_one_line_naming_where_and_the_log_file(cli,
     loud = cli(*args, "resume=null", cwd=tmp_path, run_dir=tmp_path / "loud",
                env={"HYDRA_FULL_ERROR": "1"})  # fmt: skip
     assert loud.returncode == 1 and "Traceback" in loud.stderr
+
+
+#: The docs' kind of short run: 8 steps an epoch, 48 in all; the log interval left to tuneup.
+SHORT = ["data.train_samples=256", "data.val_samples=64", "data.batch_size=32", "model.width=8",
+         "trainer.max_epochs=6", "trainer.enable_progress_bar=false"]  # fmt: skip
+
+
+def test_a_plain_run_says_it_once_and_leaves_no_noise_behind(tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_cli(*SHORT, f"hydra.run.dir={run_dir}", cwd=tmp_path, tiny=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    log = (run_dir / "tuneup.log").read_text()
+    assert result.stdout.count("tuneup: small_resnet on synthetic_images") == 1
+    assert "smaller than the logging interval" not in result.stdout + result.stderr + log
+    assert "Tip:" not in log and "litlogger" not in log  # Lightning's adverts: nowhere
+    with open(run_dir / "metrics.csv") as f:
+        losses = [row for row in csv.DictReader(f) if row.get("train/loss")]
+    assert len(losses) > 2  # 48 steps: a point every 4, not every 20
+    assert not (run_dir / ".tuneup.lock").exists()  # the run ended: its lock is gone
+
+
+def test_plugins_list_shows_what_is_off_and_leaves_no_directory(tmp_path):
+    result = run_cli("plugins.list=true", "compile=on", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    listed = result.stdout.split("Installed, switched off (and what switches each on):")[1]
+    switched = dict(line.split(None, 1) for line in listed.split("\n\n")[0].strip().splitlines())
+    assert switched["memory_format"] == "on with: memory_format=channels_last"
+    assert (
+        switched["kernels"] == "on with: kernels=[cross_entropy] | kernels=[linear_cross_entropy]"
+    )
+    assert "compile" not in switched  # on: listed as active
+    assert not (tmp_path / "outputs").exists()  # Hydra's run directory: nothing was run there
+
+
+def test_a_sweep_prints_a_line_per_job_and_reproduces_the_command_run(tmp_path):
+    sweep = tmp_path / "sweep"
+    small = ["data.train_samples=128", "data.batch_size=16", "data.val_samples=32",
+             "data.image_size=8", "model.width=4", "trainer.max_epochs=1",
+             "trainer.enable_progress_bar=false"]  # fmt: skip
+    command = [*python(), "-m", "tuneup", "-m", f"hydra.sweep.dir={sweep}", *small,
+               "optimizer.lr=0.1,0.01"]  # fmt: skip
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.splitlines()
+    jobs = [line for line in lines if line.startswith("#")]
+    assert [j.split()[0] for j in jobs] == ["#0", "#1"]
+    assert all(": ok, " in j and "samples/s" in j and "summary written to" in j for j in jobs)
+    assert len(lines) == 4, result.stdout  # Hydra's "Launching", a line per job, the report
+    assert "tuneup run summary" not in result.stdout
+    report = (sweep / "report.md").read_text()
+    assert "; reproduce: `python -m tuneup data.train_samples=128 " in report

@@ -50,6 +50,7 @@ def ddp_run(tmp_path: Path, *overrides: str, name: str = "ddp"):
     run_dir = tmp_path / name
     result = run_cli(*MLP, *DDP, f"hydra.run.dir={run_dir}", *overrides, cwd=tmp_path, tiny=False)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("tuneup: mlp on") == 1  # the start-up line once, not per process
     return run_dir
 
 

@@ -67,7 +67,7 @@ def test_grid_sweep_ends_with_a_report_that_matches_every_run(tmp_path):
     baseline = next(r for r in rows if "baseline" in r["run"])
     assert (run_name(baseline), baseline["speed-up"]) == ("0", "1.00x")
     best = run_name(next(r for r in rows if "best" in r["run"]))
-    command = " ".join(["python", "run.py", *overrides(sweep_dir / best)])
+    command = " ".join(["python", str(ROOT / "run.py"), *overrides(sweep_dir / best)])  # as run
     assert best_line(markdown).endswith(f"reproduce: `{command}`")
     assert png_size(sweep_dir / "report.png") == (1400, 600)
 

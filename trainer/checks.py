@@ -26,7 +26,7 @@ TRAINER_RULES = {
     "trainer.min_steps": Integer(low=0, also=(None,)),
     "trainer.accelerator": OneOf(("auto", "cpu", "gpu", "cuda", "mps")),
     "trainer.num_nodes": Integer(low=1),
-    "trainer.log_every_n_steps": Integer(low=1),
+    "trainer.log_every_n_steps": Integer(low=1, also=(None,), note="null: fitted to the run"),
     "trainer.check_val_every_n_epoch": Integer(low=1, also=(None,)),
     "trainer.num_sanity_val_steps": Integer(low=-1),
     "trainer.accumulate_grad_batches": Integer(low=1),

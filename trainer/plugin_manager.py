@@ -258,6 +258,26 @@ class PluginManager(pluggy.PluginManager):
             if name in states and hasattr(plugin, "load_state_dict"):
                 plugin.load_state_dict(states[name])
 
+    def switched_off(self, cfg) -> dict[str, str]:
+        """Installed plugins (built-in ones too) this run leaves out -> why, and the setting
+        that switches each on."""
+        from tuneup.config import searched_dirs
+
+        switches = _switches(searched_dirs())
+        settings = cfg.get("plugins") or {}
+        off = {}
+        for name, ep in entry_points().items():
+            if self.has_plugin(name) or name in REQUIRED:
+                continue
+            if name in (settings.get("disable") or []):
+                off[name] = "disabled: remove it from plugins.disable"
+            elif switched_by_config(ep):
+                off[name] = "on with: " + (" | ".join(switches.get(name, [])) or f"{name}.plugin")
+            else:
+                off[name] = "always-on plugins are off: plugins.autoload=true (and no "
+                off[name] += "TUNEUP_DISABLE_PLUGIN_AUTOLOAD)"
+        return off
+
     def listing(self, cfg) -> str:
         """Human-readable: active plugins, where they come from, their hooks in call order."""
         lines = ["Active plugins:"]
@@ -266,6 +286,10 @@ class PluginManager(pluggy.PluginManager):
             lines.append(f"  {name:<24} {self.sources[name]}")
             if settings.get(name):
                 lines.append(f"  {'':<24} settings: {settings[name]}")
+        off = self.switched_off(cfg)
+        if off:
+            lines += ["", "Installed, switched off (and what switches each on):"]
+            lines += [f"  {name:<24} {how}" for name, how in sorted(off.items())]
         lines.append("")
         lines.append("Hooks (implementations in call order, first runs first):")
         for hook_name in _spec_order():
@@ -290,6 +314,30 @@ def _setting(cfg, key: str) -> str:
         node = cfg.get(key)
         choice = node.get("name") if isinstance(node, DictConfig) else None
     return f"{key}={choice}" if choice is not None else f"{key} (plugin: {cfg[key].plugin})"
+
+
+def _switches(folders) -> dict[str, list[str]]:
+    """Plugin name -> the config choices that switch it on (``compile=on``): every option file
+    in ``folders`` holding ``plugin: <name>``."""
+    import re
+
+    from tuneup.config import builtin_dir
+
+    defaults = OmegaConf.load(builtin_dir() / "config.yaml").get("defaults") or []
+    lists = {k for d in defaults if isinstance(d, DictConfig) for k, v in d.items()
+             if OmegaConf.is_list(v)}  # fmt: skip  # kernels=[cross_entropy]
+    found: dict[str, list[str]] = {}
+    for folder in folders:
+        for path in sorted(folder.rglob("*.yaml")):
+            parts = path.relative_to(folder).parts
+            if len(parts) < 2 or parts[0] in ("hydra", "experiment", "hparams_search", "ablation"):
+                continue
+            for name in re.findall(r"(?m)^\s*plugin:\s*([\w-]+)", path.read_text(encoding="utf-8")):
+                group = "/".join(parts[:-1])
+                choice = f"{group}=[{path.stem}]" if group in lists else f"{group}={path.stem}"
+                if choice not in found.setdefault(name, []):
+                    found[name].append(choice)
+    return found
 
 
 def _instantiate(cls, cfg, name: str):

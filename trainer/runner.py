@@ -23,7 +23,12 @@ from tuneup.trainer.components import Plan
 from tuneup.trainer.environment import Environment, threads_as_asked
 from tuneup.trainer.module import TrainingModule, with_batch_transforms
 from tuneup.trainer.plugin_manager import PluginManager
-from tuneup.trainer.state.preemption import Interrupted, Preempted, continue_command
+from tuneup.trainer.state.preemption import (
+    Interrupted,
+    Preempted,
+    command_name,
+    continue_command,
+)
 from tuneup.trainer.state.progress import shortfall
 from tuneup.trainer.state.resume import (
     check_config,
@@ -71,6 +76,8 @@ def run(cfg, run_dir: str | Path | None = None):
     """
     if cfg.get("plugins", {}).get("list", False):
         print(PluginManager.from_config(cfg).listing(cfg))
+        if run_dir is None:
+            _remove_if_empty(run_dir_from_hydra())  # made by Hydra, and nothing was run there
         return None
     threads_as_asked()
     run_dir = Path(run_dir) if run_dir is not None else run_dir_from_hydra()
@@ -118,7 +125,8 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
         found += plugins.check(cfg, env, plan)
         if found:
             raise ConfigError(found)
-        console.say(plan_line(plan, env, run_dir), log)
+        if console.process_rank() == "0" and sweep_job() is None:  # once per run; a sweep's
+            console.say(plan_line(plan, env, run_dir), log)  # jobs: one line each, at the end
         summary.update(device=env.device_name, accelerator=env.accelerator)
         trainer, module, data, run_state = build(cfg, plugins, plan, run_dir)
         ckpt_path = None
@@ -156,6 +164,18 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
         if first:  # one summary per run, by its first process
             _finish(cfg, plugins, trainer, summary, run_dir)
     return summary.get("val", {}).get("acc")
+
+
+def _remove_if_empty(run_dir: Path) -> None:
+    """Remove ``run_dir`` and its parents below the current directory while they are empty
+    (``outputs/<date>/<time>``, which Hydra makes before the job runs)."""
+    here, folder = Path.cwd().resolve(), run_dir.resolve()
+    while folder != here and here in folder.parents:
+        try:
+            folder.rmdir()  # only an empty one
+        except OSError:
+            return
+        folder = folder.parent
 
 
 def _note(exc: BaseException, **facts) -> None:
@@ -229,10 +249,39 @@ def trainer_kwargs(cfg, plugins: PluginManager, run_dir: Path) -> dict:
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     kwargs["default_root_dir"] = str(run_dir)
     kwargs["callbacks"] = [Bridge(cfg, plugins)]
+    if kwargs.get("log_every_n_steps") is None:  # null: fitted to the run once its length is known
+        kwargs["log_every_n_steps"] = 1  # until then: no "smaller than the logging interval"
+        kwargs["callbacks"].append(LogInterval())
     # The data module's sampler shards each epoch by rank itself (state/data_order.py): Lightning must
     # not wrap it in a DistributedSampler, which would shard the shard again.
     kwargs["use_distributed_sampler"] = False
     return kwargs
+
+
+class LogInterval(pl.Callback):
+    """``trainer.log_every_n_steps=null``: every 20 optimizer steps, fewer in a short run (at
+    least about 10 points in metrics.csv) or a short epoch (Lightning would warn that the
+    epoch is shorter than the interval). Set when training starts: the epoch's length is
+    known only once Lightning has made the training DataLoader."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        trainer.log_every_n_steps = log_interval(
+            trainer.num_training_batches, trainer.accumulate_grad_batches, trainer.max_steps,
+            trainer.max_epochs,
+        )  # fmt: skip
+
+
+def log_interval(batches, accumulate: int, max_steps: int, max_epochs, most: int = 20) -> int:
+    """Optimizer steps between logged points: at most ``most``, at most an epoch's steps, and
+    a tenth of the run's steps where it is short."""
+    per_epoch = max(1, int(batches) // max(1, accumulate)) if batches != float("inf") else most
+    if max_steps is not None and max_steps > 0:
+        total = max_steps
+    elif max_epochs is not None and max_epochs > 0:
+        total = per_epoch * max_epochs
+    else:
+        total = most * 10
+    return max(1, min(most, per_epoch, total // 10))
 
 
 def _finish(cfg, plugins, trainer, summary: dict, run_dir: Path) -> None:
@@ -250,11 +299,28 @@ def _finish(cfg, plugins, trainer, summary: dict, run_dir: Path) -> None:
             except TuneupError as exc:
                 log.error("%s", exc)
                 summary.setdefault("report_error", str(exc))
+    summary["command"] = command_name()
     path = run_summary.write(summary, run_dir)
     if summary["status"] == "ok":
+        job = sweep_job()
+        if job is not None:  # a sweep's job: one line (the report at the end compares them)
+            line = run_summary.one_line(summary, job)
+            console.say(f"{line}; summary written to {path}", log)
+            return
         if cfg.get("measure", {}).get("console_table", True):  # summary.json has it anyway
             console.say(run_summary.format_table(summary), log)
         console.say(f"summary written to {path}", log)
+
+
+def sweep_job() -> str | None:
+    """``#<job> <overrides>`` when this run is a job of a sweep (Hydra multirun), else None."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    hydra = HydraConfig.get()
+    return f"#{hydra.job.num} {' '.join(hydra.overrides.task)}".strip()
 
 
 def _torch_version() -> str:

@@ -36,6 +36,16 @@ def format_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def one_line(summary: dict, label: str) -> str:
+    """A run of a sweep in one line (its table is in summary.json): ``label`` names the job."""
+    speed, acc = summary.get("samples_per_s"), (summary.get("val") or {}).get("acc")
+    facts = [summary.get("status", "?")]
+    facts += [f"{speed:.4g} samples/s"] if isinstance(speed, (int, float)) else []
+    facts += [f"val acc {acc:.4f}"] if isinstance(acc, (int, float)) else []
+    facts += [f"{summary['steps']} steps"] if "steps" in summary else []
+    return f"{label}: {', '.join(facts)}"
+
+
 def _flatten(summary: dict, prefix: str = ""):
     for key, value in summary.items():
         name = f"{prefix}{key}"

@@ -47,7 +47,9 @@ def main() -> None:
         print(help_text(argv))
         return
     from tuneup import config
+    from tuneup.trainer.state.preemption import COMMAND_VARIABLE, command_name
 
+    os.environ.setdefault(COMMAND_VARIABLE, command_name())  # for the processes launchers start
     config.warn_shadowed(argv)
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # the user's own modules, as `python -m tuneup` sees them

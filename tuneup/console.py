@@ -2,8 +2,8 @@
 
 The console keeps to what tuneup says (the plan, progress, the summary table), real
 warnings, and errors, each warning once. Everything, the console's lines included, goes
-to the run's log file (``<run dir>/tuneup.log``): Lightning's banners and tips, every
-repeat of a warning, and full tracebacks. Hydra's ``hydra.job_logging`` (conf/config.yaml)
+to the run's log file (``<run dir>/tuneup.log``): Lightning's banners, every repeat of a
+warning, and full tracebacks (Lightning's adverts, "💡 Tip: ...", nowhere). Hydra's ``hydra.job_logging`` (conf/config.yaml)
 installs the console handler with :class:`ConsoleFilter`; the log file is opened by
 :func:`log_file` once the run owns its directory (tuneup/trainer/runner.py), so a run that
 is refused (the directory is another run's) writes nothing there.
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -25,6 +26,10 @@ FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 LIGHTNING = ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric")
 
 
+#: Hydra's line as it launches a sweep's job ("\t#3 : optimizer.lr=0.1").
+JOB_LINE = re.compile(r"\s*#\d+ : ")
+
+
 class ConsoleFilter(logging.Filter):
     """Let through tuneup's and Hydra's INFO lines, and each distinct warning or error once."""
 
@@ -35,6 +40,8 @@ class ConsoleFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if getattr(record, "file_only", False):
             return False
+        if record.name.startswith("hydra") and JOB_LINE.match(record.getMessage()):
+            return False  # a sweep's job: its own line says what it ran (trainer/runner.py)
         if record.levelno < logging.WARNING:
             return record.name.split(".")[0] in SPOKEN
         if record.name == "py.warnings" and "deprecat" in record.getMessage().lower():
@@ -44,6 +51,15 @@ class ConsoleFilter(logging.Filter):
             return False
         self.seen.add(key)
         return True
+
+
+#: How Lightning's adverts for its paid services begin ("💡 Tip: ... try installing litlogger").
+ADVERT = "💡 Tip:"
+
+
+def no_adverts(record: logging.LogRecord) -> bool:
+    """Lightning's adverts are kept out of the log file too: nothing there for the user."""
+    return not (record.name.startswith(LIGHTNING) and record.getMessage().startswith(ADVERT))
 
 
 def route_libraries() -> None:
@@ -92,6 +108,7 @@ def log_file(run_dir: Path):
     """Everything logged while active is appended to this process's log file of the run."""
     handler = logging.FileHandler(Path(run_dir) / log_file_name(), encoding="utf-8")
     handler.setFormatter(logging.Formatter(FORMAT))
+    handler.addFilter(no_adverts)
     root = logging.getLogger()
     root.addHandler(handler)
     if root.level > logging.INFO or root.level == logging.NOTSET:

@@ -56,7 +56,6 @@ def continue_command(run_dir) -> str:
     overrides, ``resume=auto`` and this run's directory (without it, a default directory would
     be a new one, and the run would start again from step 0)."""
     import shlex
-    import sys
 
     overrides = []
     try:
@@ -67,15 +66,30 @@ def continue_command(run_dir) -> str:
     except ImportError:
         pass
     kept = [o for o in overrides if not o.lstrip("+~").startswith(("resume=", "hydra.run.dir="))]
+    words = [*kept, "resume=auto", f"hydra.run.dir={run_dir}"]
+    return " ".join([command_name(), *(shlex.quote(w) for w in words)])
+
+
+#: Set by the command (tuneup/cli.py) for the processes its launchers start (DDP ranks, joblib's
+#: workers, Slurm jobs), whose own ``sys.argv`` is not what the user typed.
+COMMAND_VARIABLE = "TUNEUP_COMMAND"
+
+
+def command_name() -> str:
+    """How the user started tuneup, as they would type it again: ``tuneup``, ``python -m
+    tuneup`` or ``python <script>`` (``python run.py`` in a checkout)."""
+    import os
+    import shlex
+    import sys
+
+    if os.environ.get(COMMAND_VARIABLE):
+        return os.environ[COMMAND_VARIABLE]
     script = sys.argv[0] if sys.argv else ""
     if script.endswith("__main__.py") or _wrapper(script):
-        command = "python -m tuneup"
-    elif script.endswith(".py"):
-        command = f"python {shlex.quote(script)}"
-    else:
-        command = "tuneup"
-    words = [*kept, "resume=auto", f"hydra.run.dir={run_dir}"]
-    return " ".join([command, *(shlex.quote(w) for w in words)])
+        return "python -m tuneup"
+    if script.endswith(".py"):
+        return f"python {shlex.quote(script)}"
+    return "tuneup"
 
 
 def _wrapper(script: str) -> bool:

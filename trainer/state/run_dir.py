@@ -5,7 +5,7 @@ one ``summary.json``. The first process of a run takes an exclusive lock on
 ``<run dir>/.tuneup.lock`` (``fcntl.flock``) and holds it for the run: the operating system
 releases it on any exit, a crash or a ``kill -9`` included, so a stale lock cannot block a
 later run, and the second run is refused naming the first (its pid and host, written in
-the file). The other ranks of a multi-process run join the directory the first one locked.
+the file). A run that ends removes the file; one killed leaves it, unlocked. The other ranks of a multi-process run join the directory the first one locked.
 On file systems without ``flock`` (some network mounts) the lock is the file itself,
 created exclusively, and a leftover from a dead process of this host is detected by its pid.
 
@@ -43,14 +43,18 @@ class RunDirLock:
 
     def acquire(self) -> RunDirLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise RunDirInUse(self._in_use_message()) from exc
-            return self._acquire_by_creation()  # flock is not supported on this file system
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise RunDirInUse(self._in_use_message()) from exc
+                return self._acquire_by_creation()  # flock is not supported on this file system
+            if self._is_current(fd):
+                break
+            os.close(fd)  # locked a file its holder removed on release: lock the new one
         self.fd = fd
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()} {socket.gethostname()}\n".encode())
@@ -95,11 +99,19 @@ class RunDirLock:
             "or give this run its own directory: hydra.run.dir=<another directory>"
         )
 
+    def _is_current(self, fd: int) -> bool:
+        """Whether ``fd`` is still the file at the lock's path (a holder removes it on release)."""
+        try:
+            return os.stat(self.path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            return False
+
     def release(self) -> None:
+        """Remove the lock file (a finished run leaves none), then let go of the lock: removed
+        while held, so a run that opened it meanwhile sees it is gone and locks a new one."""
         if self.fd is None:
             return
-        if getattr(self, "created", False):
-            self.path.unlink(missing_ok=True)
+        self.path.unlink(missing_ok=True)
         os.close(self.fd)  # closing releases the flock
         self.fd = None
 

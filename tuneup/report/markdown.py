@@ -56,7 +56,8 @@ def best_line(report: Report) -> str:
     best, base = report.best, report.baseline
     if best is None:
         return "**Best: none**: no finished run qualifies (see the status column)."
-    command = " ".join(["python", "run.py", *map(shlex.quote, _reproducing(best))])
+    ran = (best.summary or {}).get("command") or "python run.py"  # as the user started it
+    command = " ".join([ran, *map(shlex.quote, _reproducing(best))])
     if best is base:
         facts = f"the baseline itself, val acc {_fixed(best.val_acc, 4)}"
     else:
