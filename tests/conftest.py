@@ -193,8 +193,8 @@ NO_CUDA = (
 #: collected first, so that under pytest-xdist (``-n 2 --dist loadfile`` in pyproject.toml)
 #: they start first and the run does not end with one of them alone on one worker.
 LONGEST_FIRST = (
-    "test_triton_kernels.py", "test_slurm.py", "test_own_project.py", "test_run.py",
-    "test_resume.py", "test_autotune.py", "test_resume_every_checkpoint.py", "test_ddp.py",
+    "test_model_parallel.py", "test_triton_kernels.py", "test_slurm.py", "test_own_project.py",
+    "test_run.py", "test_resume.py", "test_autotune.py", "test_resume_every_checkpoint.py", "test_ddp.py",
     "test_shards.py", "test_multinode.py", "test_sweeps.py",
 )  # fmt: skip
 

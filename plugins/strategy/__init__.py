@@ -158,6 +158,7 @@ class Plugin:
         self.counted: dict | None = None
         self.held: dict | None = None
         self.per_rank: list[dict] | None = None
+        self.first_step: int | None = None
 
     @hookimpl
     def check(self, cfg, env, plan):
@@ -187,25 +188,20 @@ class Plugin:
 
     @hookimpl
     def on_train_batch_start(self, trainer):
-        measured = trainer.global_step == memory.MEASURED_STEP
-        if trainer.world_size > 1 and self.collectives is None and measured:
-            self.collectives = memory.Collectives()
-            self.collectives.__enter__()
+        # The run's first optimizer step is measured (a resumed run's first is where its
+        # checkpoint stopped): its collectives, then what each process holds after it.
+        if self.first_step is None:
+            self.first_step = trainer.global_step
+            if trainer.world_size > 1:
+                self.collectives = memory.Collectives()
+                self.collectives.__enter__()
 
     @hookimpl
-    def on_before_optimizer_step(self, trainer, module):
-        if trainer.global_step <= memory.MEASURED_STEP:  # gradients are all there now
-            self.held = memory.held_bytes(module, trainer.optimizers)
-
-    @hookimpl
-    def on_train_batch_end(self, trainer):
-        if (
-            self.collectives is not None
-            and not self.counted
-            and (trainer.global_step > memory.MEASURED_STEP)
-        ):
+    def on_train_batch_end(self, trainer, module):
+        if self.held is None and trainer.global_step > self.first_step:  # the step is done
             self._stop_counting()
-            self.counted = self.collectives.figures()
+            self.counted = self.collectives.figures() if self.collectives else {}
+            self.held = memory.held_bytes(module, trainer.optimizers)  # gradients still there
 
     def _stop_counting(self) -> None:
         if self.collectives is not None and self.counted is None:

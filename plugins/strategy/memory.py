@@ -1,10 +1,10 @@
 """Per-rank figures of a distributed run: what each process holds and what it sends.
 
-- Bytes of parameters, gradients and optimizer state each process holds, summed from the
-  tensors themselves (a DTensor counts its local shard: what sharding leaves on this
+- Bytes of parameters, gradients and optimizer state each process holds after that step,
+  summed from the tensors themselves (a DTensor counts its local shard: what sharding leaves on this
   process), not from a formula: :func:`held_bytes`.
-- Bytes all-gathered, reduce-scattered and all-reduced in one optimizer step (all its
-  micro-batches), counted from the collectives torch.distributed really issues, seen as
+- Bytes all-gathered, reduce-scattered and all-reduced in the run's first optimizer step
+  (all its micro-batches), counted from the collectives torch.distributed really issues, seen as
   operators by a dispatch mode (:class:`Collectives`): FSDP2's parameter all-gathers and
   gradient reduce-scatters, DDP's all-reduces, tensor parallelism's all-reduces.
 - The process's peak memory (CUDA allocator peak, or peak RSS on CPU).
@@ -41,8 +41,6 @@ KINDS = {
     "allreduce_": ("all_reduce", 0),
     "allreduce_coalesced_": ("all_reduce", 0),
 }
-#: The optimizer step whose collectives are counted (0-based): the second, past the first's set-up.
-MEASURED_STEP = 1
 
 
 def local_bytes(tensor) -> int:

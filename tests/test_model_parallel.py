@@ -1,0 +1,246 @@
+"""strategy=fsdp on CPU (gloo): FSDP2, tensor parallelism and both (a 2x2 mesh), on model=gpt
+and on a user's own transformer (model=custom), each ending within 1e-5 (fp32, relative) of
+one process on the same global batch; sharded checkpoints on disk, per-rank figures, resume
+on another number of processes, and kill -9 + resume=auto with gradient accumulation.
+
+Every run trains 2 epochs of 2 optimizer steps (32 samples, a global batch of 16), saving
+every step. The references train in one process with data.batch_size=16.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import textwrap
+
+import pytest
+import torch
+
+from tests.conftest import run_cli
+from tests.plugin_dists import make_distribution
+from tests.test_resume import CRASH
+from tuneup.consolidate import consolidate
+from tuneup.trainer.state import sharded
+from tuneup.trainer.state.checkpoint_io import list_checkpoints
+
+COMMON = [
+    "data=synthetic_tokens", "data.context=8", "data.train_samples=32", "data.val_samples=16",
+    "data.vocab_size=64", "trainer.max_epochs=2", "trainer.enable_progress_bar=false",
+    "trainer.accelerator=cpu", "checkpoint.every_n_steps=1", "trainer.log_every_n_steps=1",
+]  # fmt: skip
+GPT = ["model=gpt", "model.layers=2", "model.width=16", "model.heads=4", *COMMON]
+#: The user's model: model=custom by _target_, with its tensor-parallel plan given in config.
+OWN = ["model=custom", "model._target_=tiny_nets.TinyTransformer", "model.vocab_size=64",
+       "model.width=16", "model.layers=2", *COMMON]  # fmt: skip
+OWN_PLAN = "strategy.tp_plan={blocks.*.up: colwise, blocks.*.down: rowwise}"
+#: (processes, tensor_parallel_size, data.batch_size): each sees a global batch of 16.
+LAYOUTS = {"fsdp": (2, 1, 8), "tp": (2, 2, 16), "2d": (4, 2, 8)}
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+TINY_NETS = """
+    import torch
+    from torch import nn
+
+
+    class Block(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.norm = nn.LayerNorm(width)
+            self.up = nn.Linear(width, 4 * width)
+            self.down = nn.Linear(4 * width, width)
+
+        def forward(self, x):
+            return x + self.down(torch.relu(self.up(self.norm(x))))
+
+
+    class TinyTransformer(nn.Module):
+        def __init__(self, vocab_size, width, layers):
+            super().__init__()
+            self.embed = nn.Embedding(vocab_size, width)
+            self.blocks = nn.ModuleList(Block(width) for _ in range(layers))
+            self.head = nn.Linear(width, vocab_size)
+
+        def forward(self, tokens):
+            x = self.embed(tokens)
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x)
+"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The user's project (tiny_nets) and the crash plugin, on PYTHONPATH of the runs."""
+    site = tmp_path_factory.mktemp("site")
+    (site / "tiny_nets.py").write_text(textwrap.dedent(TINY_NETS))
+    make_distribution(
+        site, "tuneup-crash", {"tuneup_crash": CRASH}, {"crash": "tuneup_crash:Plugin"}
+    )
+    return site
+
+
+def train(run_dir, *args, site, crash: dict | None = None, ok=True):
+    env = {**ONE_THREAD, "PYTHONPATH": str(site), **(crash or {})}
+    result = run_cli(f"hydra.run.dir={run_dir}", *args, tiny=False, env=env)
+    if ok:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def layout(name: str) -> list[str]:
+    processes, tp, batch = LAYOUTS[name]
+    return ["strategy=fsdp", f"trainer.devices={processes}",
+            f"strategy.tensor_parallel_size={tp}", f"data.batch_size={batch}"]  # fmt: skip
+
+
+def weights(run_dir, tmp_path, step=None) -> dict[str, torch.Tensor]:
+    """The model's own weights at ``step`` (default: the newest), through tuneup-consolidate."""
+    found = list_checkpoints(run_dir / "checkpoints")
+    path = (
+        found[0] if step is None else next(p for p in found if p.name.endswith(f"{step:08d}.ckpt"))
+    )
+    return consolidate(path, tmp_path / f"{run_dir.name}-{path.stem}.pt")
+
+
+def relative_difference(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).norm() / b[k].norm()) for k in b)
+
+
+def summary(run_dir) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, site):
+    """``reference("gpt"|"own")``: one process, data.batch_size=16, uninterrupted."""
+    runs = {}
+
+    def run_dir(model: str):
+        if model not in runs:
+            path = tmp_path_factory.mktemp(f"reference-{model}")
+            train(path, *(GPT if model == "gpt" else OWN), "data.batch_size=16", site=site)
+            runs[model] = path
+        return runs[model]
+
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def gpt_runs(tmp_path_factory, site):
+    """``gpt_runs(layout)``: model=gpt trained uninterrupted under that layout."""
+    runs = {}
+
+    def run_dir(name: str):
+        if name not in runs:
+            path = tmp_path_factory.mktemp(f"gpt-{name}")
+            train(path, *GPT, *layout(name), site=site)
+            runs[name] = path
+        return runs[name]
+
+    return run_dir
+
+
+# -- model=gpt: equal to one process, on disk and in the summary -------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_gpt_under_fsdp_tp_and_2d_ends_as_one_process_on_the_same_batch(
+    tmp_path, name, reference, gpt_runs
+):
+    run_dir, processes = gpt_runs(name), LAYOUTS[name][0]
+    expected = weights(reference("gpt"), tmp_path)
+    assert relative_difference(weights(run_dir, tmp_path), expected) < 1e-5
+    # the comparison can fail: one step earlier is far from the end
+    assert relative_difference(weights(reference("gpt"), tmp_path, step=3), expected) > 1e-3
+
+    done = summary(run_dir)
+    assert done["status"] == "ok" and done["world_size"] == processes and done["steps"] == 4
+    strategy = done["plugins"]["strategy"]
+    tp = LAYOUTS[name][1]
+    assert strategy["mesh"] == {"data_parallel": processes // tp, "tensor_parallel": tp}
+    assert strategy["sharded_blocks"] == 2
+    assert strategy["tensor_parallel_modules"] == (8 if tp > 1 else 0)  # 4 Linear per block
+
+    # A sharded checkpoint: a directory, a shard per rank, checksums of every file.
+    newest = list_checkpoints(run_dir / "checkpoints")[0]
+    files = sorted(p.name for p in newest.iterdir())
+    assert files == sorted([".metadata", "meta.pt", sharded.MANIFEST,
+                            *(f"__{r}_0.distcp" for r in range(processes))])  # fmt: skip
+    assert set(json.loads((newest / sharded.MANIFEST).read_text())["sha256"]) == set(files) - {
+        sharded.MANIFEST
+    }
+
+    # Per-rank figures, measured: what each rank holds and what it sent in one step.
+    one = summary(reference("gpt"))["per_rank"][0]
+    ranks = done["per_rank"]
+    assert [r["rank"] for r in ranks] == list(range(processes))
+    for rank in ranks:
+        assert rank["peak_memory_bytes"] > 0
+        assert rank["optimizer_state_bytes"] == rank["parameter_bytes"]  # SGD: a momentum each
+        if name == "fsdp":  # every parameter sharded in two: half of one process's
+            assert rank["parameter_bytes"] == pytest.approx(one["parameter_bytes"] / 2, rel=0.02)
+            assert rank["all_gather_bytes_per_step"] >= one["parameter_bytes"]
+            assert rank["reduce_scatter_bytes_per_step"] == one["parameter_bytes"]
+            assert rank["all_reduce_bytes_per_step"] == 0
+        else:  # tensor parallelism splits the blocks' matmuls, sums their outputs
+            shards = processes  # 2d: FSDP shards what tensor parallelism split, and the rest
+            assert one["parameter_bytes"] / shards < rank["parameter_bytes"] < one[
+                "parameter_bytes"] / (shards // 2)  # fmt: skip
+            assert rank["all_reduce_bytes_per_step"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("source", "target"), [("2d", "fsdp"), ("fsdp", None)])
+def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(
+    tmp_path, source, target, reference, gpt_runs, site
+):
+    """4 -> 2 (a 2x2 mesh's checkpoint into FSDP x2) and 2 -> 1 (FSDP into strategy=auto):
+    DCP reshards the weights and the optimizer state; at an epoch end each epoch keeps its
+    order, so with the same global batch the run ends as the uninterrupted one."""
+    start = list_checkpoints(gpt_runs(source) / "checkpoints")
+    start = next(p for p in start if p.name.endswith("step00000002.ckpt"))  # epoch 1's end
+    where = layout(target) if target else ["data.batch_size=16"]
+    result = train(tmp_path, *GPT, *where, f"resume={start}", site=site)
+    assert (
+        relative_difference(weights(tmp_path, tmp_path), weights(reference("gpt"), tmp_path)) < 1e-5
+    )
+    note, said = (
+        "each epoch keeps its order (the seeded permutation)",
+        result.stdout + result.stderr,
+    )
+    if target is None:
+        assert "world size: 2 -> 1" in said and note in said
+        assert summary(tmp_path)["plugins"]["strategy"]["used"] == "single process"
+    else:
+        assert "world size: 4 -> 2" in said and "data order is unchanged" in said
+
+
+# -- the user's own model: gradient accumulation, kill -9, resume=auto --------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(LAYOUTS))
+def test_own_model_with_accumulation_killed_and_resumed_ends_as_one_process(
+    tmp_path, name, reference, site
+):
+    """grad_accum.steps=2 (half the batch): 8 micro-batches; SIGKILL every rank in micro-batch
+    7, the first of step 4's window in epoch 2; resume=auto continues from step 3."""
+    _, tp, batch = LAYOUTS[name]
+    args = [*OWN, *layout(name)[:-1], f"data.batch_size={batch // 2}", "grad_accum.steps=2"]
+    args += [OWN_PLAN] if tp > 1 else []
+    killed = train(tmp_path, *args, site=site, crash={"CRASH_AT_MICRO_BATCH": "7"}, ok=False)
+    assert killed.returncode in (-signal.SIGKILL, 1, 137), killed.stderr[-3000:]
+    assert list_checkpoints(tmp_path / "checkpoints")[0].name.endswith("step00000003.ckpt")
+
+    train(tmp_path, *args, "resume=auto", site=site)
+    done = summary(tmp_path)
+    assert done["status"] == "ok" and done["steps"] == 4
+    assert done["resumed_from"].endswith("step00000003.ckpt")
+    assert (
+        relative_difference(weights(tmp_path, tmp_path), weights(reference("own"), tmp_path)) < 1e-5
+    )
+    if name == "fsdp":  # no reduce-scatter on the window's first micro-batch: one per step
+        one = summary(reference("own"))["per_rank"][0]
+        assert done["per_rank"][0]["reduce_scatter_bytes_per_step"] == one["parameter_bytes"]
