@@ -96,11 +96,14 @@ def _unknown_top_level(cfg) -> list[str]:
     """Top-level keys no config file gives and nothing reads (``+precison=bf16``): not a key of
     conf/config.yaml, not a config group, not set by a preset, not a node switching a plugin
     on (``plugin: <name>``), and not used by an interpolation (``${my_width}``)."""
-    from tuneup.config import searched_dirs, top_level_keys
+    from tuneup.config import builtin_dir, searched_dirs, top_level_keys
 
-    unknown = [k for k in cfg if not (isinstance(cfg.get(k), DictConfig) and "plugin" in cfg[k])]
+    builtin = builtin_dir()
+    common = set(OmegaConf.load(builtin / "config.yaml")) | {p.name for p in builtin.iterdir()}
+    unknown = [k for k in cfg if k not in common
+               and not (isinstance(cfg.get(k), DictConfig) and "plugin" in cfg[k])]  # fmt: skip
     if not unknown:
-        return []
+        return []  # the usual case, without reading every config file
     known = top_level_keys(searched_dirs())
     unknown = [k for k in unknown if k not in known]
     if unknown:
