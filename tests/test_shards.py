@@ -27,7 +27,7 @@ from tuneup.trainer.components import Plan
 from tuneup.trainer.state.checkpoint_io import checkpoint_name, list_checkpoints
 from tuneup.trainer.state.data_order import ResumableSampler
 from tuneup.zoo.data import check_data
-from tuneup.zoo.data.shards import ShardError, ShardRecords, read_descriptor
+from tuneup.zoo.data.shards import OpenShard, ShardError, ShardRecords, read_descriptor
 from tuneup.zoo.data.tokens import Windows
 
 RECORD = 16  # bytes per record of the text file: one window of data.context=16
@@ -325,6 +325,26 @@ def test_a_damaged_shard_of_the_right_size_is_named_when_read(images, tmp_path):
     with pytest.raises(ShardError, match=f"^{damaged} is not a whole WebDataset shard"):
         records[0]
     assert records[len(records) - 1][".cls"] in (b"0", b"1")  # the other shards still read
+
+
+def test_an_open_shard_keeps_wids_s_index_in_arrays_and_reads_what_wids_reads(images):
+    from wids.wids import IndexedTarSamples
+
+    _, shards = images
+    path = str(shards / "train" / "000000.tar")
+    plain = IndexedTarSamples(path=path)
+    expected = [{k: v.getvalue() for k, v in plain[i].items() if k != "__key__"}
+                for i in range(len(plain))]  # fmt: skip
+    slim = OpenShard(IndexedTarSamples(path=path))
+    assert slim.offsets is not None and slim.samples.reader.by_index == []  # objects freed
+    assert [slim[i] for i in range(len(expected))] == expected
+
+    class OtherLayout:  # a wids whose index is laid out otherwise: used as it is
+        def __getitem__(self, index):
+            return plain[index]
+
+    other = OpenShard(OtherLayout())
+    assert other.offsets is None and other[0] == expected[0]
 
 
 def test_without_the_extra_the_check_and_the_converter_name_it(images, monkeypatch, capsys):
