@@ -325,6 +325,12 @@ def test_a_damaged_shard_of_the_right_size_is_named_when_read(images, tmp_path):
     with pytest.raises(ShardError, match=f"^{damaged} is not a whole WebDataset shard"):
         records[0]
     assert records[len(records) - 1][".cls"] in (b"0", b"1")  # the other shards still read
+    loader = torch.utils.data.DataLoader(records, num_workers=1, collate_fn=len)
+    with pytest.raises(ShardError) as raised:  # read in a worker: the same line, and where
+        next(iter(loader))
+    assert str(raised.value).startswith(f"{damaged} is not a whole WebDataset shard")
+    assert str(raised.value).endswith(" (in DataLoader worker process 0)")
+    assert "\n" not in str(raised.value)
 
 
 def test_an_open_shard_keeps_wids_s_index_in_arrays_and_reads_what_wids_reads(images):

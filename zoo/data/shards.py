@@ -53,7 +53,19 @@ TOKENS = ".npy"
 
 
 class ShardError(TuneupError):
-    """A shard folder, descriptor or shard that cannot be read; the message names the file."""
+    """A shard folder, descriptor or shard that cannot be read; the message names the file.
+
+    Raised in a DataLoader worker, torch raises it again in the training process as
+    ``ShardError("Caught ShardError in DataLoader worker process 0.\nOriginal Traceback
+    ...\n...ShardError: <message>")``: the message is kept, on one line, and the worker named.
+    """
+
+    def __init__(self, message: str) -> None:
+        lines = message.rstrip().splitlines()
+        if len(lines) > 1 and lines[0].startswith("Caught ") and "ShardError: " in lines[-1]:
+            where = lines[0].removeprefix(f"Caught {type(self).__name__} ").rstrip(".")
+            message = f"{lines[-1].split('ShardError: ', 1)[1]} ({where})"
+        super().__init__(message)
 
 
 def missing_extra(modules=("wids",)) -> str | None:
@@ -77,8 +89,9 @@ def read_descriptor(root: Path, split: str) -> dict:
     try:
         found = json.loads(path.read_text())
         info, shards = found["tuneup"], found["shardlist"]
-        if info["format"] != FORMAT or not shards:
-            raise ValueError(f"format {info['format']} (this tuneup reads {FORMAT}) or no shards")
+        if info["format"] != FORMAT or info["kind"] not in ("images", "tokens") or not shards:
+            raise ValueError(f"format {info['format']} (this tuneup reads {FORMAT}), kind "
+                             f"{info['kind']!r} (images or tokens), or no shards")  # fmt: skip
         for shard in shards:
             int(shard["nsamples"]), int(shard["filesize"]), str(shard["url"])
     except (ValueError, KeyError, TypeError) as exc:
