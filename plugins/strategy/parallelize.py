@@ -120,14 +120,19 @@ def _split_problems(name: str, module: nn.Module, style: str, tp_size: int) -> l
             return [f"strategy.tp_plan: {name} is a {type(module).__name__}; sequence_parallel "
                     "applies to norms (LayerNorm, RMSNorm) and dropout"]  # fmt: skip
         return []
-    if not isinstance(module, nn.Linear | nn.Embedding):
+    if not (isinstance(module, nn.Linear | nn.Embedding) or is_conv1d(module)):
         return [f"strategy.tp_plan: {name} is a {type(module).__name__}; {style} splits "
-                "nn.Linear and nn.Embedding layers"]  # fmt: skip
-    # colwise splits a Linear's output features (weight dim 0), rowwise its input features.
-    dim = 0 if (style == "colwise") == isinstance(module, nn.Linear) else 1
+                "nn.Linear, nn.Embedding and transformers' Conv1D layers"]  # fmt: skip
+    # colwise splits a layer's output features, rowwise its input features; a Linear's weight
+    # is [out, in], a Conv1D's [in, out], an Embedding's [vocabulary, embedding].
+    out_dim = 1 if is_conv1d(module) else 0
+    dim = out_dim if style == "colwise" else 1 - out_dim
+    if isinstance(module, nn.Embedding):
+        dim = 1 if style == "colwise" else 0
+        what = "embedding" if dim == 1 else "vocabulary"
+    else:
+        what = "output" if dim == out_dim else "input"
     size = module.weight.shape[dim]
-    what = ("output" if dim == 0 else "input") if isinstance(module, nn.Linear) else (
-        "vocabulary" if dim == 0 else "embedding")  # fmt: skip
     if size % tp_size:
         return [f"strategy.tensor_parallel_size={tp_size} does not divide the {size} {what} "
                 f"features of {name} ({style}): choose a size that divides {size}"]  # fmt: skip
@@ -165,14 +170,62 @@ def apply_tensor_parallel(model: nn.Module, mesh, plan: dict[str, str]) -> dict[
     return expanded
 
 
+def is_conv1d(module: nn.Module) -> bool:
+    """transformers' ``Conv1D`` (GPT-2's linear layers): ``x @ weight + bias`` with the weight
+    stored ``[in, out]``, the transpose of ``nn.Linear``'s."""
+    return type(module).__name__ == "Conv1D" and hasattr(module, "nf")
+
+
+def _distribute(module: nn.Module, mesh, placements: dict, src_data_rank) -> None:
+    from torch.distributed.tensor import distribute_tensor
+
+    for name, placement in placements.items():
+        param = getattr(module, name, None)
+        if param is not None:
+            shard = distribute_tensor(param, mesh, [placement], src_data_rank=src_data_rank)
+            module.register_parameter(name, nn.Parameter(shard, param.requires_grad))
+
+
+def _styles():
+    """torch's column and row styles, taught transformers' ``Conv1D`` (its weight transposed)."""
+    from functools import partial
+
+    from torch.distributed.tensor import Replicate, Shard, distribute_module
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    class Colwise(ColwiseParallel):
+        def _apply(self, module, device_mesh):
+            if not is_conv1d(module):
+                return super()._apply(module, device_mesh)
+            split = {"weight": Shard(1), "bias": Shard(0)}
+            return distribute_module(
+                module, device_mesh,
+                lambda _, m, mesh: _distribute(m, mesh, split, self.src_data_rank),
+                partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
+                partial(self._prepare_output_fn, self.output_layouts, self.use_local_output),
+            )  # fmt: skip
+
+    class Rowwise(RowwiseParallel):
+        def _apply(self, module, device_mesh):
+            if not is_conv1d(module):
+                return super()._apply(module, device_mesh)
+            self.desired_input_layouts = (Shard(-1),)
+            split = {"weight": Shard(0), "bias": Replicate()}
+            return distribute_module(
+                module, device_mesh,
+                lambda _, m, mesh: _distribute(m, mesh, split, self.src_data_rank),
+                partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
+                partial(self._prepare_output_fn, self.output_layouts, self.use_local_output),
+            )  # fmt: skip
+
+    return Colwise, Rowwise
+
+
 def _style(style: str, sequence: bool):
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (
-        ColwiseParallel,
-        PrepareModuleInput,
-        RowwiseParallel,
-        SequenceParallel,
-    )
+    from torch.distributed.tensor.parallel import PrepareModuleInput, SequenceParallel
+
+    ColwiseParallel, RowwiseParallel = _styles()
 
     if style == "sequence_parallel":
         return SequenceParallel()
