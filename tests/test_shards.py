@@ -217,6 +217,26 @@ def test_gpt_trains_on_token_shards_as_on_the_text_file(text, train, tmp_path):
     assert all(torch.equal(got[k], expected[k]) for k in expected)
 
 
+class ByteBigram(torch.nn.Module):
+    """A user's own token model (``model=custom``): the next byte from this one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = torch.nn.Embedding(256, 256)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.table(tokens)
+
+
+def test_a_user_s_own_model_trains_on_token_shards(text, train):
+    _, shards = text
+    summary, _ = train("model=custom", "model._target_=tests.test_shards.ByteBigram",
+                       *TEXT_RUN[3:], f"data.path={shards}", "trainer.max_steps=3",
+                       "optimizer=adamw", "optimizer.lr=0.1", tiny=False)  # fmt: skip
+    assert summary["status"] == "ok" and summary["steps"] == 3
+    assert summary["data_path"]["batches"] == "int64 tokens"
+
+
 def shard_run(run_dir: Path, shards: Path, site: Path, *args: str, env: dict | None = None):
     """``python run.py`` on the token shards, with the probes installed; must exit 0 unless
     ``env`` asks the crash plugin to kill it."""
