@@ -151,7 +151,10 @@ def samples_of(shard: Shard, src: str, args):
     """``(index in the split, {extension: bytes})`` of every sample of ``shard``."""
     if shard.items and isinstance(shard.items[0], tuple):
         for i, (path, label) in enumerate(shard.items):
-            data, suffix = image_bytes(path, args)
+            try:
+                data, suffix = image_bytes(path, args)
+            except (OSError, ValueError) as exc:  # unreadable, or not an image Pillow reads
+                raise TuneupError(f"{path} cannot be read: {type(exc).__name__}: {exc}") from exc
             yield shard.start + i, {suffix: data, "cls": str(label).encode()}
         return
     import numpy as np
