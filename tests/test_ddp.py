@@ -15,7 +15,6 @@ import torch
 from tests.conftest import compose_config, run_cli
 from tests.plugin_dists import make_distribution
 from tuneup.plugins.strategy import settings_problems
-from tuneup.plugins.strategy.build import checkpointed_blocks
 from tuneup.plugins.strategy.launch import config_options, job_command
 from tuneup.trainer.environment import Environment
 
@@ -194,11 +193,6 @@ def test_ddp_with_devices_auto_on_one_device_runs_one_process_and_says_so(train)
     assert strategy["note"].startswith("strategy=ddp with trainer.devices=auto on cpu: one device")
 
 
-def test_fsdp_says_why_it_cannot_run_on_cpu():
-    found = problems_for("strategy=fsdp", "trainer.devices=2")
-    assert any("strategy=fsdp cannot run on cpu" in p and "CUDA" in p for p in found)
-
-
 def test_bad_strategy_settings_are_named():
     found = problems_for("strategy=ddp", "trainer.devices=2", "strategy.comm_hook=int8",
                          "+strategy.nonsense=1", "strategy.timeout_s=0")  # fmt: skip
@@ -237,16 +231,3 @@ def test_child_command_runs_the_job_not_the_sweep():
         "hydra.output_subdir=null",
     ]  # fmt: skip
     assert config_options(["--config-dir=/c", "a=1", "-cp", "p"]) == ["--config-dir=/c", "-cp", "p"]
-
-
-def test_fsdp_checkpoints_the_blocks_activation_checkpointing_would_choose():
-    from torch import nn
-
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.inner = nn.Linear(2, 2)
-
-    model = nn.Sequential(Block(), nn.ReLU(), Block(), Block())
-    assert checkpointed_blocks(model, ["Block"]) == {id(model[0]), id(model[2]), id(model[3])}
-    assert checkpointed_blocks(model, ["Block"], every_n=2) == {id(model[0]), id(model[3])}

@@ -35,6 +35,8 @@ OWN = ["model=custom", "model._target_=tiny_nets.TinyTransformer", "model.vocab_
 OWN_PLAN = "strategy.tp_plan={blocks.*.up: colwise, blocks.*.down: rowwise}"
 #: (processes, tensor_parallel_size, data.batch_size): each sees a global batch of 16.
 LAYOUTS = {"fsdp": (2, 1, 8), "tp": (2, 2, 16), "2d": (4, 2, 8)}
+#: model=gpt also with sequence parallelism (its norms on sequence shards).
+GPT_LAYOUTS = [*LAYOUTS, "tp-sequence"]
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 TINY_NETS = """
@@ -88,6 +90,8 @@ def train(run_dir, *args, site, crash: dict | None = None, ok=True):
 
 
 def layout(name: str) -> list[str]:
+    if name == "tp-sequence":
+        return [*layout("tp"), "strategy.sequence_parallel=true"]
     processes, tp, batch = LAYOUTS[name]
     return ["strategy=fsdp", f"trainer.devices={processes}",
             f"strategy.tensor_parallel_size={tp}", f"data.batch_size={batch}"]  # fmt: skip
@@ -145,11 +149,12 @@ def gpt_runs(tmp_path_factory, site):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(LAYOUTS))
+@pytest.mark.parametrize("name", GPT_LAYOUTS)
 def test_gpt_under_fsdp_tp_and_2d_ends_as_one_process_on_the_same_batch(
     tmp_path, name, reference, gpt_runs
 ):
-    run_dir, processes = gpt_runs(name), LAYOUTS[name][0]
+    run_dir = gpt_runs(name)
+    processes, tp, _ = LAYOUTS[name.removesuffix("-sequence")]
     expected = weights(reference("gpt"), tmp_path)
     assert relative_difference(weights(run_dir, tmp_path), expected) < 1e-5
     # the comparison can fail: one step earlier is far from the end
@@ -158,7 +163,6 @@ def test_gpt_under_fsdp_tp_and_2d_ends_as_one_process_on_the_same_batch(
     done = summary(run_dir)
     assert done["status"] == "ok" and done["world_size"] == processes and done["steps"] == 4
     strategy = done["plugins"]["strategy"]
-    tp = LAYOUTS[name][1]
     assert strategy["mesh"] == {"data_parallel": processes // tp, "tensor_parallel": tp}
     assert strategy["sharded_blocks"] == 2
     assert strategy["tensor_parallel_modules"] == (8 if tp > 1 else 0)  # 4 Linear per block
@@ -188,6 +192,9 @@ def test_gpt_under_fsdp_tp_and_2d_ends_as_one_process_on_the_same_batch(
             shards = processes  # 2d: FSDP shards what tensor parallelism split, and the rest
             assert one["parameter_bytes"] / shards < rank["parameter_bytes"] < one[
                 "parameter_bytes"] / (shards // 2)  # fmt: skip
+            if name == "tp-sequence":  # activations gathered and reduce-scattered by sequence
+                assert rank["all_gather_bytes_per_step"] > 0
+                assert rank["reduce_scatter_bytes_per_step"] > 0
             assert rank["all_reduce_bytes_per_step"] > 0
 
 

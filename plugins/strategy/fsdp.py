@@ -73,9 +73,10 @@ def problems(cfg, env, plan) -> list[str]:
             "your nn.Module, or strategy=ddp"
         )
         return found
-    if size > 1 and cfg.get("kernels"):
+    kernels = OmegaConf.select(cfg, "kernels.ops", default=None)
+    if size > 1 and kernels:
         found.append(
-            f"kernels={list(cfg.kernels)} with strategy.tensor_parallel_size={size}: the fused "
+            f"kernels={list(kernels)} with strategy.tensor_parallel_size={size}: the fused "
             "loss kernels need the whole output head on each process, which tensor "
             "parallelism splits; use kernels=[] or tensor_parallel_size=1"
         )
@@ -87,7 +88,7 @@ def problems(cfg, env, plan) -> list[str]:
         found.append(problem("strategy.shard_blocks", list(blocks),
                              f"class names of {plan.model_name}'s blocks (its classes: "
                              f"{', '.join(classes)})"))  # fmt: skip
-    if size > 1:
+    if size > 1 and not world % size:  # the plan is judged for a mesh that can exist
         chosen = tp_plan(cfg, plan.model_name)
         if chosen is None:
             found.append(

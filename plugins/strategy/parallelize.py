@@ -102,8 +102,11 @@ def plan_problems(
                 f"strategy.tp_plan: {pattern} matches no module of the model; its modules "
                 f"include {', '.join(_sample_names(model))}"
             )
-        for name in matches:
-            found += _split_problems(name, model.get_submodule(name), style, tp_size)
+        split = [p for name in matches for p in _split_problems(name, model.get_submodule(name),
+                                                                 style, tp_size)]  # fmt: skip
+        if split:  # the first module of the pattern that cannot be split says why
+            more = f" (and {len(split) - 1} more module(s) of {pattern})" if len(split) > 1 else ""
+            found.append(split[0] + more)
     if heads is not None and heads % tp_size:
         found.append(
             f"strategy.tensor_parallel_size={tp_size} does not divide model.heads={heads}: "
