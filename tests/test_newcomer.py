@@ -94,7 +94,7 @@ def test_own_model_or_data_without_target_names_the_key(tmp_path, overrides, exp
 @pytest.mark.skipif(torch.cuda.is_available(), reason="about float16 on a CPU")
 def test_fp16_on_a_cpu_warns_at_start_and_names_faster_choices(train, caplog):
     caplog.set_level(logging.WARNING)
-    summary, _ = train("precision=fp16", "trainer.max_steps=1")
+    summary, _ = train("precision=fp16", "trainer.max_steps=1", "data.image_size=8")
     (warning,) = [r.getMessage() for r in caplog.records if "no fast CPU kernels" in r.getMessage()]
     assert warning.startswith("precision: precision=fp16 on cpu: float16 has no fast CPU kernels")
     assert "precision=fp32" in warning and "precision=amp" in warning
