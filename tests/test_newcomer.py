@@ -31,6 +31,9 @@ def refused(tmp_path, *overrides) -> str:
          "autoload, disable, list; did you mean plugins.list?"),
         ("+optimizer.lrr=0.1", "did you mean optimizer.lr?"),
         ("+foo.bar=1", "foo is not allowed: foo is not a config group or setting"),
+        ("+precision.init_scal=1024", "precision.init_scal is not a setting of any precision "
+         "option; their settings are: backoff_factor, emulate"),
+        ("+precision.init_scal=1024", "did you mean precision.init_scale?"),
     ],
 )  # fmt: skip
 def test_a_key_nothing_reads_is_refused_with_what_was_meant(tmp_path, override, expected):

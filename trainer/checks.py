@@ -89,7 +89,44 @@ def _unknown_keys(cfg) -> list[str]:
             hint = f"; did you mean {group}.{match}?" if match else ""
             found.append(f"{group}.{key} is not a setting of {group}={node.name}; its settings "
                          f"are: {settings}{hint}")  # fmt: skip
+    return found + _unknown_feature_keys(cfg)
+
+
+#: Feature groups whose plugin names its own unknown keys in its check.
+SELF_CHECKED = ("strategy", "checkpoint")
+
+
+def _unknown_feature_keys(cfg) -> list[str]:
+    """Keys under a built-in feature group's node that none of its options has
+    (``+precision.init_scal=1024``): its plugin reads only those (optional ones included, as
+    ``precision.skip`` of fp8), so this one would do nothing."""
+    from tuneup.config import builtin_dir, searched_dirs
+
+    builtin, found = builtin_dir(), []
+    for group in sorted(p.name for p in builtin.iterdir() if p.is_dir()):
+        node = cfg.get(group)
+        if group in (*CLOSED_GROUPS, *SELF_CHECKED) or not isinstance(node, DictConfig):
+            continue
+        allowed = _option_keys([builtin / group])
+        if set(node) - allowed:  # options of the user's or a plugin's folders may add keys
+            allowed = _option_keys([d / group for d in searched_dirs()])
+        for key in sorted(set(node) - allowed):
+            match = did_you_mean(key, allowed - {"name", "plugin"})
+            hint = f"; did you mean {group}.{match}?" if match else ""
+            settings = ", ".join(sorted(allowed - {"name", "plugin"})) or "none"
+            found.append(f"{group}.{key} is not a setting of any {group} option; their settings "
+                         f"are: {settings}{hint}")  # fmt: skip
     return found
+
+
+def _option_keys(folders) -> set[str]:
+    """Every top-level key the option files in ``folders`` give their node."""
+    keys: set[str] = set()
+    for folder in folders:
+        for path in folder.glob("*.yaml") if folder.is_dir() else []:
+            loaded = OmegaConf.load(path)
+            keys |= set(loaded) - {"defaults"} if OmegaConf.is_dict(loaded) else set()
+    return keys
 
 
 def _unknown_top_level(cfg) -> list[str]:
