@@ -9,8 +9,9 @@ import math
 
 import pytest
 
-from tests.conftest import compose_config
+from tests.conftest import ROOT, compose_config
 from tests.plugin_dists import make_distribution
+from tuneup.trainer import hookspecs
 from tuneup.trainer.runner import run
 
 RECORDER = """
@@ -87,3 +88,18 @@ def test_before_optimizer_step_fires_on_the_steps_fp16_skips(seen, tmp_path):
     overflowed = [s for s in before if not math.isfinite(s[1])]
     assert len(before) == 4 and summary["steps"] == 4
     assert len(overflowed) == summary["precision"]["skipped_steps"] > 0
+
+
+def test_the_plugin_docs_state_what_these_tests_measure():
+    docs = " ".join((ROOT / "docs" / "plugins.md").read_text().split())
+    for fact in ("`__init__` runs when the run loads its plugins, before any `check`",
+                 "gradients at `on_before_optimizer_step` are already unscaled",
+                 "`on_before_optimizer_step` fires also on the steps the loss scaler then skips",
+                 "`+trainer.gradient_clip_val=<norm>`"):  # fmt: skip
+        assert fact in docs, fact
+    spec = " ".join(hookspecs.on_before_optimizer_step.__doc__.split())
+    assert "already unscaled" in spec and "the steps the scaler then skips" in spec
+    assert "gradient_clip_val" in spec
+    assert "``__init__(cfg)`` runs when the run loads its plugins" in " ".join(
+        hookspecs.check.__doc__.split()
+    )
