@@ -319,7 +319,9 @@ def shards_table(args, tmp: Path) -> list[str]:
                 rows.append(f"| {'bytes' if what == 'bytes' else 'decode path'} | {source} "
                             f"| {cache} | {workers} | {count} | {setup:.2f} | {r['per_worker']:,.0f} "
                             f"| {r['first_s']:.2f} |")  # fmt: skip
-    return [*rows, "", f"cold: {', '.join(sorted(how))}"]
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    return [*rows, "", f"cold: {', '.join(sorted(how))}; load average at the end: {load} "
+            f"({len(os.sched_getaffinity(0))} CPUs)"]  # fmt: skip
 
 
 def fmt(value, spec: str) -> str:
