@@ -19,28 +19,22 @@ def snapshot(run_dir):
             for p in sorted(run_dir.rglob("*")) if p.is_file()}  # fmt: skip
 
 
-def test_resume_auto_on_a_finished_run_leaves_it_untouched_and_says_so(train, cli, tmp_path):
-    _, run_dir = train(*MLP)  # one epoch: finished
-    before = snapshot(run_dir)
-    result = cli(*MLP, "resume=auto", run_dir=run_dir)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert (
-        "the run is complete: epoch000-step00000008.ckpt already reached trainer.max_epochs=1 "
-        f"(step 8, 1 epochs), so nothing was trained and {run_dir} is left as it was. To train "
-        "further, raise trainer.max_epochs, e.g. trainer.max_epochs=2 resume=auto"
-    ) in result.stdout
-    assert snapshot(run_dir) == before  # summary.json, metrics.csv, checkpoints, log: as they were
-    assert not (run_dir / "metrics-1.csv").exists()
-
-
 @pytest.mark.parametrize("limit", ["trainer.max_steps", "trainer.max_epochs"])
-def test_a_finished_run_is_recognised_by_either_limit(train, tmp_path, limit, capsys):
+def test_resume_auto_on_a_finished_run_leaves_it_untouched_and_says_so(train, limit, capsys):
     value = 3 if limit == "trainer.max_steps" else 1
-    first, run_dir = train(*MLP, f"{limit}={value}", "trainer.max_epochs=1")
+    first, run_dir = train(*MLP, f"{limit}={value}")
     before = snapshot(run_dir)
     acc = run(compose_config([*MLP, f"{limit}={value}", "resume=auto"]), run_dir=run_dir)
-    assert acc == first["val"]["acc"] and snapshot(run_dir) == before
-    assert f"reached {limit}={value}" in capsys.readouterr().out
+    steps = 3 if limit == "trainer.max_steps" else 8
+    epochs = 0 if limit == "trainer.max_steps" else 1
+    assert (
+        f"the run is complete: epoch000-step{steps:08d}.ckpt already reached {limit}={value} "
+        f"(step {steps}, {epochs} epochs), so nothing was trained and {run_dir} is left as it "
+        f"was. To train further, raise {limit}, e.g. {limit}={2 * value} resume=auto"
+    ) in capsys.readouterr().out
+    assert acc == first["val"]["acc"]  # returned as a run does (the command exits 0)
+    assert snapshot(run_dir) == before  # summary.json, metrics.csv, checkpoints, log: untouched
+    assert not (run_dir / "metrics-1.csv").exists()
 
 
 def test_a_resumed_run_gives_the_runs_totals_and_its_sessions(train, tmp_path):
