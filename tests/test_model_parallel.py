@@ -251,3 +251,37 @@ def test_own_model_with_accumulation_killed_and_resumed_ends_as_one_process(
     if name == "fsdp":  # no reduce-scatter on the window's first micro-batch: one per step
         one = summary(reference("own"))["per_rank"][0]
         assert done["per_rank"][0]["reduce_scatter_bytes_per_step"] == one["parameter_bytes"]
+
+
+# -- tuneup's own plugins under FSDP2 -------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_checkpointing_and_compile_compose_with_fsdp_in_torchtitans_order(
+    tmp_path, reference, site
+):
+    """activation_checkpointing=selective (applied to the blocks before sharding) and
+    compile=on (each block compiled, then sharded): the same weights as one process."""
+    train(tmp_path, *GPT, *layout("fsdp"), "activation_checkpointing=selective",
+          "activation_checkpointing.block_types=[Block]", "compile=on",
+          "compile.backend=aot_eager", site=site)  # fmt: skip
+    assert (
+        relative_difference(weights(tmp_path, tmp_path), weights(reference("gpt"), tmp_path)) < 1e-5
+    )
+    plugins = summary(tmp_path)["plugins"]
+    assert plugins["activation_checkpointing"]["checkpointed_blocks"] == 2
+    assert plugins["strategy"]["compiled_blocks"] == 2 and plugins["compile"]["per_block"]
+
+
+@pytest.mark.slow
+def test_bf16_under_fsdp_gathers_the_parameters_in_bf16(tmp_path, gpt_runs, site):
+    """precision=bf16 is FSDP2's MixedPrecisionPolicy: parameters all-gathered (and computed)
+    in bf16, half the bytes of fp32's; gradients reduced in fp32; the weights stay fp32."""
+    train(tmp_path, *GPT, *layout("fsdp"), "precision=bf16", site=site)
+    done, fp32 = summary(tmp_path), summary(gpt_runs("fsdp"))
+    assert done["plugins"]["strategy"]["mixed_precision"] == "torch.bfloat16"
+    assert done["precision"]["fsdp_param_dtype"] == "bfloat16"
+    half, full = done["per_rank"][0], fp32["per_rank"][0]
+    assert half["all_gather_bytes_per_step"] == full["all_gather_bytes_per_step"] // 2
+    assert half["reduce_scatter_bytes_per_step"] == full["reduce_scatter_bytes_per_step"]
+    assert all(t.dtype == torch.float32 for t in weights(tmp_path, tmp_path).values())

@@ -79,6 +79,23 @@ def test_what_cannot_run_under_tensor_parallelism_is_refused_by_name():
     assert any("sequence_parallel=true applies to a built-in plan" in p for p in found)
 
 
+def test_what_cannot_run_under_fsdp_is_refused_by_name():
+    found = problems(
+        "trainer.devices=2", "kernels=[linear_cross_entropy]", "strategy.cpu_offload=true"
+    )
+    assert any("kernels=[linear_cross_entropy] with strategy=fsdp" in p for p in found)
+    assert any("strategy.cpu_offload=true" in p and "needs CUDA" in p for p in found)
+    assert problems("trainer.devices=2", "kernels=[cross_entropy]") == []
+
+
+def test_fp8_under_fsdp_all_gathers_float8_where_the_recipe_allows():
+    from tuneup.plugins.precision.fp8 import fp8_config
+
+    assert fp8_config("tensorwise", sharded=True).enable_fsdp_float8_all_gather
+    assert not fp8_config("tensorwise").enable_fsdp_float8_all_gather
+    assert not fp8_config("rowwise", sharded=True).enable_fsdp_float8_all_gather
+
+
 def test_the_command_says_so_in_one_line_and_exits_1(tmp_path):
     result = run_cli(*GPT, "trainer.devices=4", "strategy.tensor_parallel_size=3",
                      f"hydra.run.dir={tmp_path}/run", tiny=False)  # fmt: skip

@@ -73,7 +73,19 @@ def problems(cfg, env, plan) -> list[str]:
             "your nn.Module, or strategy=ddp"
         )
         return found
+    if cfg.strategy.get("cpu_offload") and not env.is_cuda:
+        found.append(
+            f"strategy.cpu_offload=true keeps the sharded parameters, gradients and optimizer "
+            f"state in CPU memory instead of the GPU's; on {env.accelerator} they are there "
+            "already (FSDP2's offload needs CUDA): set strategy.cpu_offload=false"
+        )
     kernels = OmegaConf.select(cfg, "kernels.ops", default=None)
+    if kernels and "linear_cross_entropy" in kernels:
+        found.append(
+            "kernels=[linear_cross_entropy] with strategy=fsdp: the fused output layer and loss "
+            "reads the output layer's weight after the model's forward, when FSDP has sharded "
+            "it again; use kernels=[cross_entropy] (the loss alone) or kernels=[]"
+        )
     if size > 1 and kernels:
         found.append(
             f"kernels={list(kernels)} with strategy.tensor_parallel_size={size}: the fused "
