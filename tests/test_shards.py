@@ -13,6 +13,8 @@ import io
 import json
 import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -386,6 +388,19 @@ def test_without_the_extra_the_check_and_the_converter_name_it(images, monkeypat
     assert capsys.readouterr().err == (
         "error: tuneup-shards writes WebDataset shards, and webdataset and wids not installed: "
         "pip install 'tuneup[shards]'\n"
+    )
+
+
+def test_the_console_script_is_installed_and_says_what_is_wrong_in_one_line(tmp_path):
+    script = Path(sys.executable).parent / "tuneup-shards"  # [project.scripts]
+    shown = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "--shard-size" in shown.stdout and "--resize" in shown.stdout
+    nowhere = tmp_path / "nowhere"
+    failed = subprocess.run([str(script), str(nowhere), str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert failed.returncode == 1
+    assert (
+        failed.stderr == f"error: {nowhere} does not exist: give an image folder or a text file\n"
     )
 
 
