@@ -252,8 +252,8 @@ class Shards(DataModule):
 
     inputs = None  # the shards say: each instance is ShardImages or ShardTokens
 
-    def __new__(cls, settings, configure_loader=None):
-        if cls is Shards:
+    def __new__(cls, settings=None, configure_loader=None):  # no settings: a copy, unpickled
+        if cls is Shards and settings is not None:
             kind = read_descriptor(_root(settings.path), "train")["tuneup"]["kind"]
             cls = ShardImages if kind == "images" else ShardTokens
         return super().__new__(cls)
