@@ -26,10 +26,10 @@ def test_resume_auto_on_a_finished_run_leaves_it_untouched_and_says_so(train, li
     before = snapshot(run_dir)
     acc = run(compose_config([*MLP, f"{limit}={value}", "resume=auto"]), run_dir=run_dir)
     steps = 3 if limit == "trainer.max_steps" else 8
-    epochs = 0 if limit == "trainer.max_steps" else 1
+    epochs = "0 epochs" if limit == "trainer.max_steps" else "1 epoch"
     assert (
         f"the run is complete: epoch000-step{steps:08d}.ckpt already reached {limit}={value} "
-        f"(step {steps}, {epochs} epochs), so nothing was trained and {run_dir} is left as it "
+        f"(step {steps}, {epochs}), so nothing was trained and {run_dir} is left as it "
         f"was. To train further, raise {limit}, e.g. {limit}={2 * value} resume=auto"
     ) in capsys.readouterr().out
     assert acc == first["val"]["acc"]  # returned as a run does (the command exits 0)

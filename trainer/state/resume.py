@@ -90,10 +90,11 @@ def complete(cfg, run_dir: str | Path, path: Path, checkpoint: dict) -> str | No
     if reached is None:
         return None
     key, value = reached
+    epochs = epochs_done(checkpoint)
     return (
         f"the run is complete: {path.name} already reached {key}={value} (step "
-        f"{progress(checkpoint)[0]}, {epochs_done(checkpoint)} epochs), so nothing was trained "
-        f"and {run_dir} is left as it was. To train further, raise {key}, e.g. "
+        f"{progress(checkpoint)[0]}, {epochs} epoch{'' if epochs == 1 else 's'}), so nothing "
+        f"was trained and {run_dir} is left as it was. To train further, raise {key}, e.g. "
         f"{key}={2 * value} resume={cfg.get('resume')}"
     )
 
