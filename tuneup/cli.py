@@ -89,11 +89,15 @@ def task(cfg):
     """
     global _started
     _started = True
+    import torch  # noqa: F401  (first, so its logger is routed before the libraries below speak)
+
     from tuneup import console
+
+    console.route_libraries()
     from tuneup.trainer.runner import run
     from tuneup.trainer.state.preemption import Preempted
 
-    console.route_libraries()
+    console.route_libraries()  # Lightning's loggers, made as it was imported
     try:
         return run(cfg)
     except Preempted as exc:  # a checkpoint is written (or Ctrl-C): the job can be run again

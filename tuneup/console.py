@@ -26,6 +26,14 @@ FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
 LIGHTNING = ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric")
 
 
+#: A library's notices about itself, for the log file only: its own API's deprecations, its
+#: optional compiled extensions that do not load here (torchao's "Failed to load ....so").
+LIBRARY_NOTICE = re.compile(r"deprecat|^Failed to load \S+\.so\b", re.IGNORECASE)
+#: Loggers of tuneup and of the user's own script: their warnings are always shown.
+OURS = ("tuneup", "__main__")
+#: Loggers that print through their own handler unless told to propagate: Lightning's, and
+#: torch's (its warnings, e.g. torchao's deprecation notices at import, would skip the filter).
+ROUTED = (*LIGHTNING, "torch")
 #: Hydra's line as it launches a sweep's job ("\t#3 : optimizer.lr=0.1").
 JOB_LINE = re.compile(r"\s*#\d+ : ")
 
@@ -44,8 +52,8 @@ class ConsoleFilter(logging.Filter):
             return False  # a sweep's job: its own line says what it ran (trainer/runner.py)
         if record.levelno < logging.WARNING:
             return record.name.split(".")[0] in SPOKEN
-        if record.name == "py.warnings" and "deprecat" in record.getMessage().lower():
-            return False  # a library's notice about its own API: nothing the user can act on
+        if record.name.split(".")[0] not in OURS and LIBRARY_NOTICE.search(record.getMessage()):
+            return False  # a library's notice about itself: nothing the user can act on
         key = (record.name, record.getMessage())
         if key in self.seen:
             return False
@@ -63,9 +71,10 @@ def no_adverts(record: logging.LogRecord) -> bool:
 
 
 def route_libraries() -> None:
-    """Warnings and Lightning's messages go through logging (so to the file and the filter)."""
+    """Warnings and Lightning's and torch's messages go through logging (so to the file and
+    the filter)."""
     logging.captureWarnings(True)
-    for name in LIGHTNING:
+    for name in ROUTED:
         logger = logging.getLogger(name)
         for handler in list(logger.handlers):
             if type(handler) is logging.StreamHandler:  # Lightning's own, made before Hydra's
