@@ -78,8 +78,9 @@ def example_batch(data, batch_size: int = 2, device="meta") -> tuple[torch.Tenso
 
 
 #: The largest model (fp32 parameter bytes) that :func:`count_flops` copies to the CPU to count
-#: it with a real forward, when it cannot run on the meta device.
-REAL_COPY_LIMIT = 2**30
+#: it with a real forward of one sample, when it cannot run on the meta device: GPT-2 small's
+#: size, a few seconds on a CPU.
+REAL_COPY_LIMIT = 2**29
 
 
 def flops_per_sample(plan) -> float | None:
@@ -94,9 +95,9 @@ def count_flops(plan) -> tuple[float | None, str | None]:
     ``plan`` is the run's :class:`~tuneup.trainer.components.Plan`. Counted on its model on
     the meta device with a batch shaped like the data's. A model whose forward reads a
     tensor's value (transformers' models call ``.item()`` on their attention mask) cannot run
-    there: it is then counted once on a real copy on the CPU, built from the config, with the
-    random number generators forked (the run's model, its RNG stream and memory untouched),
-    up to :data:`REAL_COPY_LIMIT` bytes of parameters.
+    there: it is then counted once on a real copy on the CPU, built from the config, on one
+    sample, with the random number generators forked (the run's model, its RNG stream and
+    device memory untouched), up to :data:`REAL_COPY_LIMIT` bytes of parameters.
     """
     model = plan.meta_model()
     if model is None:
@@ -115,10 +116,21 @@ def count_flops(plan) -> tuple[float | None, str | None]:
     try:  # the math attention: FlopCounterMode does not count the CPU's fused kernel
         with torch.random.fork_rng(devices=[]), sdpa_kernel(SDPBackend.MATH):
             real = plan.build_model()
-            return _count(plan, real, plan.example_batch(device="cpu")), None
+            return _count(plan, real, first_samples(plan.example_batch(device="cpu"), 1)), None
     except Exception as exc:
         return None, (f"the model does not run on the meta device ({meta_failure}), nor on "
                       f"the CPU: {type(exc).__name__}: {exc}".splitlines()[0])  # fmt: skip
+
+
+def first_samples(batch, n: int):
+    """``batch`` cut to its first ``n`` samples (every tensor in it, along dim 0)."""
+    if isinstance(batch, torch.Tensor):
+        return batch[:n]
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(first_samples(item, n) for item in batch)
+    if isinstance(batch, dict):
+        return {key: first_samples(value, n) for key, value in batch.items()}
+    return batch
 
 
 def _count(plan, model, batch) -> float:
@@ -127,7 +139,7 @@ def _count(plan, model, batch) -> float:
     from tuneup.trainer.components import first_tensor
 
     model.train()
-    size = len(first_tensor(batch))  # FLOPs are linear in the batch (2 samples here)
+    size = len(first_tensor(batch))  # FLOPs are linear in the batch
     with FlopCounterMode(display=False) as counter, AttentionCalls() as attention:
         if plan.lightning:  # its forward; what else its training_step does is not counted
             x = batch[0] if isinstance(batch, (list, tuple)) else batch
