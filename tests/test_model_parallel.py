@@ -285,3 +285,62 @@ def test_bf16_under_fsdp_gathers_the_parameters_in_bf16(tmp_path, gpt_runs, site
     assert half["all_gather_bytes_per_step"] == full["all_gather_bytes_per_step"] // 2
     assert half["reduce_scatter_bytes_per_step"] == full["reduce_scatter_bytes_per_step"]
     assert all(t.dtype == torch.float32 for t in weights(tmp_path, tmp_path).values())
+
+
+# -- sharded checkpoints: pruned, verified, consolidated --------------------------------------
+
+
+@pytest.mark.slow
+def test_a_damaged_shard_is_skipped_saying_so_and_the_run_resumes_from_the_one_before(
+    tmp_path, reference, gpt_runs, site
+):
+    """keep_last=3 prunes directories as it prunes files; a flipped byte in the newest
+    checkpoint's shard of rank 1 fails its checksum: resume=auto names it and continues from
+    the previous checkpoint, and still ends as the uninterrupted run."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(gpt_runs("fsdp"), run_dir)
+    kept = list_checkpoints(run_dir / "checkpoints")
+    assert [p.name[-13:] for p in kept] == ["00000004.ckpt", "00000003.ckpt", "00000002.ckpt"]
+    shard = kept[0] / "__1_0.distcp"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+
+    result = train(run_dir, *GPT, *layout("fsdp"), "resume=auto", site=site)
+    said = result.stdout + result.stderr
+    assert f"{shard} is corrupt" in said and "skipping a bad checkpoint" in said
+    assert summary(run_dir)["resumed_from"].endswith("step00000003.ckpt")
+    assert (
+        relative_difference(weights(run_dir, tmp_path), weights(reference("gpt"), tmp_path)) < 1e-5
+    )
+
+
+def test_tuneup_consolidate_writes_the_users_own_state_dict_for_plain_torch(
+    tmp_path, gpt_runs, site
+):
+    """The console script, on a sharded checkpoint of a 2x2 mesh: the model's own parameter
+    names and full tensors, loaded without tuneup by torch.load + load_state_dict."""
+    import subprocess
+    import sys
+
+    from tuneup.zoo.models.gpt import GPT as Gpt
+
+    newest = list_checkpoints(gpt_runs("2d") / "checkpoints")[0]
+    out = tmp_path / "model.pt"
+    command = [sys.executable, "-m", "tuneup.consolidate", str(newest), str(out)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith(f"wrote {out}: 29 tensors")
+    state = torch.load(out, weights_only=True)
+    assert "transformer.h.1.mlp.c_fc.weight" in state  # its own names: no "model." prefix
+    model = Gpt(vocab_size=64, context=8, layers=2, heads=4, width=16)
+    assert str(model.load_state_dict(state)) == "<All keys matched successfully>"
+    bad = subprocess.run([*command[:3], str(tmp_path / "nothing"), str(out)],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert (
+        bad.returncode == 1
+        and bad.stderr.startswith("error: ")
+        and "no such checkpoint" in bad.stderr
+    )
