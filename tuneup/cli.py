@@ -32,7 +32,7 @@ usage: {PROJECT} [group=option ...] [key=value ...]     train once
        {PROJECT} -m group=a,b key=x,y ...                 sweep (Hydra multirun), then report.md
        {PROJECT} experiment=NAME ...                      a preset: conf/experiment/NAME.yaml
        {PROJECT} --cfg job [overrides]                    print the composed config, train nothing
-       {PROJECT} plugins.list=true [overrides]            the active plugins and their hook order
+       {PROJECT} plugins.list=true [overrides]            the active plugins, their hooks, what is off
 
   model=custom model._target_=pkg.module.Net [model.<arg>=...]   your nn.Module
   model=lightning model._target_=pkg.module.LitNet               your LightningModule
