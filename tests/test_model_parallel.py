@@ -199,14 +199,16 @@ def test_gpt_under_fsdp_tp_and_2d_ends_as_one_process_on_the_same_batch(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("source", "target"), [("2d", "fsdp"), ("fsdp", None)])
-def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(
+@pytest.mark.parametrize(("source", "target"), [("2d", "fsdp"), ("fsdp", None), (None, "fsdp")])
+def test_a_checkpoint_resumes_on_another_number_of_processes(
     tmp_path, source, target, reference, gpt_runs, site
 ):
-    """4 -> 2 (a 2x2 mesh's checkpoint into FSDP x2) and 2 -> 1 (FSDP into strategy=auto):
-    DCP reshards the weights and the optimizer state; at an epoch end each epoch keeps its
-    order, so with the same global batch the run ends as the uninterrupted one."""
-    start = list_checkpoints(gpt_runs(source) / "checkpoints")
+    """4 -> 2 (a 2x2 mesh's checkpoint into FSDP x2), 2 -> 1 (FSDP into strategy=auto) and
+    1 -> 2 (a single file into FSDP): DCP reshards the weights and the optimizer state; at an
+    epoch end each epoch keeps its order, so with the same global batch the run ends as the
+    uninterrupted one."""
+    start = reference("gpt") if source is None else gpt_runs(source)
+    start = list_checkpoints(start / "checkpoints")
     start = next(p for p in start if p.name.endswith("step00000002.ckpt"))  # epoch 1's end
     where = layout(target) if target else ["data.batch_size=16"]
     result = train(tmp_path, *GPT, *where, f"resume={start}", site=site)
@@ -220,6 +222,9 @@ def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(
     if target is None:
         assert "world size: 2 -> 1" in said and note in said
         assert summary(tmp_path)["plugins"]["strategy"]["used"] == "single process"
+    elif source is None:
+        assert "world size: 1 -> 2" in said and note in said
+        assert list_checkpoints(tmp_path / "checkpoints")[0].is_dir()
     else:
         assert "world size: 4 -> 2" in said and "data order is unchanged" in said
 
