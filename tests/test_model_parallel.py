@@ -349,3 +349,33 @@ def test_tuneup_consolidate_writes_the_users_own_state_dict_for_plain_torch(
         and bad.stderr.startswith("error: ")
         and "no such checkpoint" in bad.stderr
     )
+
+
+@pytest.mark.slow
+def test_the_docs_gpt2_plan_splits_a_transformers_gpt2_and_ends_as_one_process(tmp_path, site):
+    """docs/distributed.md's plan for transformers' GPT2LMHeadModel (its Conv1D MLP split
+    column- then row-wise, the attention whole) on 2 processes, against one process."""
+    import re
+
+    import yaml
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "docs" / "distributed.md").read_text()
+    block = re.search(r"<!-- tested:gpt2-tp-plan -->\n```yaml\n(.*?)```", text, re.S).group(1)
+    strategy = yaml.safe_load(block)["strategy"]
+    plan = ", ".join(f"{k}: {v}" for k, v in strategy["tp_plan"].items())
+    gpt2 = ["model=custom", "model._target_=tests.hf_models.tiny_gpt2", "model.use_cache=false",
+            "task=next_token", "data.vocab_size=32", "data.context=16",
+            *[a for a in COMMON if not a.startswith(("data.vocab_size", "data.context"))]]  # fmt: skip
+    env = {"PYTHONPATH": f"{ROOT}"}
+    one, split = tmp_path / "one", tmp_path / "split"
+    for run_dir, args in ((one, ["data.batch_size=16"]),
+                          (split, ["data.batch_size=16", "strategy=fsdp", "trainer.devices=2",
+                                   f"strategy.tensor_parallel_size={strategy['tensor_parallel_size']}",
+                                   f"strategy.tp_plan={{{plan}}}"])):  # fmt: skip
+        result = run_cli(f"hydra.run.dir={run_dir}", *gpt2, *args, tiny=False,
+                         env={**ONE_THREAD, **env, "PYTHONPATH": f"{ROOT}:{site}"})  # fmt: skip
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert summary(split)["plugins"]["strategy"]["tensor_parallel_modules"] == 4  # 2 blocks x 2
+    assert relative_difference(weights(split, tmp_path), weights(one, tmp_path)) < 1e-5
