@@ -49,8 +49,9 @@ def test_an_exception_in_training_is_one_line_naming_where_and_the_log_file(cli,
 
 
 #: The docs' kind of short run: 8 steps an epoch, 48 in all; the log interval left to tuneup.
-SHORT = ["data.train_samples=128", "data.val_samples=32", "data.batch_size=16", "model.width=4",
-         "data.image_size=8", "trainer.max_epochs=6", "trainer.enable_progress_bar=false"]  # fmt: skip
+SHORT = ["data.train_samples=128", "data.val_samples=16", "data.batch_size=16", "model.width=4",
+         "data.image_size=8", "trainer.max_epochs=6", "trainer.enable_progress_bar=false",
+         "checkpoint=off"]  # fmt: skip
 
 
 def test_a_plain_run_says_it_once_and_leaves_no_noise_behind(tmp_path):
