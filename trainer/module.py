@@ -51,6 +51,11 @@ class TrainingModule(pl.LightningModule):
     def forward(self, x):
         return tasks.forward(self.model, x)
 
+    def configure_model(self):
+        """Nothing here: a model-parallel strategy (``strategy=fsdp``) parallelises ``self.model``
+        itself when it sets up (plugins/strategy/parallelize.py). Defined because Lightning's
+        ModelParallelStrategy asks for it."""
+
     def compute(self, batch):
         """(loss, output) of one batch under the task."""
         if self.task.model_loss:
