@@ -107,10 +107,11 @@ class ModelParallel(ModelParallelStrategy):
         self.layout: Layout | None = None
 
     def _configure_launcher(self) -> None:
-        super()._configure_launcher()
-        if self._launcher is not None:
-            self._launcher = HydraJobLauncher(self.cluster_environment, self.num_processes,
-                                              self.num_nodes)  # fmt: skip
+        # Always, as DDPStrategy does (Lightning's sets one only where no one else starts the
+        # processes): whether to start children is decided in launch(), after the previous job
+        # of a sweep is forgotten; its LOCAL_RANK would otherwise leave the next job alone.
+        self._launcher = HydraJobLauncher(self.cluster_environment, self.num_processes,
+                                          self.num_nodes)  # fmt: skip
 
     def data_shard(self) -> tuple[int, int]:
         """(data-parallel rank, size): the mesh is (data_parallel, tensor_parallel), row-major."""
