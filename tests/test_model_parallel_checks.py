@@ -164,3 +164,15 @@ def test_an_optimizer_state_keyed_by_name_is_keyed_by_position_for_a_plain_optim
     for index, state in expected["state"].items():
         assert torch.equal(torch.tensor(got["state"][index]["momentum_buffer"]),
                            state["momentum_buffer"])  # fmt: skip
+
+
+def test_the_console_table_shows_a_row_per_process():
+    from tuneup.trainer.summary import format_table
+
+    figures = {"parameter_bytes": 10, "peak_memory_bytes": 2_000_000}
+    table = format_table(
+        {"status": "ok", "per_rank": [{"rank": 0, **figures}, {"rank": 1, **figures}]}
+    )
+    rows = [line for line in table.splitlines() if line.startswith("per_rank.")]
+    assert [r.split()[0] for r in rows] == ["per_rank.0", "per_rank.1"]
+    assert "parameter_bytes=10, peak_memory_bytes=2,000,000" in rows[1]

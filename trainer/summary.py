@@ -51,6 +51,12 @@ def _flatten(summary: dict, prefix: str = ""):
         name = f"{prefix}{key}"
         if isinstance(value, dict) and key != "plugins" and value and len(value) <= 8:
             yield from _flatten(value, f"{name}.")
+        elif key == "per_rank" and isinstance(value, list):  # a row per process
+            for figures in value:
+                yield (
+                    f"{name}.{figures.get('rank')}",
+                    {k: v for k, v in figures.items() if k != "rank"},
+                )
         else:
             yield name, value
 
