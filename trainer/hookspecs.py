@@ -13,6 +13,9 @@ where it fires::
                                          -> memory format -> compile
     configure_trainer(cfg, kwargs)       mutate the pl.Trainer keyword arguments
     trainer.fit(...)
+        (strategy=fsdp: the processes and their device mesh exist now; the strategy applies
+         tensor parallelism, compiles each block if compile=on, and shards the blocks and
+         the root with FSDP2: plugins/strategy/parallelize.py. Not a hook.)
         configure_optimizer(cfg, params, trainer)   first non-None result wins
         configure_dataloader(cfg, kwargs)    the training DataLoader's arguments
         on_fit_start(cfg, trainer, module)
