@@ -46,9 +46,11 @@ def summary_of(run_dir: Path) -> dict:
 
 def weights_at(run_dir: Path, step: int | None = None) -> dict[str, torch.Tensor]:
     """The state dict of the checkpoint after optimizer step `step` (None: the last one)."""
+    from tuneup.consolidate import read  # a file, or strategy=fsdp's sharded directory
+
     pattern = "*.ckpt" if step is None else f"*step{step:08d}.ckpt"
     path = max((run_dir / "checkpoints").glob(pattern))
-    return torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+    return read(path)["state_dict"]
 
 
 def succeeded(result: subprocess.CompletedProcess) -> None:
