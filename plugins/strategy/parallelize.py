@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -189,8 +190,10 @@ def _distribute(module: nn.Module, mesh, placements: dict, src_data_rank) -> Non
             module.register_parameter(name, nn.Parameter(shard, param.requires_grad))
 
 
+@functools.cache
 def _styles():
-    """torch's column and row styles, taught transformers' ``Conv1D`` (its weight transposed)."""
+    """torch's column and row styles, taught transformers' ``Conv1D`` (its weight transposed).
+    Made once, on first use: torch.distributed's tensor parallelism is imported only then."""
     from functools import partial
 
     from torch.distributed.tensor import Replicate, Shard, distribute_module
