@@ -105,7 +105,7 @@ def _unknown_feature_keys(cfg) -> list[str]:
     builtin, found = builtin_dir(), []
     for group in sorted(p.name for p in builtin.iterdir() if p.is_dir()):
         node = cfg.get(group)
-        if group in (*CLOSED_GROUPS, *SELF_CHECKED) or not isinstance(node, DictConfig):
+        if group in (*CLOSED_GROUPS, *SELF_CHECKED, "hydra") or not isinstance(node, DictConfig):
             continue
         allowed = _option_keys([builtin / group])
         if set(node) - allowed:  # options of the user's or a plugin's folders may add keys
