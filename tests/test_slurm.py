@@ -1,6 +1,6 @@
-"""Against a real one-node Slurm (tests/slurm/cluster.py): a 2-task DDP job submitted through
-``hydra/launcher=slurm`` that gets the preemption signal, is requeued and resumes; autotune's
-trials as Slurm jobs.
+"""Against a real two-node Slurm on this host (tests/slurm/cluster.py): a 2-task DDP job
+submitted through ``hydra/launcher=slurm`` that gets the preemption signal, is requeued and
+resumes; an FSDP job of 2 nodes x 2 tasks; autotune's trials as Slurm jobs.
 
 Skipped, with the reason, only where this machine cannot run Slurm (not root, or the Debian
 packages are missing; .ci/run installs them).
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -36,16 +37,16 @@ def slurm():
     if reason:
         print(f"SKIP Slurm tests: {reason}")
         pytest.skip(reason)
-    with running_cluster() as cluster:
+    with running_cluster(nodes=2) as cluster:
         yield cluster
 
 
-def submit(slurm, sweep: Path, *overrides: str, env=None) -> subprocess.Popen:
+def submit(slurm, sweep: Path, *overrides: str, env=None, run=RUN) -> subprocess.Popen:
     """``run.py -m`` with the Slurm launcher, from ``sweep``'s parent: the job finds this
     checkout's packages on PYTHONPATH also where tuneup is not installed."""
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]), **(env or {})}
     return subprocess.Popen(
-        [*python(), str(ROOT / "run.py"), *RUN, f"hydra.sweep.dir={sweep}", *overrides],
+        [*python(), str(ROOT / "run.py"), *run, f"hydra.sweep.dir={sweep}", *overrides],
         cwd=sweep.parent, env={**slurm.env, **env}, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -119,8 +120,48 @@ def test_a_two_task_ddp_job_gets_the_preemption_signal_is_requeued_and_resumes(s
     assert [p.parent for p in tmp_path.rglob("summary.json")] == [run_dir]  # the same directory
     record = slurm.run("scontrol", "-o", "show", "job", job).stdout
     assert " Restarts=1 " in record, record  # Slurm ran the job a second time
-    logs = job_logs(process)  # the hint is a command that works, not submitit's _submit.py
-    assert "continue with: python -m tuneup " in logs and "_submit.py strategy" not in logs
+    logs = job_logs(process)  # the hint is the command submitted, not submitit's _submit.py
+    assert f"continue with: python {ROOT / 'run.py'} strategy" in logs
+    assert "_submit.py strategy" not in logs
+
+
+#: model=gpt (tests/test_model_parallel.py) on 2 nodes x 2 tasks: 2 steps of 4 x 4 samples.
+FSDP = [
+    "-m", "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "strategy=fsdp",
+    "trainer.devices=2", "trainer.num_nodes=2", "trainer.accelerator=cpu", "model=gpt",
+    "model.layers=2", "model.width=16", "model.heads=4", "data=synthetic_tokens",
+    "data.context=8", "data.train_samples=32", "data.val_samples=16", "data.vocab_size=64",
+    "data.batch_size=4", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
+]  # fmt: skip
+
+
+def test_an_fsdp_job_of_two_nodes_of_two_tasks_shards_over_all_four(slurm, tmp_path):
+    """strategy=fsdp trainer.num_nodes=2 through the launcher (nodes and tasks per node from the
+    trainer's settings, as docs/slurm.md says): one job on both nodes, its 4 ranks from Slurm,
+    one mesh over them, a shard per rank in one checkpoint directory."""
+    sweep = tmp_path / "sweep"
+    finish(submit(slurm, sweep, run=FSDP), slurm)
+    summary = json.loads((sweep / "0" / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == 2
+    assert summary["world_size"] == 4 and summary["effective_batch_size"] == 4 * 4
+    assert [r["rank"] for r in summary["per_rank"]] == [0, 1, 2, 3]
+    strategy = summary["plugins"]["strategy"]
+    assert strategy["cluster"] == "slurm"
+    assert strategy["mesh"] == {"data_parallel": 4, "tensor_parallel": 1}
+    script = next((sweep / ".submitit").rglob("*_submission.sh")).read_text()
+    assert "--nodes=2" in script and "--ntasks-per-node=2" in script
+    (job,) = [p.name for p in (sweep / ".submitit").iterdir() if p.name.isdigit()]
+    record = slurm.run("scontrol", "-o", "show", "job", job).stdout
+    assert " NumNodes=2 " in record and " NumTasks=4 " in record, record
+    placed = {  # submitit's line per task: JobEnvironment(..., node=1(2), global_rank=2(4))
+        re.search(r"node=(\d)\(2\), global_rank=(\d)\(4\)", log.read_text()).groups()
+        for log in (sweep / ".submitit" / job).glob("*_log.out")
+    }
+    assert placed == {("0", "0"), ("0", "1"), ("1", "2"), ("1", "3")}  # 2 ranks on each node
+    (saved,) = (sweep / "0" / "checkpoints").iterdir()
+    assert saved.is_dir()
+    shards = sorted(p.name for p in saved.glob("*.distcp"))
+    assert shards == [f"__{rank}_0.distcp" for rank in range(4)]
 
 
 def test_autotune_launches_its_trials_as_slurm_jobs(slurm, tmp_path):

@@ -1,10 +1,18 @@
-"""A real one-node Slurm cluster on localhost for tests: munged, slurmctld, slurmd from Debian.
+"""A real Slurm cluster on localhost for tests: munged, slurmctld and one slurmd per node, from
+Debian's packages.
 
-``python -m tests.slurm.cluster`` starts one and waits (Ctrl-C stops it); tests use
+``python -m tests.slurm.cluster [NODES]`` starts one and waits (Ctrl-C stops it); tests use
 :func:`running_cluster`. Everything lives in a scratch directory: slurm.conf, state,
 logs and pid files. The daemons are stopped by the pids they wrote, never by name.
 Needs root (slurmd runs jobs as their users) and the packages ``munge slurmctld
 slurmd slurm-client``; :func:`unavailable` says why a machine cannot run one.
+
+Several nodes on one host: a slurmd per node, started as that node (``slurmd -N <name>``),
+each with its own ``Port`` and its own spool, pid and log files (``%n`` in slurm.conf). That
+needs a Slurm built with ``--enable-multiple-slurmd``, which Debian's is (``scontrol show
+config``: ``MULTIPLE_SLURMD = Yes``). The nodes' names are names that resolve here, the host's
+own and ``localhost``: Lightning's ``SLURMEnvironment`` makes the first node of a job's
+``SLURM_NODELIST`` the rendezvous address, as on a real cluster.
 """
 
 from __future__ import annotations
@@ -18,24 +26,23 @@ import time
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-#: CPUs the node declares (more than this machine may have: SlurmdParameters=config_overrides).
+#: CPUs each node declares (more than this machine may have: SlurmdParameters=config_overrides).
 CPUS = 8
 
 SLURM_CONF = """\
 ClusterName=tuneup-test
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
-SlurmdPort={d_port}
 AuthType=auth/munge
 AuthInfo=socket={munge_socket},cred_expire=10
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={root}/state
-SlurmdSpoolDir={root}/spool
+SlurmdSpoolDir={root}/spool-%n
 SlurmctldPidFile={root}/slurmctld.pid
-SlurmdPidFile={root}/slurmd.pid
+SlurmdPidFile={root}/slurmd-%n.pid
 SlurmctldLogFile={root}/slurmctld.log
-SlurmdLogFile={root}/slurmd.log
+SlurmdLogFile={root}/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -51,9 +58,12 @@ KillWait=5
 ReturnToService=2
 # cred_expire (AuthInfo) is also how long a requeued job waits before it may start: 120 s by default.
 SlurmdParameters=config_overrides
-NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=2000 State=UNKNOWN
-PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
+{node_lines}
+PartitionName=debug Nodes={node_names} Default=YES MaxTime=INFINITE State=UP
 """
+#: A node: all on this host, each slurmd on its own port.
+NODE = ("NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs={cpus} "
+        "RealMemory=2000 State=UNKNOWN")  # fmt: skip
 
 #: submitit asks sacct for job states; without slurmdbd it fails. This stand-in answers from
 #: scontrol, in the "JobID|State" form submitit parses.
@@ -81,6 +91,14 @@ def _which(name: str) -> str | None:
     )
 
 
+def node_names(count: int) -> list[str]:
+    """``count`` node names that resolve on this host (to it): its own name, then localhost."""
+    names = list(dict.fromkeys([socket.gethostname().split(".")[0], "localhost"]))
+    if count > len(names):
+        raise ValueError(f"{count} nodes: only {len(names)} names resolve here ({names})")
+    return names[:count]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -88,14 +106,15 @@ def _free_port() -> int:
 
 
 class Cluster:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, nodes: int = 1) -> None:
         self.root = root
+        self.nodes = node_names(nodes)
         self.pids: dict[str, int] = {}
         self.env = dict(os.environ)
 
     def start(self) -> None:
         root = self.root
-        for sub in ("state", "spool", "bin"):
+        for sub in ("state", "bin", *(f"spool-{name}" for name in self.nodes)):
             (root / sub).mkdir(parents=True, exist_ok=True)
         munge_dir = root / "munge"
         munge_dir.mkdir(mode=0o700, exist_ok=True)
@@ -110,28 +129,40 @@ class Cluster:
         self.pids["munged"] = int(_wait_for_file(munge_dir / "munged.pid").read_text())
         host = socket.gethostname().split(".")[0]
         conf = root / "slurm.conf"
+        nodes = [NODE.format(name=n, host=host, port=_free_port(), cpus=CPUS) for n in self.nodes]
         conf.write_text(SLURM_CONF.format(
-            host=host, root=root, cpus=CPUS, munge_socket=socket_path,
-            ctld_port=_free_port(), d_port=_free_port(),
+            host=host, root=root, munge_socket=socket_path, ctld_port=_free_port(),
+            node_lines="\n".join(nodes), node_names=",".join(self.nodes),
         ))  # fmt: skip
         sacct = root / "bin" / "sacct"
         sacct.write_text(SACCT)
         sacct.chmod(0o755)
         self.env.update(SLURM_CONF=str(conf), PATH=f"{root / 'bin'}:{os.environ['PATH']}")
-        for daemon in ("slurmctld", "slurmd"):
-            extra = ["-i"] if daemon == "slurmctld" else []
-            subprocess.run([_which(daemon), *extra], check=True, env=self.env)
-            self.pids[daemon] = int(_wait_for_file(root / f"{daemon}.pid").read_text())
+        subprocess.run([_which("slurmctld"), "-i"], check=True, env=self.env)
+        self.pids["slurmctld"] = int(_wait_for_file(root / "slurmctld.pid").read_text())
+        if len(self.nodes) > 1 and not self.multiple_slurmd():
+            raise RuntimeError("this Slurm runs one slurmd per host (built without "
+                               "--enable-multiple-slurmd): no test cluster of several nodes")  # fmt: skip
+        for name in self.nodes:
+            subprocess.run([_which("slurmd"), "-N", name], check=True, env=self.env)
+            self.pids[f"slurmd-{name}"] = int(
+                _wait_for_file(root / f"slurmd-{name}.pid").read_text()
+            )
         self.wait_idle()
+
+    def multiple_slurmd(self) -> bool:
+        """Whether this Slurm's build runs several slurmd on one host (as several nodes)."""
+        config = self.run("scontrol", "show", "config", check=False).stdout
+        return any(line.split() == ["MULTIPLE_SLURMD", "=", "Yes"] for line in config.splitlines())
 
     def wait_idle(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             state = self.run("sinfo", "-h", "-o", "%t", check=False).stdout.strip()
-            if state == "idle":
+            if state == "idle":  # one line: every node idle
                 return
             time.sleep(0.5)
-        raise RuntimeError(f"the test Slurm node is not idle after {timeout} s: {state!r}\n"
+        raise RuntimeError(f"the test Slurm nodes are not idle after {timeout} s: {state!r}\n"
                            + self.logs())  # fmt: skip
 
     def end_jobs(self, timeout: float = 30) -> None:
@@ -156,7 +187,7 @@ class Cluster:
     def stop(self) -> None:
         if "slurmctld" in self.pids:  # jobs left (a trial the search no longer waits for) end
             self.end_jobs()  # while slurmd can still end their steps, or srun waits forever
-        for name in ("slurmd", "slurmctld", "munged"):
+        for name in (*(f"slurmd-{n}" for n in self.nodes), "slurmctld", "munged"):
             pid = self.pids.pop(name, None)
             if pid is None:
                 continue
@@ -190,8 +221,9 @@ def _wait_for_file(path: Path, timeout: float = 20) -> Path:
 
 
 @contextmanager
-def running_cluster():
-    """A started cluster (its ``env`` has SLURM_CONF and PATH for the clients); stopped after.
+def running_cluster(nodes: int = 1):
+    """A started cluster of ``nodes`` nodes (its ``env`` has SLURM_CONF and PATH for the
+    clients); stopped after.
 
     Its scratch directory is a fresh one under the system temp dir, readable by the
     munge user (pytest's tmp_path is root-only), and removed afterwards.
@@ -200,7 +232,7 @@ def running_cluster():
 
     root = Path(tempfile.mkdtemp(prefix="tuneup-slurm-"))
     root.chmod(0o755)
-    cluster = Cluster(root)
+    cluster = Cluster(root, nodes)
     try:
         cluster.start()
         yield cluster
@@ -210,7 +242,9 @@ def running_cluster():
 
 
 if __name__ == "__main__":
-    with running_cluster() as c:
+    import sys
+
+    with running_cluster(int(sys.argv[1]) if len(sys.argv) > 1 else 1) as c:
         print(f"Slurm running: export SLURM_CONF={c.env['SLURM_CONF']}; Ctrl-C stops it")
         with suppress(KeyboardInterrupt):
             signal.pause()
