@@ -165,7 +165,10 @@ def test_gpt_under_fsdp_tp_and_2d_ends_as_one_process_on_the_same_batch(
     strategy = done["plugins"]["strategy"]
     assert strategy["mesh"] == {"data_parallel": processes // tp, "tensor_parallel": tp}
     assert strategy["sharded_blocks"] == 2
-    assert strategy["tensor_parallel_modules"] == (8 if tp > 1 else 0)  # 4 Linear per block
+    # 4 Linear per block; with sequence parallelism also 2 norms per block, and where the
+    # sequence-sharded part begins and ends
+    split = {"fsdp": 0, "tp": 8, "2d": 8, "tp-sequence": 8 + 4 + 2}[name]
+    assert strategy["tensor_parallel_modules"] == split
 
     # A sharded checkpoint: a directory, a shard per rank, checksums of every file.
     newest = list_checkpoints(run_dir / "checkpoints")[0]
