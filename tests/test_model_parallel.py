@@ -116,33 +116,30 @@ def summary(run_dir) -> dict:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory, site):
-    """``reference("gpt"|"own")``: one process, data.batch_size=16, uninterrupted."""
-    runs = {}
+def runs(tmp_path_factory, site):
+    """``runs(name, *args)``: the run directory of an uninterrupted run, trained once."""
+    done = {}
 
-    def run_dir(model: str):
-        if model not in runs:
-            path = tmp_path_factory.mktemp(f"reference-{model}")
-            train(path, *(GPT if model == "gpt" else OWN), "data.batch_size=16", site=site)
-            runs[model] = path
-        return runs[model]
+    def run_dir(name: str, *args: str):
+        if name not in done:
+            done[name] = tmp_path_factory.mktemp(name)
+            train(done[name], *args, site=site)
+        return done[name]
 
     return run_dir
 
 
 @pytest.fixture(scope="module")
-def gpt_runs(tmp_path_factory, site):
-    """``gpt_runs(layout)``: model=gpt trained uninterrupted under that layout."""
-    runs = {}
+def reference(runs):
+    """``reference("gpt"|"own")``: one process, data.batch_size=16."""
+    return lambda model: runs(f"reference-{model}", *(GPT if model == "gpt" else OWN),
+                              "data.batch_size=16")  # fmt: skip
 
-    def run_dir(name: str):
-        if name not in runs:
-            path = tmp_path_factory.mktemp(f"gpt-{name}")
-            train(path, *GPT, *layout(name), site=site)
-            runs[name] = path
-        return runs[name]
 
-    return run_dir
+@pytest.fixture(scope="module")
+def gpt_runs(runs):
+    """``gpt_runs(layout)``: model=gpt trained under that layout."""
+    return lambda name: runs(f"gpt-{name}", *GPT, *layout(name))
 
 
 # -- model=gpt: equal to one process, on disk and in the summary -------------------------------

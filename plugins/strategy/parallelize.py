@@ -199,30 +199,29 @@ def _styles():
     from torch.distributed.tensor import Replicate, Shard, distribute_module
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
+    def on_conv1d(style, module, device_mesh, split: dict):
+        """``style`` applied to a Conv1D: its parameters split as ``split`` says, its input and
+        output laid out as the style lays out a Linear's."""
+        return distribute_module(
+            module, device_mesh,
+            lambda _, m, mesh: _distribute(m, mesh, split, style.src_data_rank),
+            partial(style._prepare_input_fn, style.input_layouts, style.desired_input_layouts),
+            partial(style._prepare_output_fn, style.output_layouts, style.use_local_output),
+        )  # fmt: skip
+
     class Colwise(ColwiseParallel):
         def _apply(self, module, device_mesh):
             if not is_conv1d(module):
                 return super()._apply(module, device_mesh)
-            split = {"weight": Shard(1), "bias": Shard(0)}
-            return distribute_module(
-                module, device_mesh,
-                lambda _, m, mesh: _distribute(m, mesh, split, self.src_data_rank),
-                partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
-                partial(self._prepare_output_fn, self.output_layouts, self.use_local_output),
-            )  # fmt: skip
+            return on_conv1d(self, module, device_mesh, {"weight": Shard(1), "bias": Shard(0)})
 
     class Rowwise(RowwiseParallel):
         def _apply(self, module, device_mesh):
             if not is_conv1d(module):
                 return super()._apply(module, device_mesh)
-            self.desired_input_layouts = (Shard(-1),)
+            self.desired_input_layouts = (Shard(-1),)  # as RowwiseParallel sets for a Linear
             split = {"weight": Shard(0), "bias": Replicate()}
-            return distribute_module(
-                module, device_mesh,
-                lambda _, m, mesh: _distribute(m, mesh, split, self.src_data_rank),
-                partial(self._prepare_input_fn, self.input_layouts, self.desired_input_layouts),
-                partial(self._prepare_output_fn, self.output_layouts, self.use_local_output),
-            )  # fmt: skip
+            return on_conv1d(self, module, device_mesh, split)
 
     return Colwise, Rowwise
 
