@@ -265,11 +265,12 @@ def test_own_model_with_accumulation_killed_and_resumed_ends_as_one_process(
 def test_checkpointing_and_compile_compose_with_fsdp_in_torchtitans_order(
     tmp_path, reference, site
 ):
-    """activation_checkpointing=selective (applied to the blocks before sharding) and
-    compile=on (each block compiled, then sharded): the same weights as one process."""
+    """activation_checkpointing=selective (applied to the blocks before sharding), compile=on
+    (each block compiled, then sharded) and the fused loss kernel: the same weights as one
+    process."""
     train(tmp_path, *GPT, *layout("fsdp"), "activation_checkpointing=selective",
           "activation_checkpointing.block_types=[Block]", "compile=on",
-          "compile.backend=aot_eager", site=site)  # fmt: skip
+          "compile.backend=aot_eager", "kernels=[cross_entropy]", site=site)  # fmt: skip
     assert (
         relative_difference(weights(tmp_path, tmp_path), weights(reference("gpt"), tmp_path)) < 1e-5
     )
@@ -279,7 +280,7 @@ def test_checkpointing_and_compile_compose_with_fsdp_in_torchtitans_order(
 
 
 @pytest.mark.slow
-def test_bf16_under_fsdp_gathers_the_parameters_in_bf16(tmp_path, gpt_runs, site):
+def test_bf16_and_fp8_under_fsdp_gather_fewer_bytes(tmp_path, gpt_runs, site):
     """precision=bf16 is FSDP2's MixedPrecisionPolicy: parameters all-gathered (and computed)
     in bf16, half the bytes of fp32's; gradients reduced in fp32; the weights stay fp32."""
     train(tmp_path, *GPT, *layout("fsdp"), "precision=bf16", site=site)
@@ -290,6 +291,14 @@ def test_bf16_under_fsdp_gathers_the_parameters_in_bf16(tmp_path, gpt_runs, site
     assert half["all_gather_bytes_per_step"] == full["all_gather_bytes_per_step"] // 2
     assert half["reduce_scatter_bytes_per_step"] == full["reduce_scatter_bytes_per_step"]
     assert all(t.dtype == torch.float32 for t in weights(tmp_path, tmp_path).values())
+
+    # precision=fp8 (emulated on CPU: float8 casts, fp32 matmuls): the float8 layers' weights
+    # are all-gathered in float8, a quarter of fp32's bytes (the first and last layer in bf16)
+    fp8 = tmp_path / "fp8"
+    train(fp8, *GPT, *layout("fsdp"), "precision=fp8", "precision.emulate=true", site=site)
+    assert summary(fp8)["precision"]["fp8"]["converted"]
+    gathered = summary(fp8)["per_rank"][0]["all_gather_bytes_per_step"]
+    assert gathered < half["all_gather_bytes_per_step"] * 0.75
 
 
 # -- sharded checkpoints: pruned, verified, consolidated --------------------------------------
