@@ -49,3 +49,62 @@ def test_gpu_script_lists_every_step_and_refuses_unknown_ones():
     unknown = subprocess.run(["bash", str(ROOT / "bench" / "gpu.sh"), "nope"],
                              capture_output=True, text=True, timeout=60)  # fmt: skip
     assert unknown.returncode == 2 and "unknown step 'nope'" in unknown.stderr
+
+
+def test_memory_bench_parallel_layouts_compose_with_the_processes_and_mesh_they_name(make_config):
+    """Each row of the model-parallel table is a run Hydra accepts (no group given twice),
+    on CPU processes, with AdamW, fp32 but for the bf16 row."""
+    memory = bench_module("memory")
+    args = memory.parse(["--tables", "parallel", "--smoke"])
+    assert args.steps == 2
+    for layout, (processes, _) in memory.LAYOUTS.items():
+        cfg = make_config(memory.parallel_overrides(args, layout, Path("run")), tiny=False)
+        assert cfg.trainer.devices == processes and cfg.trainer.accelerator == "cpu"
+        assert cfg.optimizer.name == "adamw" and cfg.model.width == 16
+        assert cfg.precision.name == ("bf16" if "bf16" in layout else "fp32")
+        tp = cfg.strategy.get("tensor_parallel_size", 1)
+        assert (cfg.strategy.name, tp) == {
+            "1 process": ("auto", 1), "DDP x2": ("ddp", 1), "TP x2": ("fsdp", 2),
+            "FSDP x2 over TP x2": ("fsdp", 2)}.get(layout, ("fsdp", 1))  # fmt: skip
+    with pytest.raises(SystemExit):
+        memory.parse(["--tables", "parallel", "--layouts", "FSDP x3"])
+
+
+def test_memory_bench_parallel_table_shows_rank_zero_and_where_ranks_differ():
+    memory = bench_module("memory")
+    mib = 2**20
+    one = {"parameter_bytes": 4 * mib, "gradient_bytes": 4 * mib,
+           "optimizer_state_bytes": 8 * mib, "peak_memory_bytes": 600 * mib}  # fmt: skip
+    half = {**{k: v // 2 for k, v in one.items()}, "all_gather_bytes_per_step": 6 * mib,
+            "reduce_scatter_bytes_per_step": 4 * mib, "all_reduce_bytes_per_step": 0}  # fmt: skip
+    rows = [
+        {"layout": "1 process", "processes": 1, "per_rank": [{"rank": 0, **one}]},
+        {"layout": "FSDP x2", "processes": 2,
+         "per_rank": [{"rank": 0, **half}, {"rank": 1, **half, "parameter_bytes": 3 * mib}]},
+        {"layout": "FSDP x4", "processes": 4, "error": ["error: gloo timed out"]},
+    ]  # fmt: skip
+    lines = memory.parallel_table(rows).splitlines()
+    assert lines[2].split(" | ")[2:] == [
+        "4.0 MiB", "4.0 MiB", "8.0 MiB", "1.00x", "600", "0", "0", "0 |"]  # fmt: skip
+    assert lines[3].split(" | ")[2:] == [
+        "2.0 MiB (ranks 2.0 MiB-3.0 MiB)", "2.0 MiB", "4.0 MiB", "0.50x", "300 / 300", "6.0 MiB",
+        "4.0 MiB", "0 |"]  # fmt: skip
+    assert "failed: error: gloo timed out" in lines[4]
+
+
+def test_memory_bench_parallel_smoke_reads_each_ranks_figures_from_a_real_fsdp_run(
+    monkeypatch, capsys
+):
+    """The table's figures are the ones a real run's summary.json writes under per_rank."""
+    from tests.conftest import python
+
+    memory = bench_module("memory")
+    monkeypatch.setattr(memory, "PYTHON", python())
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    memory.main(["--tables", "parallel", "--smoke", "--layouts", "FSDP x2"])
+    row = next(line for line in capsys.readouterr().out.splitlines() if "| FSDP x2 |" in line)
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[1] == "2" and "failed" not in row and "ranks" not in row  # ranks hold alike
+    assert all(cell.endswith("KiB") for cell in cells[2:5] + cells[7:9])  # held; gathered, reduced
+    assert cells[5] == "-" and cells[9] == "0"  # no 1-process row; FSDP all-reduces nothing
+    assert len(cells[6].split(" / ")) == 2  # both ranks' peak RSS
