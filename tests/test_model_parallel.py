@@ -16,7 +16,7 @@ import textwrap
 import pytest
 import torch
 
-from tests.conftest import run_cli
+from tests.conftest import python, run_cli
 from tests.plugin_dists import make_distribution
 from tests.test_resume import CRASH
 from tuneup.consolidate import consolidate
@@ -337,13 +337,12 @@ def test_tuneup_consolidate_writes_the_users_own_state_dict_for_plain_torch(
     """The console script, on a sharded checkpoint of a 2x2 mesh: the model's own parameter
     names and full tensors, loaded without tuneup by torch.load + load_state_dict."""
     import subprocess
-    import sys
 
     from tuneup.zoo.models.gpt import GPT as Gpt
 
     newest = list_checkpoints(gpt_runs("2d") / "checkpoints")[0]
     out = tmp_path / "model.pt"
-    command = [sys.executable, "-m", "tuneup.consolidate", str(newest), str(out)]
+    command = [*python(), "-m", "tuneup.consolidate", str(newest), str(out)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith(f"wrote {out}: 29 tensors")
@@ -351,7 +350,7 @@ def test_tuneup_consolidate_writes_the_users_own_state_dict_for_plain_torch(
     assert "transformer.h.1.mlp.c_fc.weight" in state  # its own names: no "model." prefix
     model = Gpt(vocab_size=64, context=8, layers=2, heads=4, width=16)
     assert str(model.load_state_dict(state)) == "<All keys matched successfully>"
-    bad = subprocess.run([*command[:3], str(tmp_path / "nothing"), str(out)],
+    bad = subprocess.run([*command[:-2], str(tmp_path / "nothing"), str(out)],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert (
         bad.returncode == 1

@@ -46,7 +46,8 @@ PRELOAD = ("torch", "pytorch_lightning", "torchmetrics", "hydra", "omegaconf", "
 #: Modules a warm start may run with ``-m``: tuneup's own, and what the launchers start with
 #: ``sys.executable``: loky's process workers (Hydra's joblib launcher), and submitit's job
 #: (``python -u -m submitit.core._submit FOLDER`` under srun: hydra/launcher=slurm).
-MODULES = ("tuneup", "joblib.externals.loky.backend.popen_loky_posix", "submitit.core._submit")
+MODULES = ("tuneup", "tuneup.consolidate", "joblib.externals.loky.backend.popen_loky_posix",
+           "submitit.core._submit")  # fmt: skip
 
 #: Interpreter options a warm start can honour: unbuffered streams, no bytecode written.
 OPTIONS = ("-u", "-B")
