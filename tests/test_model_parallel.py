@@ -388,3 +388,24 @@ def test_the_docs_gpt2_plan_splits_a_transformers_gpt2_and_ends_as_one_process(t
         assert result.returncode == 0, result.stderr[-3000:]
     assert summary(split)["plugins"]["strategy"]["tensor_parallel_modules"] == 4  # 2 blocks x 2
     assert relative_difference(weights(split, tmp_path), weights(one, tmp_path)) < 1e-5
+
+
+@pytest.mark.slow
+def test_changed_optimizer_settings_take_effect_on_a_resumed_sharded_checkpoint(
+    tmp_path, gpt_runs, site
+):
+    """As for a single file: optimizer.* changed on resume is used from the resumed step on
+    (Lightning restores a sharded checkpoint's optimizer with its saved settings)."""
+    import shutil
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(gpt_runs("fsdp"), run_dir)
+    result = train(run_dir, *GPT, *layout("fsdp"), "resume=auto", "trainer.max_epochs=3",
+                   "optimizer.momentum=0.5", site=site)  # fmt: skip
+    assert (
+        "optimizer.momentum: 0.9 -> 0.5: takes effect from step 4" in result.stdout + result.stderr
+    )
+    newest = list_checkpoints(run_dir / "checkpoints")[0]
+    assert newest.name.endswith("step00000006.ckpt")
+    (group,) = sharded.full_checkpoint(newest)["optimizer_states"][0]["param_groups"]
+    assert group["momentum"] == 0.5

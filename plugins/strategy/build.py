@@ -33,6 +33,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from tuneup.plugins.strategy.launch import HydraJobLauncher
 from tuneup.plugins.strategy.parallelize import Layout, Settings, parallelize
+from tuneup.trainer.state.changes import adopt_group
 
 #: ``strategy.comm_hook`` -> torch's hook (None: DDP's built-in all-reduce of fp32 buckets).
 COMM_HOOKS = {
@@ -148,7 +149,15 @@ class ModelParallel(ModelParallelStrategy):
         path = Path(self.broadcast(str(checkpoint_path)))
         if path.is_dir():
             sharded.verify(path)
-        return super().load_checkpoint(path, weights_only=weights_only)
+        # Lightning restores the optimizers here, in place, with the saved settings (the
+        # single-file path adopts this run's in the checkpoint dict: trainer/state/changes.py)
+        fresh = [[{k: v for k, v in g.items() if k != "params"} for g in o.param_groups]
+                 for o in self.optimizers]  # fmt: skip
+        metadata = super().load_checkpoint(path, weights_only=weights_only)
+        for optimizer, groups in zip(self.optimizers, fresh, strict=True):
+            for restored, new in zip(optimizer.param_groups, groups, strict=False):
+                adopt_group(restored, new)
+        return metadata
 
 
 def fsdp_roots(module) -> list:

@@ -263,7 +263,7 @@ def adopt_optimizer_settings(checkpoint: dict, trainer) -> None:
     states = checkpoint.get("optimizer_states") or []
     for state, optimizer in zip(states, trainer.optimizers, strict=False):
         for saved, fresh in zip(state.get("param_groups", []), optimizer.param_groups, strict=True):
-            _adopt_group(saved, fresh)
+            adopt_group(saved, fresh)
     schedulers = checkpoint.get("lr_schedulers") or []
     for state, config in zip(schedulers, trainer.lr_scheduler_configs, strict=False):
         base = getattr(config.scheduler, "base_lrs", None)
@@ -271,7 +271,9 @@ def adopt_optimizer_settings(checkpoint: dict, trainer) -> None:
             state["base_lrs"] = list(base)
 
 
-def _adopt_group(saved: dict, fresh: dict) -> None:
+def adopt_group(saved: dict, fresh: dict) -> None:
+    """This run's settings of one parameter group (``fresh``) into a restored one (``saved``),
+    in place; its ``params`` and the schedule's current factor of ``lr`` are kept."""
     for key, value in fresh.items():
         if key not in ("params", "lr", "initial_lr") and not _same(saved.get(key, UNSET), value):
             saved[key] = value
