@@ -176,3 +176,19 @@ def test_the_console_table_shows_a_row_per_process():
     rows = [line for line in table.splitlines() if line.startswith("per_rank.")]
     assert [r.split()[0] for r in rows] == ["per_rank.0", "per_rank.1"]
     assert "parameter_bytes=10, peak_memory_bytes=2,000,000" in rows[1]
+
+
+def test_lightnings_srun_advice_stays_off_the_console():
+    """Wherever Slurm's client is installed, Lightning advises `srun` on every run; tuneup
+    submits through hydra/launcher=slurm, so the line is for the log file only."""
+    import logging
+
+    from tuneup.console import ConsoleFilter
+
+    hint = ("The `srun` command is available on your system but is not used. HINT: If your "
+            "intention is to run Lightning on SLURM, prepend your python command with `srun`")  # fmt: skip
+    record = logging.LogRecord("lightning_fabric.plugins.environments.slurm", logging.WARNING,
+                               __file__, 1, hint, None, None)  # fmt: skip
+    assert ConsoleFilter().filter(record) is False
+    record.msg = "a real warning"
+    assert ConsoleFilter().filter(record) is True

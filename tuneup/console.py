@@ -27,8 +27,13 @@ LIGHTNING = ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "ligh
 
 
 #: A library's notices about itself, for the log file only: its own API's deprecations, its
-#: optional compiled extensions that do not load here (torchao's "Failed to load ....so").
-LIBRARY_NOTICE = re.compile(r"deprecat|^Failed to load \S+\.so\b", re.IGNORECASE)
+#: optional compiled extensions that do not load here (torchao's "Failed to load ....so"),
+#: Lightning's advice to run under srun wherever Slurm's client is installed (tuneup submits
+#: to Slurm through hydra/launcher=slurm, and a run outside a job is meant to be one).
+LIBRARY_NOTICE = re.compile(
+    r"deprecat|^Failed to load \S+\.so\b|^The `srun` command is available on your system",
+    re.IGNORECASE,
+)
 #: Loggers of tuneup and of the user's own script: their warnings are always shown.
 OURS = ("tuneup", "__main__")
 #: Loggers that print through their own handler unless told to propagate: Lightning's, and
