@@ -281,7 +281,7 @@ def test_checkpointing_and_compile_compose_with_fsdp_in_torchtitans_order(
 
 
 @pytest.mark.slow
-def test_bf16_and_fp8_under_fsdp_gather_fewer_bytes(tmp_path, gpt_runs, site):
+def test_bf16_fp16_and_fp8_under_fsdp_gather_fewer_bytes(tmp_path, gpt_runs, site):
     """precision=bf16 is FSDP2's MixedPrecisionPolicy: parameters all-gathered (and computed)
     in bf16, half the bytes of fp32's; gradients reduced in fp32; the weights stay fp32."""
     train(tmp_path, *GPT, *layout("fsdp"), "precision=bf16", site=site)
@@ -292,6 +292,14 @@ def test_bf16_and_fp8_under_fsdp_gather_fewer_bytes(tmp_path, gpt_runs, site):
     assert half["all_gather_bytes_per_step"] == full["all_gather_bytes_per_step"] // 2
     assert half["reduce_scatter_bytes_per_step"] == full["reduce_scatter_bytes_per_step"]
     assert all(t.dtype == torch.float32 for t in weights(tmp_path, tmp_path).values())
+
+    # precision=fp16: the same in fp16, with a loss scaler that agrees across the shards
+    fp16 = tmp_path / "fp16"
+    train(fp16, *GPT, *layout("fsdp"), "precision=fp16", site=site)
+    scaled = summary(fp16)
+    assert scaled["precision"]["fsdp_param_dtype"] == "float16"
+    assert scaled["precision"]["loss_scale"] > 0 and scaled["precision"]["skipped_steps"] == 0
+    assert scaled["per_rank"][0]["all_gather_bytes_per_step"] == half["all_gather_bytes_per_step"]
 
     # precision=fp8 (emulated on CPU: float8 casts, fp32 matmuls): the float8 layers' weights
     # are all-gathered in float8, a quarter of fp32's bytes (the first and last layer in bf16)
