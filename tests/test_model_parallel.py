@@ -281,7 +281,7 @@ def test_checkpointing_and_compile_compose_with_fsdp_in_torchtitans_order(
 
 
 @pytest.mark.slow
-def test_bf16_fp16_and_fp8_under_fsdp_gather_fewer_bytes(tmp_path, gpt_runs, site):
+def test_bf16_and_fp8_under_fsdp_gather_fewer_bytes(tmp_path, gpt_runs, site):
     """precision=bf16 is FSDP2's MixedPrecisionPolicy: parameters all-gathered (and computed)
     in bf16, half the bytes of fp32's; gradients reduced in fp32; the weights stay fp32."""
     train(tmp_path, *GPT, *layout("fsdp"), "precision=bf16", site=site)
@@ -292,14 +292,6 @@ def test_bf16_fp16_and_fp8_under_fsdp_gather_fewer_bytes(tmp_path, gpt_runs, sit
     assert half["all_gather_bytes_per_step"] == full["all_gather_bytes_per_step"] // 2
     assert half["reduce_scatter_bytes_per_step"] == full["reduce_scatter_bytes_per_step"]
     assert all(t.dtype == torch.float32 for t in weights(tmp_path, tmp_path).values())
-
-    # precision=fp16: the same in fp16, with a loss scaler that agrees across the shards
-    fp16 = tmp_path / "fp16"
-    train(fp16, *GPT, *layout("fsdp"), "precision=fp16", site=site)
-    scaled = summary(fp16)
-    assert scaled["precision"]["fsdp_param_dtype"] == "float16"
-    assert scaled["precision"]["loss_scale"] > 0 and scaled["precision"]["skipped_steps"] == 0
-    assert scaled["per_rank"][0]["all_gather_bytes_per_step"] == half["all_gather_bytes_per_step"]
 
     # precision=fp8 (emulated on CPU: float8 casts, fp32 matmuls): the float8 layers' weights
     # are all-gathered in float8, a quarter of fp32's bytes (the first and last layer in bf16)
@@ -399,21 +391,26 @@ def test_the_docs_gpt2_plan_splits_a_transformers_gpt2_and_ends_as_one_process(t
 
 
 @pytest.mark.slow
-def test_changed_optimizer_settings_take_effect_on_a_resumed_sharded_checkpoint(
-    tmp_path, gpt_runs, site
-):
+def test_changed_settings_take_effect_on_a_resumed_sharded_checkpoint(tmp_path, gpt_runs, site):
     """As for a single file: optimizer.* changed on resume is used from the resumed step on
-    (Lightning restores a sharded checkpoint's optimizer with its saved settings)."""
+    (Lightning restores a sharded checkpoint's optimizer with its saved settings); and
+    precision=fp16 from there on trains in fp16 under FSDP2's policy, with the loss scaler
+    that agrees across the shards."""
     import shutil
 
     run_dir = tmp_path / "run"
     shutil.copytree(gpt_runs("fsdp"), run_dir)
     result = train(run_dir, *GPT, *layout("fsdp"), "resume=auto", "trainer.max_epochs=3",
-                   "optimizer.momentum=0.5", site=site)  # fmt: skip
-    assert (
-        "optimizer.momentum: 0.9 -> 0.5: takes effect from step 4" in result.stdout + result.stderr
-    )
+                   "optimizer.momentum=0.5", "precision=fp16", site=site)  # fmt: skip
+    said = result.stdout + result.stderr
+    assert "optimizer.momentum: 0.9 -> 0.5: takes effect from step 4" in said
     newest = list_checkpoints(run_dir / "checkpoints")[0]
     assert newest.name.endswith("step00000006.ckpt")
     (group,) = sharded.full_checkpoint(newest)["optimizer_states"][0]["param_groups"]
     assert group["momentum"] == 0.5
+
+    scaled, fp32 = summary(run_dir), summary(gpt_runs("fsdp"))
+    assert scaled["status"] == "ok" and scaled["precision"]["fsdp_param_dtype"] == "float16"
+    assert scaled["precision"]["loss_scale"] > 0 and scaled["precision"]["skipped_steps"] == 0
+    gathered = scaled["per_rank"][0]["all_gather_bytes_per_step"]
+    assert gathered == fp32["per_rank"][0]["all_gather_bytes_per_step"] // 2
