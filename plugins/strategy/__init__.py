@@ -4,14 +4,16 @@
 world. ``auto`` trains in one process when the world is 1 and with DDP (the
 defaults of ``strategy=ddp``) otherwise; ``ddp`` replicates the model and averages
 gradients (torch ``DistributedDataParallel``); ``fsdp`` shards parameters,
-gradients and optimizer state (CUDA only). Lightning does the work
-(:mod:`plugins.strategy.build`); this plugin picks the backend (gloo on CPU, NCCL
+gradients and optimizer state (FSDP2) and, with ``tensor_parallel_size`` > 1, splits
+the blocks' matmuls (:mod:`plugins.strategy.fsdp`, :mod:`plugins.strategy.parallelize`).
+Lightning does the work (:mod:`plugins.strategy.build`); this plugin picks the backend
+(gloo on CPU, NCCL
 on CUDA), a short collective timeout, and fixes what Lightning gets wrong with
 Hydra multiruns (:mod:`plugins.strategy.launch`).
 
 Data: every process trains on its own shard of each epoch, chosen by the data
-module's sampler (trainer/sampling.py: rank ``r`` of ``W`` takes every W-th index
-of the epoch's permutation), so W processes with batch b see, step by step, the
+module's sampler (trainer/state/data_order.py: data shard ``r`` of ``W`` takes every
+W-th index of the epoch's permutation; the shards are the data-parallel ranks), so W processes with batch b see, step by step, the
 samples one process with batch W x b sees, and DDP's averaged gradient is that
 batch's gradient.
 
@@ -19,7 +21,8 @@ In a Slurm job the ranks come from Slurm, and rank 0 requeues the job after a
 SIGUSR1 checkpoint (:mod:`plugins.strategy.slurm`, the one owner of requeue).
 With ``count_allreduces=true`` (DDP) the summary reports ``gradient_allreduces``:
 backward passes whose gradients were all-reduced (accumulation skips them on
-non-final micro-batches).
+non-final micro-batches). Every run's summary has ``per_rank``: what each process
+holds and sends (:mod:`plugins.strategy.memory`).
 """
 
 from __future__ import annotations

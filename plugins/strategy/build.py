@@ -103,7 +103,8 @@ class ModelParallel(ModelParallelStrategy):
 
     def __init__(self, *args, settings: Settings | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        #: What parallelize does; the precision and compile plugins add their parts to it.
+        #: What parallelize does (plugins/strategy/fsdp.py); the precision plugin sets its
+        #: param_dtype (FSDP2's mixed precision) in configure_trainer.
         self.settings = settings or Settings()
         self.layout: Layout | None = None
 

@@ -76,7 +76,6 @@ class Collectives(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.bytes: Counter = Counter()
-        self.calls: Counter = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         namespace, _, name = func.name().partition("::")
@@ -84,7 +83,6 @@ class Collectives(TorchDispatchMode):
         result = func(*args, **(kwargs or {}))
         if name in table:
             what, where = table[name]
-            self.calls[what] += 1
             moved = result if where is None else args[where]
             self.bytes[what] += sum(local_bytes(t) for t in _tensors(moved))
         return result
