@@ -8,7 +8,7 @@ training: the current optimizer step finishes, a checkpoint is written and the
 run exits with :data:`trainer.state.preemption.EXIT_CODE`. ``resume=auto`` continues
 from the furthest trained (trainer/state/resume.py). Files are written atomically with a
 checksum, and read back safely and verified; "newest" and pruning go by the training
-progress recorded in the files, never their times (trainer/state/checkpoint_io.py). See
+progress recorded in the files, never their times (trainer/state/checkpoints.py). See
 docs/checkpointing.md.
 
 When a run starts (rank 0): the files ``resume=auto`` skipped as damaged are set aside
@@ -42,9 +42,9 @@ import torch
 from pytorch_lightning.callbacks import Checkpoint
 
 from tuneup import hookimpl
-from tuneup.trainer.state.checkpoint_io import (
+from tuneup.trainer.state.checkpoint_io import AtomicCheckpointIO
+from tuneup.trainer.state.checkpoints import (
     BEST,
-    AtomicCheckpointIO,
     checkpoint_name,
     damaged,
     prune,

@@ -9,7 +9,7 @@ import torch
 from omegaconf import DictConfig, ListConfig
 
 from tuneup import TuneupError, hookimpl
-from tuneup.trainer.state.checkpoint_io import BEST, checkpoint_name
+from tuneup.trainer.state.checkpoints import BEST, checkpoint_name
 from tuneup.trainer.state.divergence import Diverged
 
 #: A model without BatchNorm and small: each run takes about a second.

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from tuneup import TuneupError
-from tuneup.trainer.state import checkpoint_io
-from tuneup.trainer.state.checkpoint_io import checkpoint_files, checkpoint_name
+from tuneup.trainer.state import checkpoint_io, checkpoints
+from tuneup.trainer.state.checkpoint_write import atomic_save, disk_full
+from tuneup.trainer.state.checkpoints import checkpoint_files, checkpoint_name
 
 #: 128 samples in batches of 32: 4 optimizer steps an epoch; about a second a run.
 MLP = ["model=mlp", "model.hidden=[16]", "data.train_samples=128", "data.val_samples=32",
@@ -59,25 +60,25 @@ def test_a_damaged_newest_checkpoint_is_set_aside_not_counted_nor_deleted(train,
 def test_unreadable_files_are_set_aside_by_pruning_and_names_never_collide(tmp_path):
     folder = tmp_path / "checkpoints"
     for step in (1, 2, 3):
-        checkpoint_io.atomic_save({"global_step": step}, folder / checkpoint_name(0, step))
+        atomic_save({"global_step": step}, folder / checkpoint_name(0, step))
     (folder / checkpoint_name(0, 9)).write_bytes(b"PK\x03\x04 half a zip")
     (folder / "damaged").mkdir()
     (folder / "damaged" / checkpoint_name(0, 9)).write_bytes(b"an earlier one")
-    assert checkpoint_io.prune(folder, keep=2) == [folder / checkpoint_name(0, 1)]
+    assert checkpoints.prune(folder, keep=2) == [folder / checkpoint_name(0, 1)]
     assert names(tmp_path) == [checkpoint_name(0, 2), checkpoint_name(0, 3)]
-    assert sorted(p.name for p in checkpoint_io.damaged(folder)) == [
+    assert sorted(p.name for p in checkpoints.damaged(folder)) == [
         "epoch000-step00000009-1.ckpt", checkpoint_name(0, 9)]  # fmt: skip
     assert (folder / "damaged" / "epoch000-step00000009-1.ckpt").read_bytes().endswith(b"zip")
 
 
 def room_for(files: int, monkeypatch) -> None:
     """A file system with room for ``files`` checkpoints: a save beyond that runs out of space."""
-    real = checkpoint_io.atomic_save
+    real = checkpoint_io.atomic_save  # the name AtomicCheckpointIO saves with
 
     def save(checkpoint, path):
         if len(checkpoint_files(Path(path).parent)) >= files:
             full = OSError(errno.ENOSPC, "No space left on device")
-            raise checkpoint_io.disk_full(Path(path), full)
+            raise disk_full(Path(path), full)
         real(checkpoint, path)
 
     monkeypatch.setattr(checkpoint_io, "atomic_save", save)

@@ -16,15 +16,13 @@ import pytest
 import torch
 
 from tuneup import TuneupError
-from tuneup.trainer.state import checkpoint_io, rng
-from tuneup.trainer.state.checkpoint_io import (
+from tuneup.trainer.state import checkpoint_io, checkpoint_write, rng
+from tuneup.trainer.state.checkpoint_read import UnreadableCheckpoint, UnsafeCheckpoint, load
+from tuneup.trainer.state.checkpoint_write import atomic_save
+from tuneup.trainer.state.checkpoints import (
     BEST,
-    UnreadableCheckpoint,
-    UnsafeCheckpoint,
-    atomic_save,
     checkpoint_name,
     list_checkpoints,
-    load,
     newest_valid,
     prune,
 )
@@ -101,8 +99,8 @@ def test_save_is_temp_file_fsync_replace_then_directory_fsync(tmp_path, monkeypa
         events.append("replace")
         real_replace(src, dst)
 
-    monkeypatch.setattr(checkpoint_io.os, "fsync", fsync)
-    monkeypatch.setattr(checkpoint_io.os, "replace", replace)
+    monkeypatch.setattr(checkpoint_write.os, "fsync", fsync)
+    monkeypatch.setattr(checkpoint_write.os, "replace", replace)
     atomic_save({"w": torch.ones(3)}, tmp_path / "a.ckpt")
     assert events == ["fsync file", "replace", "fsync dir"]
 
@@ -355,7 +353,7 @@ def test_a_deferred_check_names_the_first_bad_micro_batch_when_read():
 
 def test_a_full_disk_during_a_save_says_so_and_keeps_the_previous_file(tmp_path, monkeypatch):
     path = tmp_path / "checkpoints" / "epoch000-step00000002.ckpt"
-    checkpoint_io.atomic_save({"step": 1}, path)
+    checkpoint_write.atomic_save({"step": 1}, path)
     before = path.read_bytes()
 
     class FullDisk:
@@ -379,10 +377,10 @@ def test_a_full_disk_during_a_save_says_so_and_keeps_the_previous_file(tmp_path,
         def __exit__(self, *exc):
             self.raw.close()
 
-    monkeypatch.setattr(checkpoint_io, "open", lambda *a: FullDisk(open(*a)), raising=False)  # noqa: SIM115
+    monkeypatch.setattr(checkpoint_write, "open", lambda *a: FullDisk(open(*a)), raising=False)  # noqa: SIM115
     with pytest.raises(TuneupError, match=r"no space left to save .*step00000002.ckpt \(No space "
                        r"left on device; \d+ MiB free on that file system\): the checkpoints "
                        r"written before are kept"):  # fmt: skip
-        checkpoint_io.atomic_save({"step": 2, "big": torch.zeros(100_000)}, path)
+        checkpoint_write.atomic_save({"step": 2, "big": torch.zeros(100_000)}, path)
     assert path.read_bytes() == before
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left

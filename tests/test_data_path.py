@@ -21,7 +21,8 @@ from tuneup import hookimpl
 from tuneup.plugins.data_path import data_advice
 from tuneup.trainer.components import Plan
 from tuneup.trainer.datamodule import ResumablePrefetchLoader, Staged
-from tuneup.trainer.state.checkpoint_io import checkpoint_name, load
+from tuneup.trainer.state.checkpoint_read import load
+from tuneup.trainer.state.checkpoints import checkpoint_name
 from tuneup.zoo.data import check_data
 from tuneup.zoo.data.transforms import (
     TrainCrop,

@@ -21,7 +21,7 @@ from tests.plugin_dists import make_distribution
 from tests.test_resume import CRASH
 from tuneup.consolidate import consolidate
 from tuneup.trainer.state import sharded
-from tuneup.trainer.state.checkpoint_io import list_checkpoints
+from tuneup.trainer.state.checkpoints import list_checkpoints
 
 COMMON = [
     "data=synthetic_tokens", "data.context=8", "data.train_samples=32", "data.val_samples=16",

@@ -16,7 +16,7 @@ from tuneup.plugins.strategy.parallelize import expand, plan_problems, shard_blo
 from tuneup.trainer.components import Plan
 from tuneup.trainer.environment import Environment
 from tuneup.trainer.state import sharded
-from tuneup.trainer.state.checkpoint_io import UnreadableCheckpoint
+from tuneup.trainer.state.checkpoint_read import UnreadableCheckpoint
 
 GPT = ["model=gpt", "data=synthetic_tokens", "model.width=16", "model.heads=4",
        "trainer.accelerator=cpu", "strategy=fsdp"]  # fmt: skip

@@ -24,13 +24,9 @@ from tests.conftest import ROOT, python, run_cli
 from tests.plugin_dists import make_distribution
 from tests.test_checkpoint_io import flip_tensor_bytes
 from tuneup import TuneupError
-from tuneup.trainer.state.checkpoint_io import (
-    UnreadableCheckpoint,
-    UnsafeCheckpoint,
-    checkpoint_name,
-    list_checkpoints,
-)
-from tuneup.trainer.state.checkpoint_io import load as load_checkpoint
+from tuneup.trainer.state.checkpoint_read import UnreadableCheckpoint, UnsafeCheckpoint
+from tuneup.trainer.state.checkpoint_read import load as load_checkpoint
+from tuneup.trainer.state.checkpoints import checkpoint_name, list_checkpoints
 from tuneup.trainer.state.preemption import EXIT_CODE
 from tuneup.trainer.state.resume import resolve
 
@@ -46,7 +42,7 @@ ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 CRASH = """
 import os, signal
 from tuneup import hookimpl
-from tuneup.trainer.state import checkpoint_io
+from tuneup.trainer.state import checkpoint_write
 
 AT = int(os.environ.get("CRASH_AT_MICRO_BATCH", "0"))
 SIGNAL = getattr(signal, os.environ.get("CRASH_SIGNAL", "SIGKILL"))
@@ -68,7 +64,7 @@ class Plugin:
     def __init__(self):
         self.micro_batches = 0
         if IN_SAVE_OF:
-            checkpoint_io.os = KillingOs()
+            checkpoint_write.os = KillingOs()
 
     @hookimpl
     def on_after_backward(self):  # gradients accumulated, optimizer step not yet taken

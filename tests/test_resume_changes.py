@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from tuneup import TuneupError, hookimpl
-from tuneup.trainer.state.checkpoint_io import checkpoint_name, load
+from tuneup.trainer.state.checkpoint_read import load
+from tuneup.trainer.state.checkpoints import checkpoint_name
 
 #: 10 micro-batches per epoch, 10 steps; sgd (lr 0.05) and cosine unless a test says otherwise.
 RUN = ["model=mlp", "model.hidden=[8]", "data.image_size=8", "data.train_samples=40",

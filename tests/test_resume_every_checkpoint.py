@@ -25,7 +25,8 @@ from tests.conftest import compose_config
 from tuneup import hookimpl
 from tuneup.trainer import summary
 from tuneup.trainer.runner import run
-from tuneup.trainer.state.checkpoint_io import BEST, list_checkpoints, load, prune
+from tuneup.trainer.state.checkpoint_read import load
+from tuneup.trainer.state.checkpoints import BEST, list_checkpoints, prune
 
 #: 40 samples in batches of 4: 10 micro-batches per epoch. A tiny MLP: ~0.5 s a run.
 BASE = ["model=mlp", "model.hidden=[8]", "data.image_size=8", "data.train_samples=40",

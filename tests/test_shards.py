@@ -26,7 +26,7 @@ from tests.test_data import make_image_folder
 from tests.test_resume import CRASH, ONE_THREAD, assert_bitwise_equal
 from tuneup.shards import main as convert
 from tuneup.trainer.components import Plan
-from tuneup.trainer.state.checkpoint_io import checkpoint_name, list_checkpoints
+from tuneup.trainer.state.checkpoints import checkpoint_name, list_checkpoints
 from tuneup.trainer.state.data_order import ResumableSampler
 from tuneup.zoo.data import check_data
 from tuneup.zoo.data.shards import OpenShard, ShardError, ShardRecords, read_descriptor

@@ -37,7 +37,7 @@ def model_state_dict(checkpoint: dict) -> dict[str, torch.Tensor]:
 def read(path: Path) -> dict:
     """The whole checkpoint at ``path``, full tensors on the CPU, verified."""
     from tuneup.trainer.state import sharded
-    from tuneup.trainer.state.checkpoint_io import load
+    from tuneup.trainer.state.checkpoint_read import load
 
     if sharded.is_sharded(path):
         sharded.verify(path)
@@ -48,7 +48,7 @@ def read(path: Path) -> dict:
 def consolidate(source: str | Path, out: str | Path) -> dict[str, torch.Tensor]:
     """Write ``source``'s model weights to ``out`` (atomically); returns them."""
     from tuneup import TuneupError
-    from tuneup.trainer.state.checkpoint_io import atomic_save
+    from tuneup.trainer.state.checkpoint_write import atomic_save
 
     source, out = Path(source), Path(out)
     if not source.exists():

@@ -15,7 +15,8 @@ import torch
 
 from tests.test_data import make_image_folder
 from tests.test_data_path import IMAGES, BatchSpy, assert_same_batches, photo
-from tuneup.trainer.state.checkpoint_io import checkpoint_name, load
+from tuneup.trainer.state.checkpoint_read import load
+from tuneup.trainer.state.checkpoints import checkpoint_name
 from tuneup.zoo.data.transforms import decode_on_device, decode_with_pillow
 
 GPU = "trainer.accelerator=gpu"

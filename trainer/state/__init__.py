@@ -1,7 +1,10 @@
 """Run-state mechanics: what makes a run survive kills, preemption and bad files.
 
-- :mod:`.checkpoint_io`: checkpoint files: atomic, checksummed writes; safe, verified loading;
-  names; the newest (by training progress, never file time); pruning
+- :mod:`.checkpoint_write`: a checkpoint file written atomically, with its checksum sealed in
+- :mod:`.checkpoint_read`: a checkpoint file read safely (weights only), checksum verified
+- :mod:`.checkpoints`: a directory of them: names; the newest (by training progress, never file
+  time); pruning; damaged files set aside
+- :mod:`.checkpoint_io`: the above behind Lightning's CheckpointIO
 - :mod:`.progress`: how far a checkpoint had got; epoch-end checkpoints made resumable by
   Lightning; a resumed run that ends short of its limits says why
 - :mod:`.resume`: what ``resume=`` (and ``resume_weights_only``) means

@@ -3,7 +3,7 @@ it) and at the end of a resumed run (did it reach what its limits ask for?).
 
 A checkpoint's progress is what Lightning recorded in it: optimizer steps, then
 micro-batches, then finished epochs (:func:`progress`). Files are ordered by it, never by
-their modification time (checkpoint_io.py).
+their modification time (checkpoints.py).
 
 Lightning resumes a checkpoint written in ``on_train_epoch_end`` (tuneup's end-of-epoch
 save) correctly only when training is limited by epochs. Its progress there says "epoch

@@ -30,7 +30,8 @@ from omegaconf import OmegaConf
 
 from tuneup import TuneupError
 from tuneup.trainer.state import changes
-from tuneup.trainer.state.checkpoint_io import checkpoint_files, load, newest_valid
+from tuneup.trainer.state.checkpoint_read import load
+from tuneup.trainer.state.checkpoints import checkpoint_files, newest_valid
 from tuneup.trainer.state.data_order import data_shard
 from tuneup.trainer.state.progress import epochs_done, limit_reached, progress
 

@@ -18,7 +18,7 @@ the previous checkpoints and, at most, a temporary directory that the next run r
 
 Verified on load (:func:`verify`): no manifest means the save did not finish; a file whose
 bytes do not hash to the manifest's value is damaged. Either is
-:class:`~tuneup.trainer.state.checkpoint_io.UnreadableCheckpoint`, so ``resume=auto``
+:class:`~tuneup.trainer.state.checkpoint_read.UnreadableCheckpoint`, so ``resume=auto``
 falls back to the previous checkpoint and says so, as for a single file.
 
 DCP reshards on load: a checkpoint written by 4 processes loads into 2, into 1, or into a
@@ -67,7 +67,7 @@ def save(strategy, checkpoint: dict, path: Path) -> None:
     """
     from lightning_fabric.strategies.model_parallel import _distributed_checkpoint_save
 
-    from tuneup.trainer.state.checkpoint_io import atomic_save, fsync_directory
+    from tuneup.trainer.state.checkpoint_write import atomic_save, fsync_directory
 
     rank = strategy.global_rank
     token = strategy.broadcast(f"{os.getpid()}")
@@ -134,7 +134,7 @@ def leftovers(directory: Path) -> list[Path]:
 
 def verify(path: Path) -> None:
     """Raise ``UnreadableCheckpoint`` unless every file of the manifest is there, intact."""
-    from tuneup.trainer.state.checkpoint_io import UnreadableCheckpoint
+    from tuneup.trainer.state.checkpoint_read import UnreadableCheckpoint
 
     manifest = path / MANIFEST
     if not manifest.is_file():
@@ -165,7 +165,7 @@ def load_meta(path: Path, verify_checksum: bool = True) -> dict:
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    from tuneup.trainer.state.checkpoint_io import UnreadableCheckpoint, load
+    from tuneup.trainer.state.checkpoint_read import UnreadableCheckpoint, load
 
     if verify_checksum:
         verify(path)
