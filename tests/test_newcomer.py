@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.conftest import compose_config
-from tuneup.config import override_hints
+from tuneup.config import choice_hints, override_hints
 from tuneup.trainer.runner import ConfigError, run
 
 
@@ -49,10 +49,27 @@ def test_a_top_level_key_used_by_an_interpolation_is_read(train):
 def test_hydras_could_not_override_says_what_was_meant(cli, tmp_path):
     result = cli("precison=bf16")
     assert result.returncode == 1
-    assert "Could not override 'precison'" in result.stderr  # Hydra's own message, then ours:
-    assert ("did you mean precision=bf16? (precison is not a setting; +precison=bf16 would be "
-            "refused: nothing reads it)") in result.stderr  # fmt: skip
+    # ours alone: Hydra's "Could not override" and its "use +precison" advice would contradict it
+    assert result.stderr.strip() == (
+        "error: did you mean precision=bf16? (precison is not a setting; +precison=bf16 would be "
+        "refused: nothing reads it)"
+    )
     assert not (tmp_path / "run").exists()
+    # a misspelled option of a group: one line with its options and the one meant, not Hydra's
+    # 12 to 16 lines with a search-path dump (issue 32 point 6.9)
+    result = cli("precision=fp61", "model=resnet")
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "error: precision=fp61 is not an option of precision; its options are: amp, bf16, "
+        "bf16-true, fp16, fp16-true, fp32, fp8, tf32; did you mean precision=fp16?",
+        "error: model=resnet is not an option of model; its options are: custom, gpt, lightning, "
+        "mlp, resnet18, resnet34, resnet50, small_resnet; did you mean model=resnet50?",
+    ]
+    assert not (tmp_path / "run").exists()
+    assert choice_hints(["-m", "precision=fp32,bf61"]) == [
+        "precision=bf61 is not an option of precision; its options are: amp, bf16, bf16-true, "
+        "fp16, fp16-true, fp32, fp8, tf32; did you mean precision=bf16?"
+    ]
     # the same hint for the other keys, as the command computes it after Hydra's error
     assert override_hints(["trainer.max_step=3"])[0].startswith("did you mean trainer.max_steps=3?")
     assert override_hints(["-m", "optimizer.lrr=0.1,0.01"])[0].startswith(

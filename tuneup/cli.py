@@ -53,20 +53,64 @@ def main() -> None:
     config.warn_shadowed(argv)
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # the user's own modules, as `python -m tuneup` sees them
+    held = _held_stderr()  # Hydra's own error, until a run starts: ours may replace it
     try:
         _hydra_main()
     except (SystemExit, Exception) as exc:  # Hydra reports its own errors, then exits 1
         if not _started and (not isinstance(exc, SystemExit) or exc.code == 1):
-            try:
-                hints = config.override_hints(argv)  # "Could not override": which key was meant
+            try:  # a typo'd option ("Could not find") or key ("Could not override"): what was meant
+                hints = config.choice_hints(argv) or config.override_hints(argv)
             except Exception:  # a hint must never hide Hydra's own message
                 hints = []
+            if hints:  # ours alone: Hydra's 12 lines (and its "use +key") would contradict it
+                held.discard()
+            held.release()
             for line in hints:
-                print(line, file=sys.stderr, flush=True)
+                print(f"error: {line}", file=sys.stderr, flush=True)
         raise
+    finally:
+        held.release()
 
 
 _started = False  # whether Hydra got as far as calling task(): a config was composed
+
+
+class _HeldStderr:
+    """Standard error held back until a run starts (:func:`task`), then passed through: when
+    Hydra refuses the command line, the command may print one line of its own instead."""
+
+    def __init__(self, stream):
+        self.stream, self.held, self.released = stream, [], False
+
+    def write(self, text: str) -> int:
+        if self.released:
+            return self.stream.write(text)
+        self.held.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.released:
+            self.stream.flush()
+
+    def discard(self) -> None:
+        self.held.clear()
+
+    def release(self) -> None:
+        if not self.released:
+            self.released = True
+            self.stream.write("".join(self.held))
+            self.held.clear()
+            self.stream.flush()
+        if sys.stderr is self:
+            sys.stderr = self.stream
+
+    def __getattr__(self, name):  # fileno, isatty, encoding...: the real stream's
+        return getattr(self.stream, name)
+
+
+def _held_stderr() -> _HeldStderr:
+    sys.stderr = _HeldStderr(sys.stderr)
+    return sys.stderr
 
 
 def _hydra_main() -> None:
@@ -89,6 +133,8 @@ def task(cfg):
     """
     global _started
     _started = True
+    if isinstance(sys.stderr, _HeldStderr):  # a run has started: its output flows as it comes
+        sys.stderr.release()
     import torch  # noqa: F401  (first, so its logger is routed before the libraries below speak)
 
     from tuneup import console

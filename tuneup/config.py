@@ -307,6 +307,40 @@ def override_hints(argv: list[str]) -> list[str]:
     return hints
 
 
+def choice_hints(argv: list[str]) -> list[str]:
+    """For a group override whose option does not exist (``precision=fp61``, ``model=resnet``):
+    one line naming the group's options and the one most likely meant. Reads the config
+    folders only (nothing composed), so Hydra's 12-line "Could not find" can be replaced."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+
+    try:
+        args = get_args_parser().parse_args(argv)
+        overrides = OverridesParser.create().parse_overrides(args.overrides)
+    except Exception:
+        return []
+    options: dict[str, set[str]] = {}
+    for _, folder in config_dirs(["--config-dir", args.config_dir] if args.config_dir else []):
+        for group, names in groups(folder).items():
+            options.setdefault(group, set()).update(names)
+    hints = []
+    for o in overrides:
+        group = o.key_or_group
+        if o.type != OverrideType.CHANGE or o.package is not None or group not in options:
+            continue
+        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.value()]
+        for value in values:
+            if not isinstance(value, str) or value in options[group]:
+                continue
+            known = sorted(options[group])
+            match = did_you_mean(value, known)
+            meant = f"; did you mean {group}={match}?" if match else ""
+            hints.append(f"{group}={value} is not an option of {group}; its options are: "
+                         f"{', '.join(known)}{meant}")  # fmt: skip
+    return hints
+
+
 def trainer_arguments() -> set[str]:
     """The Lightning Trainer's argument names (imports Lightning: seconds, so only on demand)."""
     import inspect
