@@ -58,6 +58,11 @@ class Task:
     def model_loss(self) -> bool:
         return self.loss_fn is None
 
+    @property
+    def metrics(self) -> tuple[str, ...]:
+        """What each validation logs under this task (trainer/module.py): a target's choices."""
+        return ("val/loss",) if self.model_loss else ("val/loss", "val/acc")
+
     def accuracy(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return (logits.argmax(self.class_dim) == target).float().mean()
 

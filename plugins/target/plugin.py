@@ -1,0 +1,170 @@
+"""The hook layer of ``target.metric=... target.value=...``: cadence, clock, stop, summary."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from tuneup import TuneupError, hookimpl
+from tuneup.trainer.components import first_tensor
+from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
+
+from .energy import EnergyCounter
+from .race import Race
+
+MODES = ("auto", "max", "min")
+RULES = {
+    "target.value": Number(also=(None,)),
+    "target.mode": OneOf(MODES),
+    "target.check_every_n_steps": Integer(low=1, also=(None,)),
+    "target.stop": BOOL,
+}
+#: Words of a metric's name that say which way is better (``target.mode=auto``).
+HIGHER = ("acc", "top1", "top5", "f1", "auc", "iou", "map", "precision", "recall", "bleu", "score")
+LOWER = ("loss", "perplexity", "ppl", "err", "mse", "mae", "rmse", "wer", "cer", "nll")
+
+
+def direction(metric: str, mode: str = "auto") -> str | None:
+    """``max`` or ``min``: ``mode`` itself, or for ``auto`` from the words of the metric's name
+    (``val/acc`` -> max, ``val/loss`` -> min); None when the name does not tell."""
+    if mode != "auto":
+        return mode
+    words = [w for w in re.split(r"[^a-z0-9]+", metric.lower()) if w]
+    up = any(w.startswith(HIGHER) for w in words)
+    down = any(w.startswith(LOWER) for w in words)
+    return None if up == down else ("max" if up else "min")
+
+
+def settings_problems(cfg, plan=None) -> list[str]:
+    """Bad values of ``target.*``, a metric the task never logs, a cadence set twice."""
+    node = cfg.get("target") or {}
+    metric = node.get("metric")
+    found = problems(cfg, RULES)
+    if metric is None:
+        if node.get("value") is not None or node.get("stop"):
+            found.append(f"target.value={node.get('value')!r} target.stop={node.get('stop')!r} "
+                         "need target.metric (e.g. target.metric=val/acc)")  # fmt: skip
+        return found
+    if not isinstance(metric, str) or not metric:
+        return [*found, problem("target.metric", metric, "a logged metric name, e.g. 'val/acc'")]
+    if not found and direction(metric, node.get("mode", "auto")) is None:
+        found.append(f"target.mode=auto cannot tell whether higher or lower is better for "
+                     f"target.metric={metric}; set target.mode=max or target.mode=min")  # fmt: skip
+    if node.get("stop") and node.get("value") is None:
+        found.append(
+            "target.stop=true needs target.value: the run stops when the metric reaches it"
+        )
+    if plan is not None and plan.sound and not plan.lightning and metric not in plan.task.metrics:
+        found.append(f"target.metric={metric} is not logged by this run: task={plan.task.name} "
+                     f"logs {', '.join(plan.task.metrics)} at each validation")  # fmt: skip
+    trainer = cfg.trainer
+    if node.get("check_every_n_steps") is not None:
+        for key in ("val_check_interval", "check_val_every_n_epoch"):
+            if trainer.get(key) is not None:
+                found.append(f"target.check_every_n_steps={node.check_every_n_steps} and "
+                             f"trainer.{key}={trainer.get(key)} both set the validation cadence; "
+                             "set only one")  # fmt: skip
+    if trainer.get("limit_val_batches") in (0, 0.0):
+        found.append(f"target.metric={metric} needs validation, but trainer.limit_val_batches=0 "
+                     "turns it off")  # fmt: skip
+    return found
+
+
+def metric_value(trainer, metric: str) -> float:
+    """The metric as the validation just logged it (one read, at validation end)."""
+    value = trainer.callback_metrics.get(metric)
+    if value is None:
+        logged = ", ".join(sorted(k for k in trainer.callback_metrics)) or "none"
+        raise TuneupError(f"target.metric={metric} was not logged by the validation (logged: "
+                          f"{logged}); set target.metric to one of them")  # fmt: skip
+    return float(value)
+
+
+class Plugin:
+    def __init__(self, cfg) -> None:
+        node = cfg.get("target") or {}
+        self.metric = node.get("metric")
+        self.every = node.get("check_every_n_steps")
+        self.stop = bool(node.get("stop"))
+        self.race: Race | None = None
+        if isinstance(self.metric, str) and self.metric:
+            mode = direction(self.metric, node.get("mode", "auto")) or "max"
+            self.race = Race(self.metric, node.get("value"), mode)
+        self.energy: EnergyCounter | None = None
+        self.world_size = 1
+        self.device = None
+
+    @hookimpl
+    def check(self, cfg, plan):
+        return settings_problems(cfg, plan)
+
+    @hookimpl(trylast=True)  # after grad_accum decided k (accumulate_grad_batches)
+    def configure_trainer(self, kwargs):
+        if self.race is not None and self.every is not None:
+            # Lightning counts the interval in micro-batches; across epochs when it is None
+            kwargs["val_check_interval"] = self.every * kwargs.get("accumulate_grad_batches", 1)
+            kwargs["check_val_every_n_epoch"] = None
+
+    @hookimpl
+    def on_fit_start(self, trainer, module):
+        self.world_size, self.device = trainer.world_size, module.device
+        if self.race is None:
+            return
+        if trainer.is_global_zero:
+            self.energy = EnergyCounter.open(self.device)
+        if self.stop and self.race.crossing is not None:
+            trainer.should_stop = True  # resumed after the target was reached: nothing to train
+
+    @hookimpl
+    def on_train_batch_start(self):
+        if self.race is not None:
+            self.race.start()
+
+    @hookimpl
+    def on_train_batch_end(self, batch):
+        if self.race is not None:
+            first = first_tensor(batch)
+            self.race.add_samples((len(first) if first is not None else 0) * self.world_size)
+
+    @hookimpl
+    def on_validation_start(self, trainer):
+        if self.race is None or trainer.sanity_checking:
+            return
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the queued training steps are training time
+        self.race.validation_start()
+
+    @hookimpl
+    def on_validation_end(self, trainer):
+        if self.race is None or trainer.sanity_checking:
+            return
+        value = metric_value(trainer, self.metric)
+        crossed = self.race.validation_end(trainer.global_step, value, self._energy_j())
+        if self.stop and trainer.world_size > 1:  # every rank stops, or none
+            crossed = trainer.strategy.reduce_boolean_decision(crossed, all=False)
+        if self.stop and crossed:
+            trainer.should_stop = True
+
+    def _energy_j(self) -> float | None:
+        if self.energy is None:
+            return None
+        return self.race.energy_before_j + self.energy.joules()
+
+    @hookimpl
+    def report(self, summary):
+        if self.race is not None:
+            summary.update(self.race.figures(summary.get("world_size") or self.world_size))
+
+    def state_dict(self) -> dict:
+        return {} if self.race is None else self.race.state_dict(self._energy_j())
+
+    def load_state_dict(self, state: dict) -> None:
+        if self.race is not None and state:
+            self.race.load_state_dict(state)
+
+    def describe(self):
+        if self.race is None:
+            return {"metric": None}
+        return {"metric": self.metric, "value": self.race.value, "mode": self.race.mode,
+                "check_every_n_steps": self.every, "stop": self.stop}  # fmt: skip
