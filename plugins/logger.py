@@ -1,21 +1,49 @@
-"""Experiment logger, chosen by ``logger=csv|tensorboard|wandb``; files go under the run directory.
+"""Experiment logger, chosen by ``logger=csv|tensorboard|wandb|mlflow``; files go under the run directory.
 
 ``csv`` needs nothing beyond Lightning (a resumed run keeps the earlier
 rows: ``metrics-1.csv``, ``metrics-2.csv``... in the order they were written); ``tensorboard`` needs ``tensorboard`` or
 ``tensorboardX`` (extra ``tuneup[tensorboard]``); ``wandb`` needs ``wandb``
 (extra ``tuneup[wandb]``) and runs offline unless ``logger.offline=false``.
+
+``mlflow`` (extra ``tuneup[mlflow]``: mlflow-skinny and the SQL store's packages) is
+Lightning's ``MLFlowLogger`` plus what it does not log: the resolved config as params (at
+the fit's start), and at the end (the ``report`` hook, last) the summary's figures as
+metrics, ``summary.json`` as an artifact and the run's status. Its store is
+``logger.tracking_uri`` (a server: ``http://host:5000``), else ``$MLFLOW_TRACKING_URI``,
+else ``mlflow.db`` in the run directory: an SQLite store, which MLflow 3 recommends (its
+file store, ``mlruns/``, refuses to open unless ``MLFLOW_ALLOW_FILE_STORE=true``), with the
+artifacts in ``mlartifacts/`` beside it.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
+import math
+import os
+import tempfile
 import warnings
 from pathlib import Path
 
-from tuneup import hookimpl
-from tuneup.trainer.validation import OneOf, problems
+from omegaconf import OmegaConf
 
-NEEDS = {"csv": (), "tensorboard": ("tensorboard", "tensorboardX"), "wandb": ("wandb",)}
+from tuneup import TuneupError, hookimpl
+from tuneup.trainer import summary as run_summary
+from tuneup.trainer.validation import OneOf, problem, problems
+
+NEEDS = {
+    "csv": (),
+    "tensorboard": ("tensorboard", "tensorboardX"),
+    "wandb": ("wandb",),
+    "mlflow": ("mlflow",),
+}
+#: What MLflow's SQL stores (sqlite:///..., the default) need beyond mlflow-skinny.
+SQL_STORE_NEEDS = ("sqlalchemy", "alembic")
+STORE_FILE, ARTIFACT_DIR = "mlflow.db", "mlartifacts"
+#: The MLflow run's status for each summary status; anything else is FAILED.
+MLFLOW_STATUS = {"ok": "FINISHED", "interrupted": "KILLED", "preempted": "KILLED"}
+#: Summary entries that are no figures of the run (or are logged by Lightning as they happen).
+NOT_FIGURES = ("plugins", "val", "run_dir", "resumed_from", "world_size")
 
 
 def keep_earlier_metrics(save_dir: str) -> Path | None:
@@ -45,9 +73,14 @@ def build_logger(settings, save_dir: str):
         # It warns that the run directory is not empty (it holds .hydra/, the log file) and
         # that its files would be deleted: the only one it writes, metrics.csv, was kept above.
         warnings.filterwarnings("ignore", message=r"Experiment logs directory .* not empty")
-        return loggers.CSVLogger(save_dir=save_dir, name="", version="")
+        # Every logged row written at once (Lightning's default holds 100 in memory): a run
+        # killed with -9 keeps its rows up to the kill. One appended line per logged step.
+        return loggers.CSVLogger(save_dir=save_dir, name="", version="",
+                                 flush_logs_every_n_steps=1)  # fmt: skip
     if settings.name == "tensorboard":
         return loggers.TensorBoardLogger(save_dir=save_dir, name="", version="")
+    if settings.name == "mlflow":
+        return build_mlflow_logger(settings, save_dir)
     return loggers.WandbLogger(
         save_dir=save_dir,
         project=settings.get("project", "tuneup"),
@@ -56,18 +89,143 @@ def build_logger(settings, save_dir: str):
     )
 
 
+def mlflow_store(settings, save_dir: str) -> tuple[str, str | None]:
+    """The tracking URI and the artifact location of a new experiment (None: the store's
+    default). Without ``tracking_uri`` or ``$MLFLOW_TRACKING_URI``: the run directory's own."""
+    uri = settings.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI")
+    artifacts = settings.get("artifact_location")
+    if uri:
+        return str(uri), artifacts
+    run_dir = Path(save_dir).resolve()
+    return f"sqlite:///{run_dir / STORE_FILE}", artifacts or (run_dir / ARTIFACT_DIR).as_uri()
+
+
+def build_mlflow_logger(settings, save_dir: str):
+    from pytorch_lightning.loggers import MLFlowLogger
+
+    uri, artifacts = mlflow_store(settings, save_dir)
+    # Lightning says so at each new experiment, and MLflow at each new store: the run
+    # directory's own store and experiment are new in every run, so that is no news.
+    logging.getLogger("pytorch_lightning.loggers.mlflow").addFilter(
+        lambda record: "not found. Creating it." not in record.getMessage()
+    )
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+    return MLFlowLogger(
+        experiment_name=settings.get("experiment_name") or "tuneup",
+        run_name=settings.get("run_name"),
+        tracking_uri=uri,
+        tags={"tuneup.run_dir": str(Path(save_dir).resolve())},
+        artifact_location=artifacts,
+    )
+
+
+def flat_params(cfg) -> dict[str, str]:
+    """The resolved config as MLflow params: ``{"optimizer.lr": "0.1", ...}``."""
+    flat: dict[str, str] = {}
+
+    def walk(node, prefix: str) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                walk(value, f"{prefix}{key}.")
+        else:
+            flat[prefix.rstrip(".")] = str(node)
+
+    walk(OmegaConf.to_container(cfg, resolve=True), "")
+    return flat
+
+
+def summary_metrics(summary: dict) -> dict[str, float]:
+    """The summary's numbers (``time_to_target_s``, ``samples_per_s``, ``target.best``...) as
+    MLflow metrics; a bool (``target.reached``) as 1.0 or 0.0; lists and null left out."""
+    found: dict[str, float] = {}
+
+    def walk(node: dict, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            elif isinstance(value, int | float) and math.isfinite(value):
+                found[f"{prefix}{key}"] = float(value)
+
+    walk({k: v for k, v in summary.items() if k not in NOT_FIGURES}, "")
+    return found
+
+
+def log_run_end(logger, summary: dict) -> None:
+    """Log the summary's figures and ``summary.json`` to the logger's MLflow run, and end it
+    with the run's status (Lightning ended it FINISHED when the fit ended)."""
+    from mlflow.entities import Metric
+
+    client, run_id = logger.experiment, logger.run_id
+    step = int(summary.get("steps") or 0)
+    metrics = [Metric(k, v, 0, step) for k, v in summary_metrics(summary).items()]
+    for start in range(0, len(metrics), 1000):  # MLflow takes up to 1000 metrics a batch
+        client.log_batch(run_id, metrics=metrics[start : start + 1000])
+    with tempfile.TemporaryDirectory() as folder:
+        # The file as the run writes it next (trainer/runner.py adds only how it was started).
+        from tuneup.trainer.state.preemption import command_name
+
+        written = run_summary.write({"command": command_name(), **summary}, Path(folder))
+        client.log_artifact(run_id, str(written))
+    client.set_terminated(run_id, MLFLOW_STATUS.get(summary.get("status"), "FAILED"))
+
+
+def mlflow_problems(settings) -> list[str]:
+    uri = settings.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:"
+    missing = [m for m in SQL_STORE_NEEDS if importlib.util.find_spec(m) is None]
+    found = []
+    if str(uri).startswith(("sqlite:", "postgresql", "mysql", "mssql")) and missing:
+        found.append(
+            f"logger=mlflow with the store {uri!r} needs {' and '.join(map(repr, missing))}, "
+            "not installed: pip install 'tuneup[mlflow]', or send the run to an MLflow server: "
+            "logger.tracking_uri=http://host:5000"
+        )
+    for key in ("tracking_uri", "artifact_location", "experiment_name", "run_name"):
+        value = settings.get(key)
+        if value is not None and not (isinstance(value, str) and value.strip()):
+            found.append(problem(f"logger.{key}", value, "a non-empty string or null"))
+    return found
+
+
 class Plugin:
+    def __init__(self) -> None:
+        self.logger = None
+        self.store = None  # the MLflow tracking URI, for messages
+
     @hookimpl
     def check(self, cfg):
         found = problems(cfg, {"logger.name": OneOf(tuple(NEEDS))})
         needs = NEEDS.get(cfg.logger.name, ())
         if needs and not any(importlib.util.find_spec(m) for m in needs):
-            found.append(
+            return [
+                *found,
                 f"logger={cfg.logger.name} needs the '{needs[0]}' package, which is not installed: "
-                f"pip install 'tuneup[{cfg.logger.name}]', or choose logger=csv"
-            )
+                f"pip install 'tuneup[{cfg.logger.name}]', or choose logger=csv",
+            ]
+        if cfg.logger.name == "mlflow":
+            found += mlflow_problems(cfg.logger)
         return found
 
     @hookimpl
     def configure_trainer(self, cfg, kwargs):
-        kwargs["logger"] = build_logger(cfg.logger, kwargs["default_root_dir"])
+        self.logger = kwargs["logger"] = build_logger(cfg.logger, kwargs["default_root_dir"])
+        if cfg.logger.name == "mlflow":
+            self.store = mlflow_store(cfg.logger, kwargs["default_root_dir"])[0]
+
+    @hookimpl
+    def on_fit_start(self, cfg, trainer):
+        if cfg.logger.name == "mlflow" and trainer.is_global_zero:
+            self.logger.log_hyperparams(flat_params(cfg))
+
+    @hookimpl(wrapper=True)  # around the others: their figures are in the summary after yield
+    def report(self, cfg, summary):
+        result = yield
+        if cfg.logger.name != "mlflow" or self.logger is None:
+            return result
+        try:
+            log_run_end(self.logger, summary)
+        except Exception as exc:  # the store went away: the run itself is done and kept
+            raise TuneupError(
+                f"logger=mlflow: the run's end was not logged to {self.store}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return result
