@@ -66,7 +66,6 @@ def test_ablation_runs_baseline_then_each_feature_alone_then_all(tmp_path):
 
 
 def test_optuna_search_maximises_val_acc_and_reports_every_trial(tmp_path):
-    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     optuna = pytest.importorskip("optuna")
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     done, sweep_dir = sweep(

@@ -301,7 +301,7 @@ def _finish(cfg, plugins, trainer, summary: dict, run_dir: Path) -> None:
                 summary.setdefault("report_error", str(exc))
     summary["command"] = command_name()
     path = run_summary.write(summary, run_dir)
-    if summary["status"] == "ok":
+    if summary["status"] in ("ok", "pruned"):  # pruned: an Optuna trial stopped by its pruner
         job = sweep_job()
         if job is not None:  # a sweep's job: one line (the report at the end compares them)
             line = run_summary.one_line(summary, job)

@@ -109,7 +109,8 @@ class Report:
 
     @property
     def not_ok(self) -> list[Run]:
-        return [run for run in self.runs if not run.ok]
+        """Runs that did not finish; an Optuna trial its pruner stopped did (plugins/optuna_trial.py)."""
+        return [run for run in self.runs if not run.ok and run.status != "pruned"]
 
 
 def build_report(

@@ -1,0 +1,115 @@
+"""A run as a trial of tuneup's Optuna sweeper: report the validation metric, stop when pruned.
+
+``hparams_search=optuna`` switches it on (the ``optuna_trial`` node). It acts only in a job the
+Optuna sweeper launched (tuneup/optuna/sweeper.py), which tells the job its trial through
+Hydra's config: ``hydra.sweeper.trial``, ``storage``, ``study_name``, ``objectives`` and
+``pruner``. Anywhere else (a single run, another sweeper) it does nothing, so the command a
+sweep report prints to reproduce a trial trains the same run without reporting.
+
+At every validation the first process opens the trial in the study's storage (a journal
+file or a database, reachable from joblib's workers and Slurm's nodes alike), reports the
+objective's value at the optimizer step (``trial.report``) and asks the study's pruner
+(``trial.should_prune``). Pruned: all processes stop at the end of the step
+(``trainer.should_stop``, as Lightning's EarlyStopping does); the run ends cleanly, its
+summary.json says ``status: pruned`` and the step. Only an objective the validation
+measures (``val.acc``, ``val.loss``...) of a study with one objective can be reported
+(Optuna prunes single-objective studies only).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tuneup import hookimpl
+
+log = logging.getLogger(__name__)
+
+SWEEPER = "hydra_plugins.tuneup_optuna.optuna_sweeper.OptunaSweeper"
+
+
+def trial_settings() -> dict | None:
+    """The sweeper's settings of this job's trial, or None when the run is no such trial."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import OmegaConf
+
+    if not HydraConfig.initialized():
+        return None
+    sweeper = HydraConfig.get().sweeper
+    if sweeper.get("_target_") != SWEEPER or sweeper.get("trial") is None:
+        return None
+    return OmegaConf.to_container(sweeper, resolve=True)
+
+
+def reported_metric(settings: dict) -> str | None:
+    """The validation metric a trial reports (``acc`` for ``val.acc``), or None: none can be."""
+    objectives = settings.get("objectives") or ["val.acc"]
+    if len(objectives) != 1 or not str(objectives[0]).startswith("val."):
+        return None
+    return str(objectives[0]).removeprefix("val.")
+
+
+def open_trial(settings: dict):
+    """The running trial in the study's storage, with the study's pruner."""
+    from hydra.utils import instantiate
+
+    from tuneup.optuna.study import load_trial
+
+    pruner = instantiate(settings["pruner"])
+    return load_trial(settings["storage"], settings["study_name"], settings["trial"], pruner)
+
+
+def report_and_ask(trial, value: float, step: int) -> bool:
+    """Report ``value`` at ``step``; whether the pruner stops the trial there."""
+    trial.report(value, step)
+    return trial.should_prune()
+
+
+class Plugin:
+    def __init__(self) -> None:
+        self.settings = trial_settings()
+        self.metric = reported_metric(self.settings) if self.settings else None
+        self.trial = None
+        self.pruned: dict | None = None  # {"step", "value"} where the pruner stopped the run
+
+    @hookimpl
+    def on_fit_start(self, trainer):
+        if self.metric is not None and trainer.is_global_zero:
+            self.trial = open_trial(self.settings)
+
+    @hookimpl
+    def on_validation_end(self, trainer):
+        from pytorch_lightning.trainer.states import TrainerFn
+
+        from tuneup.plugins.measure import validation_metrics
+
+        if self.metric is None or trainer.sanity_checking:
+            return
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        stop, value, step = False, None, trainer.global_step
+        if self.trial is not None:
+            value = validation_metrics(trainer.callback_metrics).get(self.metric)
+            if value is not None:
+                stop = report_and_ask(self.trial, value, step) and fitting
+        if trainer.world_size > 1:
+            stop = trainer.strategy.broadcast(stop, src=0)  # every process stops, or none
+        if stop:
+            trainer.should_stop = True
+            self.pruned = {"step": step, "value": value}
+            log.info("optuna: trial %d pruned at step %d (val %s %s)", self.settings["trial"],
+                     step, self.metric, value)  # fmt: skip
+
+    @hookimpl
+    def report(self, summary):
+        if self.pruned is not None and summary.get("status") == "ok":
+            summary["status"] = "pruned"  # stopped by the pruner, not by an error
+            summary["pruned"] = self.pruned
+
+    def describe(self):
+        if self.settings is None:
+            return {"trial": None, "effect": "none: not a trial of the Optuna sweeper"}
+        described = {"trial": self.settings["trial"], "study": self.settings["study_name"],
+                     "storage": self.settings["storage"]}  # fmt: skip
+        described["reports"] = (
+            f"val/{self.metric}" if self.metric else "nothing (see docs/sweeps.md)"
+        )
+        return described

@@ -1,0 +1,221 @@
+"""The Optuna sweeper (``hydra/sweeper=optuna``, set by ``hparams_search=optuna``), on Optuna's
+ask-and-tell API: ask a batch of trials, launch them as jobs through the user's launcher
+(basic, joblib, Slurm), tell each trial what its run's summary.json says, until the study has
+``n_trials`` finished trials.
+
+- Objectives: ``hydra.sweeper.objectives`` names summary.json keys (``val.acc``,
+  ``samples_per_s``...), one per ``direction``; two or more: a multi-objective study.
+- Pruning: each job is told its trial (``hydra.sweeper.trial``) and the storage; the trial's
+  run reports its validation metric at every validation and stops when the pruner says so
+  (plugins/optuna_trial.py), writing ``status: pruned``; the sweeper tells Optuna PRUNED.
+- Continuing: the study lives in a storage (tuneup/optuna/study.py); the same command with the
+  same storage picks up where a killed sweep stopped.
+- The report: optuna_report.md (and pareto.png for several objectives) in the sweep
+  directory (tuneup/optuna/report.py), besides tuneup's sweep report (report.md).
+
+Hydra instantiates sweepers only from the ``hydra_plugins`` package:
+``hydra_plugins/tuneup_optuna`` holds the class Hydra sees, which hands over to this one.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from omegaconf import OmegaConf
+from optuna.trial import TrialState
+
+from tuneup import TuneupError
+from tuneup.autotune.sweeper import user_errors
+from tuneup.optuna import study as studies
+from tuneup.optuna.space import Space, override_value, parse_space
+
+log = logging.getLogger(__name__)
+
+DIRECTIONS = ("maximize", "minimize")
+
+
+@dataclass
+class Settings:
+    """The sweeper's node (conf/hydra/sweeper/optuna.yaml), checked."""
+
+    objectives: list[str]
+    directions: list[str]
+    n_trials: int
+    n_jobs: int
+    max_failure_rate: float
+    study_name: str | None
+    storage: str | None
+
+    @classmethod
+    def from_node(cls, node) -> Settings:
+        objectives = _as_list(node.get("objectives") or ["val.acc"])
+        directions = [str(d).lower() for d in _as_list(node.get("direction", "maximize"))]
+        for direction in directions:
+            if direction not in DIRECTIONS:
+                raise TuneupError(f"hydra.sweeper.direction: '{direction}' is not maximize or "
+                                  "minimize")  # fmt: skip
+        if len(directions) != len(objectives):
+            raise TuneupError(
+                f"hydra.sweeper.direction: {len(directions)} direction(s) for "
+                f"{len(objectives)} objective(s) {objectives}; give one per objective "
+                "(hydra.sweeper.objectives)"
+            )
+        for key in ("n_trials", "n_jobs"):
+            value = node.get(key)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise TuneupError(f"hydra.sweeper.{key}: {value!r} is not an integer >= 1")
+        rate = node.get("max_failure_rate", 1.0)
+        if not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
+            raise TuneupError(f"hydra.sweeper.max_failure_rate: {rate!r} is not in [0, 1]")
+        storage = node.get("storage")
+        return cls(objectives, directions, node.n_trials, node.n_jobs, float(rate),
+                   node.get("study_name"), None if storage is None else str(storage))  # fmt: skip
+
+
+def _as_list(value) -> list:
+    return (
+        [str(v) for v in value]
+        if OmegaConf.is_list(value) or isinstance(value, list)
+        else [str(value)]
+    )
+
+
+class OptunaSearch:
+    def __init__(self, sampler, pruner, node) -> None:
+        self.sampler, self.pruner = sampler, pruner  # made by Hydra from their nodes
+        self.node = node  # the sweeper's other settings
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.config = config
+        with user_errors():
+            self.settings = Settings.from_node(self.node)
+        self.launcher = Plugins.instance().instantiate_launcher(
+            config=config, hydra_context=hydra_context, task_function=task_function
+        )
+
+    def sweep(self, arguments: list[str]):
+        with user_errors():
+            return self._sweep(arguments)
+
+    def _sweep(self, arguments: list[str]):
+        from tuneup.optuna.report import write_report
+
+        settings = self.settings
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        space = parse_space(self.node.get("params"), arguments)
+        sampler, n_trials = self.complete_sampler(space)
+        pruner = self.study_pruner()
+        storage = studies.resolve_storage(settings.storage, sweep_dir)
+        opened = studies.open_storage(storage)
+        study = studies.create_study(opened, settings.study_name, sampler, pruner,
+                                     settings.directions)  # fmt: skip
+        studies.recover_interrupted(study, opened)
+        log.info("optuna: study '%s' in %s, %s, %s; %d of %d trials finished", study.study_name,
+                 storage, type(sampler).__name__, type(pruner).__name__,
+                 len(studies.finished(study)), n_trials)  # fmt: skip
+        job = [f"hydra.sweeper.storage={override_value(storage)}",
+               f"hydra.sweeper.study_name={override_value(study.study_name)}"]  # fmt: skip
+        while (left := n_trials - len(studies.finished(study))) > 0:
+            trials = [study.ask(space.distributions) for _ in range(min(settings.n_jobs, left))]
+            for trial in trials:
+                trial.set_user_attr(studies.SWEEPER_ATTR, studies.sweeper_id())
+            failed = self.run_batch(study, space, trials, job)
+            if failed / len(trials) > settings.max_failure_rate:
+                log.error("optuna: %d of %d trials of the batch failed, more than "
+                          "max_failure_rate=%g: the search stops", failed, len(trials),
+                          settings.max_failure_rate)  # fmt: skip
+                break
+        return write_report(study, sweep_dir, settings.objectives, storage)
+
+    def run_batch(self, study, space: Space, trials: list, job: list[str]) -> int:
+        """Launch the trials as jobs (job number = trial number, so a continued study's runs
+        never reuse a directory) and tell the study their results; returns how many failed."""
+        numbers = [t.number for t in trials]
+        consecutive = numbers == list(range(numbers[0], numbers[0] + len(numbers)))
+        groups = [trials] if consecutive else [[t] for t in trials]  # another sweeper's between
+        failed = 0
+        for group in groups:
+            overrides = [
+                [*space.overrides(t.params), f"hydra.sweeper.trial={t.number}", *job] for t in group
+            ]
+            returns = self.launcher.launch(overrides, initial_job_idx=group[0].number)
+            for trial, ret in zip(group, returns, strict=True):
+                failed += self.tell(study, trial, Path(ret.hydra_cfg.hydra.runtime.output_dir))
+        return failed
+
+    def tell(self, study, trial, run_dir: Path) -> bool:
+        """Tell the study what the run's summary.json says; True if the trial failed."""
+        trial.set_user_attr(studies.RUN_DIR_ATTR, str(run_dir))
+        summary = read_summary(run_dir)
+        status = summary.get("status", "no summary.json")
+        if status == "pruned":
+            _tell(study, trial, state=TrialState.PRUNED)
+            return False
+        values = [objective(summary, key) for key in self.settings.objectives]
+        if status == "ok" and all(v is not None for v in values):
+            _tell(study, trial, values=values)
+            return False
+        if status == "ok":
+            missing = [
+                k for k, v in zip(self.settings.objectives, values, strict=True) if v is None
+            ]
+            log.warning("optuna: trial %d (%s) has no %s in its summary.json: failed",
+                        trial.number, run_dir, ", ".join(missing))  # fmt: skip
+        _tell(study, trial, state=TrialState.FAIL)
+        return True
+
+    def complete_sampler(self, space: Space):
+        """The sampler the config names, and the trials to run (a grid has so many points)."""
+        sampler = self.sampler
+        n_trials = self.settings.n_trials
+        if isinstance(sampler, functools.partial):  # the grid: made from the params
+            grid = space.grid()
+            sampler = sampler(search_space=grid)
+            points = math.prod(len(v) for v in grid.values())
+            if points < n_trials:
+                log.info("optuna: the grid has %d points: n_trials %d -> %d", points, n_trials,
+                         points)  # fmt: skip
+                n_trials = points
+        return sampler, n_trials
+
+    def study_pruner(self):
+        if len(self.settings.directions) > 1:
+            if not isinstance(self.pruner, optuna.pruners.NopPruner):
+                log.info("optuna: no pruning: Optuna prunes studies of one objective only")
+            return optuna.pruners.NopPruner()
+        return self.pruner
+
+
+def _tell(study, trial, **kwargs) -> None:
+    try:
+        study.tell(trial, **kwargs)
+    except RuntimeError as exc:  # GridSampler stops the study when the grid is done: no loop here
+        if "Study.stop" not in str(exc):
+            raise
+
+
+def read_summary(run_dir: Path) -> dict:
+    try:
+        return json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def objective(summary: dict, key: str) -> float | None:
+    """``summary.json``'s value at ``key`` (``val.acc``: summary["val"]["acc"]), if a number."""
+    value = summary
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        return None
+    return float(value)
