@@ -51,6 +51,7 @@ def main() -> None:
 
     os.environ.setdefault(COMMAND_VARIABLE, command_name())  # for the processes launchers start
     config.warn_shadowed(argv)
+    argv = resumed_settings(argv)
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # the user's own modules, as `python -m tuneup` sees them
     held = _held_stderr()  # Hydra's own error, until a run starts: ours may replace it
@@ -73,6 +74,18 @@ def main() -> None:
 
 
 _started = False  # whether Hydra got as far as calling task(): a config was composed
+
+
+def resumed_settings(argv: list[str]) -> list[str]:
+    """A resumed run's command line with the overrides its run recorded in front (the
+    command line's own win), said on the console; ``sys.argv`` too, which Hydra parses."""
+    from tuneup.trainer.state.saved_overrides import announce, with_saved_overrides
+
+    merged, record, taken = with_saved_overrides(argv)
+    if taken:
+        announce(record, taken)
+        sys.argv[1:] = merged
+    return merged
 
 
 class _HeldStderr:
