@@ -91,13 +91,15 @@ def build_logger(settings, save_dir: str):
 
 def mlflow_store(settings, save_dir: str) -> tuple[str, str | None]:
     """The tracking URI and the artifact location of a new experiment (None: the store's
-    default). Without ``tracking_uri`` or ``$MLFLOW_TRACKING_URI``: the run directory's own."""
+    default; an SQLite file's: ``mlartifacts/`` beside it). Without ``tracking_uri`` or
+    ``$MLFLOW_TRACKING_URI``: the run directory's own SQLite file."""
     uri = settings.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI")
+    uri = str(uri) if uri else f"sqlite:///{Path(save_dir).resolve() / STORE_FILE}"
     artifacts = settings.get("artifact_location")
-    if uri:
-        return str(uri), artifacts
-    run_dir = Path(save_dir).resolve()
-    return f"sqlite:///{run_dir / STORE_FILE}", artifacts or (run_dir / ARTIFACT_DIR).as_uri()
+    if artifacts is None and uri.startswith("sqlite:///"):  # beside the file, not in the cwd
+        database = Path(uri.removeprefix("sqlite:///"))
+        artifacts = (database.resolve().parent / ARTIFACT_DIR).as_uri()
+    return uri, artifacts
 
 
 def build_mlflow_logger(settings, save_dir: str):
@@ -112,7 +114,8 @@ def build_mlflow_logger(settings, save_dir: str):
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     return MLFlowLogger(
         experiment_name=settings.get("experiment_name") or "tuneup",
-        run_name=settings.get("run_name"),
+        # MLflow's made-up names come from the seeded `random`: every run would get the same.
+        run_name=settings.get("run_name") or "/".join(Path(save_dir).resolve().parts[-2:]),
         tracking_uri=uri,
         tags={"tuneup.run_dir": str(Path(save_dir).resolve())},
         artifact_location=artifacts,

@@ -21,7 +21,7 @@ mlflow = pytest.importorskip("mlflow", reason="the tuneup[mlflow] extra is not i
 def logged(tmp_path_factory):
     """One TINY run with logger=mlflow; its summary, its MLflow run and the store's client."""
     run_dir = tmp_path_factory.mktemp("mlflow") / "run"
-    overrides = ["logger=mlflow", "logger.run_name=tiny", "optimizer.lr=0.05", "checkpoint=off"]
+    overrides = ["logger=mlflow", "optimizer.lr=0.05", "checkpoint=off"]
     tuneup.run(compose_config(overrides), run_dir=run_dir)
     client = mlflow.MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("tuneup")
@@ -32,7 +32,7 @@ def logged(tmp_path_factory):
 def test_metrics_are_the_runs_and_the_summarys(logged):
     summary, found, client, run_dir = logged
     assert summary["status"] == "ok" and found.info.status == "FINISHED"
-    assert found.info.run_name == "tiny"
+    assert found.info.run_name == f"{run_dir.parent.name}/run"  # the run directory's last parts
     assert found.data.tags["tuneup.run_dir"] == str(run_dir.resolve())
     metrics = found.data.metrics
     assert metrics["val/acc"] == pytest.approx(summary["val"]["acc"], rel=1e-6)

@@ -20,6 +20,9 @@ from omegaconf import OmegaConf
 from tuneup.trainer import summary as run_summary
 
 NO_SUMMARY = "no summary.json"
+#: Folders that hold copies of runs' summaries, not runs: logger=mlflow's artifacts
+#: (plugins/logger.py), in a run directory or beside a sweep's shared store.
+COPIES = {"mlartifacts", "mlruns"}
 
 
 @dataclass
@@ -73,7 +76,11 @@ class Run:
 def find_runs(directory: Path) -> list[Run]:
     """Every run under ``directory`` (itself included), in job order (natural sort of names)."""
     directory = Path(directory)
-    found = {path.parent for path in directory.rglob(run_summary.FILE_NAME)}
+    found = {
+        path.parent
+        for path in directory.rglob(run_summary.FILE_NAME)
+        if not COPIES.intersection(path.relative_to(directory).parts)
+    }
     found |= {
         path.parent.parent
         for path in directory.rglob("overrides.yaml")
