@@ -71,6 +71,12 @@ def resume(train, tmp_path):
     return _resume
 
 
+def load_summary(run_dir) -> dict:
+    import json
+
+    return json.loads((run_dir / "summary.json").read_text())
+
+
 def changed_lines(caplog) -> str:
     return "\n".join(r.getMessage() for r in caplog.records if "changed settings" in r.getMessage())
 
@@ -127,13 +133,14 @@ def test_every_changed_key_is_listed_with_what_it_does(checkpoint, resume, caplo
 # -- refused -------------------------------------------------------------------------------
 
 
-def test_another_optimizer_is_refused_naming_the_key_and_the_ways_out(checkpoint, resume):
+def test_another_optimizer_is_refused_naming_the_key_and_the_ways_out(checkpoint, resume, tmp_path):
     """Lightning loaded the SGD state into AdamW and failed with KeyError: 'step'."""
     path = checkpoint()
     with pytest.raises(TuneupError, match="cannot resume") as info:
         resume(path, "optimizer=adamw")
     message = str(info.value)
     assert "optimizer.name: 'sgd' -> 'adamw': the saved optimizer state" in message
+    assert "resumed_from" not in load_summary(tmp_path / "resumed")  # refused: not resumed
     assert "resume_weights_only=true" in message and "resume with the old value" in message
     assert "(also changed: optimizer.betas, optimizer.eps, optimizer.lr" in message
 
@@ -161,6 +168,7 @@ def test_an_optimizer_of_another_class_is_refused_even_without_a_recorded_config
     torch.save(state, older)
     with pytest.raises(TuneupError, match=r"optimizer is SGD, this run's AdamW.*weights_only"):
         resume(older, "optimizer=adamw")
+    assert "resumed_from" not in load_summary(tmp_path / "resumed")  # refused as fit started
 
 
 # -- weights only ------------------------------------------------------------------------------
@@ -200,3 +208,16 @@ def test_weights_only_needs_a_directory_without_checkpoints(checkpoint, train, t
     with pytest.raises(TuneupError, match=r"already holds .* continue that run with resume=auto"):
         train(*RUN, f"resume={path}", "resume_weights_only=true", tiny=False,
               run_dir=tmp_path / "first")  # fmt: skip
+
+
+def test_a_refused_mid_epoch_change_counts_the_epochs_samples_over_every_data_shard():
+    """The position a checkpoint records is one shard's; the message gives the epoch's."""
+    from tuneup.trainer.state import changes
+
+    # a 2x2 mesh (FSDP x tensor parallel): 4 processes, 2 data shards
+    saved = {"config": {"data.batch_size": 8}, "world_size": 4, "data_shards": 2}
+    current = {"config": {"data.batch_size": 4}, "world_size": 4, "data_shards": 2}
+    ctx = changes.Context(step=2, position=8, saved=saved, current=current,
+                          weights_problem=None, owns_optimizer=True)  # fmt: skip
+    (change,) = changes.review(ctx)
+    assert change.refused and "the checkpoint stopped 16 samples into an epoch" in change.note

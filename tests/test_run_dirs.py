@@ -185,3 +185,43 @@ def test_a_run_directory_that_cannot_be_made_is_one_line(site, tmp_path):
     assert run.returncode == 1
     assert err.strip() == (f"error: cannot create the run directory {blocker / 'run'} (Not a "
                            "directory); give one where you can write: hydra.run.dir=<directory>")  # fmt: skip
+
+
+@pytest.fixture
+def mount(tmp_path):
+    """``mount(options)``: a tmpfs of its own mounted with ``options`` (root only), unmounted
+    after the test; skips where mounting is not allowed."""
+    mounted = []
+
+    def _mount(options: str) -> Path:
+        point = tmp_path / f"mnt{len(mounted)}"
+        point.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
+                              capture_output=True)  # fmt: skip
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+        mounted.append(point)
+        return point
+
+    yield _mount
+    for point in mounted:
+        subprocess.run(["umount", str(point)], check=False)
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [("ro", "cannot write in the run directory {} (Read-only file system)"),
+     ("size=1m", "the run directory {} has less than 4 MiB free (No space left on device)")],
+    ids=["read-only", "full"],
+)  # fmt: skip
+def test_a_read_only_or_full_run_directory_is_refused_before_training(mount, train, options, said):
+    """Found at start, in one line naming the directory, not at the first save (up to
+    checkpoint.every_n_minutes of training later)."""
+    from tuneup import TuneupError
+
+    run_dir = mount(options)
+    with pytest.raises(TuneupError) as info:
+        train(run_dir=run_dir)
+    message = str(info.value)
+    assert message.startswith(said.format(run_dir)) and "hydra.run.dir=<directory>" in message
+    assert "\n" not in message and not list(run_dir.iterdir())  # nothing left behind

@@ -32,12 +32,13 @@ from tuneup.trainer.state.preemption import (
 from tuneup.trainer.state.progress import shortfall
 from tuneup.trainer.state.resume import (
     check_config,
+    checkpoint_dir,
     complete,
     load_weights,
     resolve,
     weights_only_setting,
 )
-from tuneup.trainer.state.run_dir import RunDirLock, write_record
+from tuneup.trainer.state.run_dir import RunDirLock, check_writable, write_record
 from tuneup.trainer.state.run_state import RunState
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ def run(cfg, run_dir: str | Path | None = None):
     if done:
         console.say(done, log)  # a finished run resumed as it was: untouched too
         return _previous_acc(run_dir)
+    check_writable(run_dir, checkpoint_dir(run_dir))  # now, not at the first save
     with RunDirLock(run_dir) if first else nullcontext():
         if first:
             write_record(run_dir, cfg)
@@ -116,7 +118,7 @@ def _previous_acc(run_dir: Path):
 def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
     """Check, build, fit and report, in a run directory the run owns."""
     summary: dict = {"status": "running", "run_dir": str(run_dir)}
-    plugins = trainer = None
+    plugins = trainer = run_state = ckpt_path = None
     try:
         plugins = PluginManager.from_config(cfg)
         env = Environment.from_config(cfg)
@@ -132,13 +134,13 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
         ckpt_path = None
         if resume_from is not None:
             path, checkpoint = resume_from
-            summary["resumed_from"] = str(path)
             if weights_only:  # a new run from the weights: Lightning's ckpt_path restores all
                 load_weights(path, checkpoint, module)
                 summary["resumed_weights_only"] = True
             else:
                 check_config(path, checkpoint, cfg, trainer, module)
                 ckpt_path = path
+            summary["resumed_from"] = str(path)  # not claimed when refused (above, or in fit)
             resume_from = checkpoint = None  # Lightning loads it again, into the model
         started = time.perf_counter()
         trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
@@ -150,6 +152,8 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
         summary["fit_seconds"] = time.perf_counter() - started
     except BaseException as exc:
         failure = _as_interruption(exc, trainer, run_dir)
+        if ckpt_path is not None and run_state is not None and not run_state.restored:
+            summary.pop("resumed_from", None)  # refused as training started: nothing resumed
         summary["status"] = _status(failure, trainer)
         summary["error"] = f"{type(failure).__name__}: {failure}".strip()
         if trainer is not None and trainer.world_size > 1:

@@ -120,7 +120,7 @@ def _number(value) -> bool:
 def judge(key: str, ctx: Context) -> tuple[str, bool]:
     """(what the change of ``key`` does, whether it is refused)."""
     section = key.split(".")[0]
-    mid_epoch = f"the checkpoint stopped {ctx.position} samples into an epoch"
+    mid_epoch = f"the checkpoint stopped {epoch_samples(ctx)} samples into an epoch"
     if key == "seed":
         return "no effect: the checkpoint's random states and data order continue", False
     if section in ("model", "task") and ctx.weights_problem:
@@ -146,8 +146,8 @@ def judge(key: str, ctx: Context) -> tuple[str, bool]:
         k = ctx.current.get("grad_accum")
         batches = ctx.position // max(1, _int(ctx.saved.get("data.batch_size"), 1))
         if ctx.position and isinstance(k, int) and batches % k:
-            return (f"{mid_epoch} ({batches} batches), not at a window boundary of the new "
-                    f"k={k} micro-batches per step; resume with the old value, or from a "
+            return (f"{mid_epoch} ({batches} batches a process), not at a window boundary of "
+                    f"the new k={k} micro-batches per step; resume with the old value, or from a "
                     "checkpoint saved at an epoch end"), True  # fmt: skip
         return f"takes effect from step {ctx.step}: {k} micro-batch(es) per optimizer step", False
     if section == "precision":
@@ -155,6 +155,13 @@ def judge(key: str, ctx: Context) -> tuple[str, bool]:
     if section == "data":
         return f"takes effect from step {ctx.step}: training goes on with the new data", False
     return "takes effect", False
+
+
+def epoch_samples(ctx: Context) -> int:
+    """The samples of the checkpoint's epoch trained before it, over all its data shards (the
+    position is one shard's: one process's, or one tensor-parallel group's)."""
+    shards = ctx.saved.get("data_shards", ctx.saved.get("world_size"))
+    return ctx.position * _int(shards, 1)
 
 
 def _int(value, default: int) -> int:
@@ -200,7 +207,7 @@ def _layout_changes(ctx: Context) -> list[Change]:
                 f"process(es); the data order is unchanged ({shards} data shard(s) as before)")  # fmt: skip
         return [Change("world size", old_world, world, note, False)]
     if ctx.position:
-        note = (f"the checkpoint stopped {ctx.position} samples into an epoch sharded over "
+        note = (f"the checkpoint stopped {epoch_samples(ctx)} samples into an epoch sharded over "
                 f"{old_shards!r} data shard(s); resume with the old world size, or from a "
                 "checkpoint saved at an epoch end")  # fmt: skip
         return [Change("world size", old_world, world, note, True)]
@@ -224,8 +231,13 @@ def report(path, changes: list[Change]) -> None:
             + "\n".join(f"  - {c}" for c in refused)
             + also
         )
-    log.warning(
-        "resuming %s with changed settings:\n%s", path, "\n".join(f"  - {c}" for c in changes)
+    from tuneup.console import process_rank
+
+    log.warning(  # said once per run: the other processes' own go to their log files
+        "resuming %s with changed settings:\n%s",
+        path,
+        "\n".join(f"  - {c}" for c in changes),
+        extra={} if process_rank() == "0" else {"file_only": True},
     )
 
 

@@ -87,13 +87,18 @@ class ResumableSampler(Sampler[int]):
             self.size, self.num_replicas,
         ):  # fmt: skip
             raise TuneupError(
-                f"cannot resume mid-epoch: the checkpoint stopped {state['position']} samples into "
+                f"cannot resume mid-epoch: the checkpoint stopped {epoch_samples(state)} samples into "
                 f"epoch {state['epoch']} of a dataset of {state['size']} samples over "
-                f"{state['num_replicas']} process(es); this run has {self.size} samples over "
+                f"{state['num_replicas']} data shard(s); this run has {self.size} samples over "
                 f"{self.num_replicas}. Resume with the same data and world size, or from a "
                 "checkpoint saved at an epoch end"
             )
         self.epoch, self.position, self.seed = state["epoch"], state["position"], state["seed"]
+
+
+def epoch_samples(state: dict) -> int:
+    """The samples of a saved epoch already trained, over all shards (``position`` is one's)."""
+    return int(state["position"]) * int(state.get("num_replicas") or 1)
 
 
 class ResumableLoader(DataLoader):

@@ -122,6 +122,45 @@ class RunDirLock:
         self.release()
 
 
+#: Free space a run directory must have when a run starts: its log, metrics and summary, and
+#: the first checkpoint's temporary file, begin there (checkpoint sizes: plugins/checkpoint.py
+#: warns when the next one will not fit).
+MIN_FREE_BYTES = 4 * 2**20
+
+
+def check_writable(*directories: Path) -> None:
+    """Raise :class:`TuneupError` (one line) unless each existing directory can be written and
+    has :data:`MIN_FREE_BYTES` free, before anything is trained (else a read-only or full
+    directory was found at the first save, up to ``checkpoint.every_n_minutes`` later).
+
+    The space is reserved for a moment (``posix_fallocate`` of a hidden file, then removed):
+    the file system itself says whether it fits, quotas included; nothing is written."""
+    for directory in directories:
+        if not Path(directory).is_dir():
+            continue
+        probe = Path(directory) / f".tuneup-probe-{socket.gethostname()}-{os.getpid()}"
+        try:
+            fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, MIN_FREE_BYTES)
+            finally:
+                os.close(fd)
+                probe.unlink(missing_ok=True)
+        except OSError as exc:
+            raise TuneupError(unwritable(Path(directory), exc)) from None
+
+
+def unwritable(directory: Path, exc: OSError) -> str:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"the run directory {directory} has less than {MIN_FREE_BYTES // 2**20} MiB free "
+                f"({exc.strerror}): the run could not write its log, metrics or checkpoints. "
+                "Free space, or give the run a directory on another file system: "
+                "hydra.run.dir=<directory>")  # fmt: skip
+    return (f"cannot write in the run directory {directory} ({exc.strerror}): the run could not "
+            "write its log, metrics or checkpoints. Give it a directory where it can write: "
+            "hydra.run.dir=<directory>")  # fmt: skip
+
+
 def write_record(run_dir: Path, cfg) -> None:
     """Hydra's record of the run in ``<run dir>/.hydra``, as Hydra would write it."""
     from omegaconf import OmegaConf

@@ -53,6 +53,7 @@ class RunState(pl.Callback):
         self._resumed_order: dict | None = None
         self._resumed: dict | None = None  # the checkpoint being restored, until training starts
         self._between_epochs = False  # it was written at an epoch's end
+        self.restored = False  # a checkpoint's state was restored, and training went on from it
 
     def observe(self, loss, trainer, batch_idx: int, batch=None) -> None:
         """Note one micro-batch's loss (raises :class:`Diverged` at once when not deferred);
@@ -127,6 +128,7 @@ class RunState(pl.Callback):
         if self._resumed is not None and self._owns_optimizer(pl_module):
             for config in trainer.lr_scheduler_configs:  # the new schedule, at the resumed step
                 set_lr_from_schedule(config.scheduler)
+        self.restored = self._resumed is not None
         self._resumed_rng = self._resumed_order = self._resumed = None
         self._between_epochs = False
 
