@@ -16,6 +16,7 @@ where it fires::
         (strategy=fsdp: the processes and their device mesh exist now; the strategy applies
          tensor parallelism, compiles each block if compile=on, and shards the blocks and
          the root with FSDP2: plugins/strategy/parallelize.py. Not a hook.)
+        configure_param_groups(cfg, params, model)  pipeline: parameters -> optimizer groups
         configure_optimizer(cfg, params, trainer)   first non-None result wins
         configure_dataloader(cfg, kwargs)    the training DataLoader's arguments
         on_fit_start(cfg, trainer, module)
@@ -118,6 +119,19 @@ def configure_dataloader(cfg, kwargs: dict):
     the seeded order that resumes mid-epoch (:mod:`trainer.sampling`; do not set ``shuffle``). Add
     ``num_workers``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor``...
     Return value is ignored.
+    """
+
+
+@hookspec
+def configure_param_groups(cfg, params, model):
+    """Return ``params`` as optimizer parameter groups, or None to keep them as they are.
+
+    A pipeline like ``configure_model``, just before ``configure_optimizer``: ``params`` is the
+    model's trainable parameters (a list of tensors), or the groups an earlier implementation
+    made (a list of dicts, each ``{"params": [...], <option>: <value>}``: the option overrides
+    the optimizer's default for that group, e.g. ``weight_decay``). ``model`` is the network
+    that holds them, as it trains (under ``strategy=fsdp`` its parameters are DTensors). Every
+    optimizer, the core's and a plugin's, is built from the result.
     """
 
 

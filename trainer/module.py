@@ -89,6 +89,9 @@ class TrainingModule(pl.LightningModule):
 
     def configure_optimizers(self):
         params = [p for p in self.model.parameters() if p.requires_grad]
+        params = self.plugins.pipeline(
+            "configure_param_groups", "params", params, cfg=self.cfg, model=self.model
+        )
         optimizer = self.plugins.call(
             "configure_optimizer", cfg=self.cfg, params=params, trainer=self.trainer
         )

@@ -36,16 +36,23 @@ from torch.nn import functional as F
 CHOICES = ("auto", "classification", "next_token", "model_loss")
 
 
-def classification_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def classification_loss(
+    logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0
+) -> torch.Tensor:
     """Cross-entropy with the classes on dim 1 (``[B, C]``, or ``[B, C, H, W]`` per pixel)."""
     if logits.dim() == 2:  # the same kernel as next_token's: bitwise the loss it always was
-        return next_token_loss(logits, target)
-    return F.cross_entropy(logits.float(), target)
+        return next_token_loss(logits, target, label_smoothing)
+    return F.cross_entropy(logits.float(), target, label_smoothing=label_smoothing)
 
 
-def next_token_loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy with the classes on the last dim (``[B, T, V]`` with ``[B, T]``)."""
-    return F.cross_entropy(logits.flatten(0, -2).float(), target.flatten())
+def next_token_loss(
+    logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0
+) -> torch.Tensor:
+    """Cross-entropy with the classes on the last dim (``[B, T, V]`` with ``[B, T]``);
+    ``label_smoothing``: torch's (plugins/label_smoothing.py sets it for training)."""
+    return F.cross_entropy(
+        logits.flatten(0, -2).float(), target.flatten(), label_smoothing=label_smoothing
+    )
 
 
 @dataclass(frozen=True)

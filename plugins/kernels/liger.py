@@ -74,10 +74,10 @@ def cross_entropy(settings: dict):
     """A loss function ``(logits, target)`` running Liger's cross-entropy."""
     options = {k: settings[k] for k in ("label_smoothing", "ignore_index") if k in settings}
 
-    def loss(logits, target):
+    def loss(logits, target, **override):  # override: e.g. label_smoothing (its plugin's)
         triton_support.record("cross_entropy", BACKEND)
         result = _functional().liger_cross_entropy(
-            logits.flatten(0, -2), target.flatten(), reduction="mean", **options
+            logits.flatten(0, -2), target.flatten(), reduction="mean", **{**options, **override}
         )
         return _loss(result)
 
@@ -92,10 +92,13 @@ def linear_cross_entropy(head, settings: dict):
     if "accum_dtype" in inspect.signature(function).parameters:
         options["accum_dtype"] = torch.float32  # the weight gradient summed in fp32, as ours
 
-    def loss(hidden, target):
+    def loss(hidden, target, **override):  # override: e.g. label_smoothing (its plugin's)
         triton_support.record("linear_cross_entropy", BACKEND)
         # Liger's function is not an autocast op: cast as F.linear would be under autocast.
         hidden, weight, bias = cast_like_linear(hidden.flatten(0, -2), head.weight, head.bias)
-        return _loss(function(hidden, weight, target.flatten(), bias, reduction="mean", **options))
+        options_now = {**options, **override}
+        return _loss(
+            function(hidden, weight, target.flatten(), bias, reduction="mean", **options_now)
+        )
 
     return loss

@@ -71,8 +71,8 @@ def fuse_output_head(model: nn.Module, path: str) -> OutputHead:
 
 
 def fused_cross_entropy(settings):
-    def loss(logits, target):
-        return cross_entropy(logits.flatten(0, -2), target.flatten(), **settings)
+    def loss(logits, target, **override):  # override: e.g. label_smoothing (its plugin's)
+        return cross_entropy(logits.flatten(0, -2), target.flatten(), **{**settings, **override})
 
     return loss
 
@@ -81,9 +81,9 @@ def fused_linear_cross_entropy(head: OutputHead, settings):
     chunk = settings.get("chunk_size")
     options = {k: settings[k] for k in ("label_smoothing", "ignore_index") if k in settings}
 
-    def loss(hidden, target):
+    def loss(hidden, target, **override):  # override: e.g. label_smoothing (its plugin's)
         return linear_cross_entropy(hidden.flatten(0, -2), head.weight, target.flatten(),
-                                    head.bias, chunk_size=chunk, **options)  # fmt: skip
+                                    head.bias, chunk_size=chunk, **{**options, **override})  # fmt: skip
 
     return loss
 

@@ -1,0 +1,157 @@
+"""Time to a target (plugins/target/) with the race techniques on, and across a kill -9.
+
+One uninterrupted run (label smoothing, no decay on norms and biases, flip TTA, all on)
+stops when val/acc reaches the target; the same run killed with -9 mid-way and resumed
+reports the same steps and samples to target and the killed session's history and clock.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+import tuneup
+from tests.conftest import compose_config, run_cli
+from tests.plugin_dists import make_distribution
+from tuneup.plugins.target import Race, direction
+from tuneup.trainer.state.checkpoint_read import load as load_checkpoint
+
+#: 8 steps an epoch, validation every 2 steps; the easy data reach val/acc 0.45 in epoch 2.
+RUN = [
+    "data.train_samples=256", "data.val_samples=128", "data.batch_size=32", "data.signal=3.0",
+    "model.width=8", "trainer.max_epochs=3", "trainer.enable_progress_bar=false",
+    "measure.console_table=false", "target.metric=val/acc", "target.value=0.45",
+    "target.check_every_n_steps=2", "target.stop=true", "label_smoothing=on",
+    "weight_decay=skip_norms_biases", "tta=flip",
+]  # fmt: skip
+
+CRASH = """
+import os, signal
+from tuneup import hookimpl
+
+class Plugin:
+    micro_batches = 0
+
+    @hookimpl
+    def on_after_backward(self):
+        Plugin.micro_batches += 1
+        if Plugin.micro_batches == int(os.environ["CRASH_AT_MICRO_BATCH"]):
+            os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def summary_of(run_dir) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("reference")
+    tuneup.run(compose_config(RUN, tiny=False), run_dir=run_dir)
+    return summary_of(run_dir)
+
+
+def test_the_run_stops_at_the_target_with_its_figures(reference):
+    s = reference
+    assert s["status"] == "ok"
+    assert s["target"]["reached"] is True and s["target"]["mode"] == "max"
+    assert s["steps"] == s["steps_to_target"] < 24  # stopped there, before max_epochs=3
+    assert s["checkpoints"]["last"].endswith(f"step{s['steps']:08d}.ckpt")  # the final one
+    history = s["target_history"]
+    assert [h["step"] for h in history] == list(range(2, s["steps"] + 1, 2))
+    assert history[-1]["value"] >= 0.45 > max(h["value"] for h in history[:-1])
+    assert s["samples_to_target"] == s["steps"] * 32 == history[-1]["samples"]
+    assert s["validations"] == len(history) and s["validation_time_s"] > 0
+    assert s["time_to_target_s"] == history[-1]["time_s"] > s["time_to_target_train_s"] > 0
+    assert s["gpu_hours_to_target"] == pytest.approx(s["time_to_target_s"] / 3600)
+    assert s["energy_kwh_to_target"] is None  # no NVML counter on CPU
+    plugins = s["plugins"]
+    assert plugins["label_smoothing"]["amount"] == 0.1 and plugins["tta"]["name"] == "flip"
+    assert plugins["weight_decay"]["no_decay_tensors"] > 0
+
+
+def test_figures_survive_a_kill_9_and_resume(tmp_path, reference):
+    site = make_distribution(tmp_path / "site", "tuneup-crash-target", {"crash_target": CRASH},
+                             {"crash_target": "crash_target:Plugin"})  # fmt: skip
+    run_dir = tmp_path / "run"
+    env = {"PYTHONPATH": str(site), "CRASH_AT_MICRO_BATCH": "11"}  # epoch 2, before the target
+    result = run_cli(f"hydra.run.dir={run_dir}", *RUN, tiny=False, env=env)
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    saved = load_checkpoint(run_dir / "checkpoints" / "epoch000-step00000008.ckpt")
+    first = saved["tuneup"]["target"]  # the killed session's figures at its last checkpoint
+
+    tuneup.run(compose_config([*RUN, "resume=auto"], tiny=False), run_dir=run_dir)
+    s = summary_of(run_dir)
+    assert s["status"] == "ok" and s["target"]["reached"] is True
+    for key in ("steps_to_target", "samples_to_target", "validations"):
+        assert s[key] == reference[key], key
+    history = s["target_history"]
+    assert history[: len(first["history"])] == first["history"]  # continued, not restarted
+    assert [h["value"] for h in history] == [h["value"] for h in reference["target_history"]]
+    assert s["time_to_target_s"] > first["time_s"]  # the first session's time is in it
+    assert s["validation_time_s"] > first["validation_s"]
+
+
+def test_direction_from_the_metric_name():
+    assert direction("val/acc") == direction("val_top1") == direction("val/accuracy") == "max"
+    assert direction("val/loss") == direction("val/perplexity") == direction("error") == "min"
+    assert direction("val/thing") is None and direction("val/thing", "min") == "min"
+
+
+def test_race_record_and_resume_with_a_fake_clock():
+    now = [0.0]
+    race = Race("val/loss", 1.0, "min", clock=lambda: now[0])
+    race.start()
+    now[0] = 10.0
+    race.add_samples(64)
+    race.validation_start()
+    now[0] = 12.0
+    assert race.validation_end(step=2, value=1.5) is False
+    saved = race.state_dict()  # a checkpoint at 12 s; the session goes on and is killed
+    now[0] = 20.0
+    assert race.validation_end(step=4, value=0.9) is True
+
+    resumed = Race("val/loss", 1.0, "min", clock=lambda: now[0])
+    resumed.load_state_dict(saved)
+    now[0] = 100.0  # start-up of the new session: not counted
+    resumed.start()
+    now[0] = 105.0
+    resumed.validation_start()
+    now[0] = 106.0
+    assert resumed.validation_end(step=4, value=0.8) is True
+    figures = resumed.figures(world_size=2)
+    assert figures["time_to_target_s"] == 12.0 + 6.0 and figures["validation_time_s"] == 3.0
+    assert figures["time_to_target_train_s"] == 15.0 and figures["steps_to_target"] == 4
+    assert figures["gpu_hours_to_target"] == 18.0 * 2 / 3600
+    assert figures["target"] == {"metric": "val/loss", "value": 1.0, "mode": "min",
+                                 "reached": True, "best": 0.8, "best_step": 4}  # fmt: skip
+
+    budget = Race("val/loss", None, "min")  # a budget run: the best within it, no target
+    budget.load_state_dict(saved)
+    assert budget.figures(1)["target"]["reached"] is None
+    assert budget.figures(1)["target"]["best"] == 1.5
+
+
+def test_bad_settings_are_one_line_each(make_config, tmp_path):
+    from tuneup.trainer.runner import ConfigError
+
+    bad = ["model=gpt", "data=synthetic_tokens", "target.metric=val/acc_top9",
+           "target.mode=sideways", "target.check_every_n_steps=0", "target.stop=yes",
+           "tta=flip", "label_smoothing=on", "label_smoothing.amount=1.5"]  # fmt: skip
+    with pytest.raises(ConfigError) as error:
+        tuneup.run(make_config(bad), run_dir=tmp_path)
+    text = str(error.value)
+    for expected in ("target.mode='sideways' is not allowed: expected one of 'auto', 'max'",
+                     "target.check_every_n_steps=0 is not allowed",
+                     "target.stop='yes' is not allowed",
+                     "label_smoothing.amount=1.5 is not allowed",
+                     "tta=flip flips images left to right, but data synthetic_tokens"):  # fmt: skip
+        assert expected in text, text
+    with pytest.raises(ConfigError) as error:
+        tuneup.run(make_config(["target.metric=val/f1"]), run_dir=tmp_path / "f1")
+    logged = (
+        "target.metric=val/f1 is not logged by this run: task=classification logs val/loss, val/acc"
+    )
+    assert logged in str(error.value)
