@@ -10,7 +10,9 @@ micro-batches and the first step after each validation are left out):
 
 - step time: from one training micro-batch start to the next, i.e. it includes
   fetching the next batch; p50 and p90 in milliseconds.
-- samples/s: samples in the measured steps (all ranks) / their total time.
+- samples/s: samples in the measured steps (every data shard: the data-parallel ranks; the
+  ranks of one tensor-parallel group share their samples) / their total time. ``samples``
+  and the other sample counts below are counted the same way.
 - data_wait_fraction: host time blocked between a batch's end and the next
   batch's start (the DataLoader and host-to-device copy) / measured host time.
 - peak_memory_bytes: the CUDA caching allocator's peak on GPU; the process's
@@ -62,6 +64,7 @@ import torch
 
 from tuneup import hookimpl
 from tuneup.trainer import flops
+from tuneup.trainer.state.data_order import data_shard
 from tuneup.trainer.validation import BOOL, Integer, problems
 
 #: The training micro-batch (0-based, counted over the run) whose forward is measured for
@@ -271,6 +274,7 @@ class Plugin:
         if self.plan is not None:
             self.flops_per_sample, self.flops_note = flops.count_flops(self.plan)
         self.world_size = trainer.world_size
+        self.data_shards = data_shard(trainer)[1]  # samples: the world less tensor parallelism's
         self.fit_started = time.perf_counter()
         self.memory_available = memory_available(self.device)
         self.power = GpuPower.open(self.device)
@@ -357,17 +361,17 @@ class Plugin:
         if self.device is not None and self.device.type == "cuda":
             self._drain(block=True)
         total_ms = sum(self.intervals_ms)
-        world = getattr(self, "world_size", 1)
+        world, shards = getattr(self, "world_size", 1), getattr(self, "data_shards", 1)
         summary.update(
-            samples_per_s=self.measured_samples * world / (total_ms / 1e3) if total_ms else None,
+            samples_per_s=self.measured_samples * shards / (total_ms / 1e3) if total_ms else None,
             step_time_ms=_percentiles(self.intervals_ms),
             data_wait_fraction=self.wait_s / self.host_s if self.host_s else None,
             peak_memory_bytes=peak_memory(self.device),
             saved_activation_bytes=self.saved_bytes,
-            **self._totals(world),
+            **self._totals(shards),
             steps_this_session=self._session_steps(summary.get("steps")),
             micro_batches_this_session=self.micro_batches,
-            samples_this_session=self.samples * world,
+            samples_this_session=self.samples * shards,
             train_loss=float(self.last_loss) if self.last_loss is not None else None,
             val=self.val,
         )
@@ -377,9 +381,9 @@ class Plugin:
         )
         summary.update(
             samples_per_s_windows=speed_windows(
-                self.intervals_ms, self.measured_sizes, self.windows, world
+                self.intervals_ms, self.measured_sizes, self.windows, shards
             ),
-            loss_curve=self.loss_curve.values(world, start=self.before["samples"] or 0),
+            loss_curve=self.loss_curve.values(shards, start=self.before["samples"] or 0),
             memory_available_bytes=self.memory_available,
             **self._device_time(world),
         )
@@ -396,10 +400,10 @@ class Plugin:
             figures.update(self.power.figures(world))
         return figures
 
-    def _totals(self, world: int) -> dict:
+    def _totals(self, shards: int) -> dict:
         """``samples`` and ``micro_batches`` of the whole run (None where a resumed run's
         checkpoint did not carry what came before)."""
-        now = {"samples": self.samples * world, "micro_batches": self.micro_batches}
+        now = {"samples": self.samples * shards, "micro_batches": self.micro_batches}
         return {k: None if self.before[k] is None else self.before[k] + v for k, v in now.items()}
 
     def _session_steps(self, steps: int | None) -> int | None:
@@ -407,7 +411,7 @@ class Plugin:
 
     def state_dict(self) -> dict:
         """The run's totals so far, for the summary of a run resumed from this checkpoint."""
-        return self._totals(getattr(self, "world_size", 1))
+        return self._totals(getattr(self, "data_shards", 1))
 
     @hookimpl
     def on_load_checkpoint(self, checkpoint):

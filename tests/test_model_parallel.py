@@ -162,6 +162,10 @@ def test_gpt_under_fsdp_tp_and_2d_ends_as_one_process_on_the_same_batch(
     assert done["status"] == "ok" and done["world_size"] == processes and done["steps"] == 4
     strategy = done["plugins"]["strategy"]
     assert strategy["mesh"] == {"data_parallel": processes // tp, "tensor_parallel": tp}
+    # samples over the data shards: a tensor-parallel group's ranks share theirs (2 x 32)
+    assert done["samples"] == done["samples_this_session"] == 64
+    meta = torch.load(list_checkpoints(run_dir / "checkpoints")[0] / "meta.pt", weights_only=True)
+    assert meta["tuneup"]["measure"]["samples"] == 64
     assert strategy["sharded_blocks"] == 2
     # 4 Linear per block; with sequence parallelism also 2 norms per block, and where the
     # sequence-sharded part begins and ends
@@ -404,6 +408,7 @@ def test_changed_settings_take_effect_on_a_resumed_sharded_checkpoint(tmp_path, 
                    "optimizer.momentum=0.5", "precision=fp16", site=site)  # fmt: skip
     said = result.stdout + result.stderr
     assert "optimizer.momentum: 0.9 -> 0.5: takes effect from step 4" in said
+    assert said.count("with changed settings:") == 1  # once, not once per process
     newest = list_checkpoints(run_dir / "checkpoints")[0]
     assert newest.name.endswith("step00000006.ckpt")
     (group,) = sharded.full_checkpoint(newest)["optimizer_states"][0]["param_groups"]
