@@ -62,6 +62,9 @@ def test_a_plain_run_says_it_once_and_leaves_no_noise_behind(tmp_path):
     assert result.stdout.count("tuneup: small_resnet on synthetic_images") == 1
     assert "smaller than the logging interval" not in result.stdout + result.stderr + log
     assert "Tip:" not in log and "litlogger" not in log  # Lightning's adverts: nowhere
+    # Lightning's advice to use srun, wherever Slurm's client is installed: the log file's only
+    assert "`srun`" not in result.stdout + result.stderr
+    assert "terminate called" not in result.stderr  # a thread left running at exit
     with open(run_dir / "metrics.csv") as f:
         losses = [row for row in csv.DictReader(f) if row.get("train/loss")]
     assert len(losses) > 2  # 48 steps: a point every 4, not every 20

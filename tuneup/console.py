@@ -30,8 +30,10 @@ LIGHTNING = ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "ligh
 #: optional compiled extensions that do not load here (torchao's "Failed to load ....so"),
 #: Lightning's advice to run under srun wherever Slurm's client is installed (tuneup submits
 #: to Slurm through hydra/launcher=slurm, and a run outside a job is meant to be one).
+#: A captured warning's message begins with where it was raised ("/.../slurm.py:204: ...").
 LIBRARY_NOTICE = re.compile(
-    r"deprecat|^Failed to load \S+\.so\b|^The `srun` command is available on your system",
+    r"deprecat|^(?:\S+:\d+: )?(?:Failed to load \S+\.so\b|The `srun` command is available "
+    r"on your system)",
     re.IGNORECASE,
 )
 #: Loggers of tuneup and of the user's own script: their warnings are always shown.
