@@ -11,8 +11,11 @@ checksum, and read back safely and verified; "newest" and pruning go by the trai
 progress recorded in the files, never their times (trainer/state/checkpoints.py). See
 docs/checkpointing.md.
 
-When a run starts (rank 0): the files ``resume=auto`` skipped as damaged are set aside
-into ``checkpoints/damaged/`` (never counted, never pruned, named in the summary); the
+When training starts (rank 0; after the checkpoint is restored, which under ``strategy=fsdp``
+is after ``on_fit_start``): the files ``resume=auto`` skipped as damaged are set aside
+into ``checkpoints/damaged/`` (never counted, never pruned, named in the summary), and after
+``resume=<path>`` of an older checkpoint the further-trained ones into
+``checkpoints/superseded/`` (likewise, said on the console); the
 directory is pruned to ``keep_last`` before the first save, so lowering ``keep_last`` on
 resume frees space before it is needed; and a warning says so when the file system has
 less free space than the next checkpoint will take.
@@ -45,10 +48,12 @@ from tuneup import hookimpl
 from tuneup.trainer.state.checkpoint_io import AtomicCheckpointIO
 from tuneup.trainer.state.checkpoints import (
     BEST,
+    SUPERSEDED,
     checkpoint_name,
     damaged,
     prune,
     remove_leftover_temporaries,
+    set_aside_newer,
     set_aside_skipped,
 )
 from tuneup.trainer.state.preemption import SignalFlag, stopped
@@ -145,8 +150,10 @@ def space_warning(directory: Path, needed: int, source: str) -> str | None:
 class Saver(Checkpoint):
     """Decides when to save, saves through ``trainer.save_checkpoint``, prunes, acts on signals."""
 
-    def __init__(self, settings, directory: Path, resumed_auto: bool = False) -> None:
+    def __init__(self, settings, directory: Path, resumed_auto: bool = False,
+                 resumed_path: bool = False) -> None:  # fmt: skip
         self.resumed_auto = resumed_auto  # resume=auto: what it skipped is set aside at start
+        self.resumed_path = resumed_path  # resume=<path>: what is newer is set aside at start
         self.every_n_steps = settings.get("every_n_steps")
         minutes = settings.get("every_n_minutes")
         self.every_n_seconds = minutes * 60 if minutes else None
@@ -179,14 +186,15 @@ class Saver(Checkpoint):
         if trainer.is_global_zero:
             for path in remove_leftover_temporaries(self.directory):
                 log.info("removed %s, left by a save that was killed", path.name)
-            self.tidy(Path(trainer.ckpt_path) if trainer.ckpt_path else None, pl_module)
 
     def tidy(self, resumed: Path | None, module) -> None:
-        """Before the first save (rank 0): damaged files aside, the directory pruned to
-        ``keep_last`` (a lowered one frees its space now), a warning if the next save
-        cannot fit."""
+        """Before the first save (rank 0): damaged files aside (and after resume=<path>, those
+        further trained), the directory pruned to ``keep_last`` (a lowered one frees its
+        space now), a warning if the next save cannot fit."""
         if self.resumed_auto and resumed is not None:
             set_aside_skipped(self.directory, resumed)
+        if self.resumed_path and resumed is not None:
+            set_aside_newer(self.directory, resumed)
         if self.keep_last:
             for path in prune(self.directory, self.keep_last, protect=resumed):
                 log.info("removed %s: checkpoint.keep_last=%d", path.name, self.keep_last)
@@ -203,7 +211,9 @@ class Saver(Checkpoint):
         self.seen_step = trainer.global_step
         # The step resumed from is on disk here already, unless it came from elsewhere
         # (resume=<path> in another directory, or best.ckpt): then the end is saved here too.
-        resumed = trainer.ckpt_path
+        resumed = trainer.ckpt_path  # known only now under strategy=fsdp (restored after setup)
+        if trainer.is_global_zero:
+            self.tidy(Path(resumed) if resumed else None, pl_module)
         here = resumed is None or (
             Path(resumed).parent.resolve() == self.directory.resolve()
             and Path(resumed).name != BEST
@@ -284,6 +294,9 @@ class Plugin:
     def __init__(self, cfg) -> None:
         self.settings = cfg.checkpoint
         self.resumed_auto = cfg.get("resume") == "auto" and not cfg.get("resume_weights_only")
+        self.resumed_path = cfg.get("resume") not in (None, "auto") and not cfg.get(
+            "resume_weights_only"
+        )
         self.saver: Saver | None = None
 
     @hookimpl
@@ -293,7 +306,8 @@ class Plugin:
     @hookimpl
     def configure_trainer(self, kwargs):
         directory = checkpoint_dir(kwargs["default_root_dir"])
-        self.saver = Saver(self.settings, directory, resumed_auto=self.resumed_auto)
+        self.saver = Saver(self.settings, directory, resumed_auto=self.resumed_auto,
+                           resumed_path=self.resumed_path)  # fmt: skip
         kwargs["callbacks"].append(self.saver)
         kwargs["enable_checkpointing"] = True  # the Saver is the checkpoint callback, no default
         kwargs["plugins"] = [*(kwargs.get("plugins") or []), AtomicCheckpointIO()]
@@ -310,4 +324,5 @@ class Plugin:
             "preempted_by": saver.signals.received,
             "best": saver.best,
             "damaged": [str(p) for p in damaged(saver.directory)],  # set aside, kept
+            "superseded": [str(p) for p in damaged(saver.directory, SUPERSEDED)],  # likewise
         }

@@ -112,3 +112,24 @@ def test_a_run_without_room_for_its_next_checkpoint_is_warned_at_start(train, mo
     assert (
         f"MiB (the size of {checkpoint_name(0, 2)}): it will fail when it is written" in caplog.text
     )
+
+
+def test_resuming_an_older_checkpoint_keeps_the_newer_ones_aside_and_says_so(train, caplog):
+    """resume=<path> of step 2 in a directory holding steps 3 and 4: steps 3 and 4 are trained
+    again; the old ones are moved into checkpoints/superseded/, byte for byte (before, the new
+    step 3 replaced the old one without a word, and the old step 4 was newest for resume=auto
+    until it was replaced too)."""
+    _, run_dir = train(*MLP, "trainer.max_steps=4", tiny=False)
+    folder = run_dir / "checkpoints"
+    old = {step: (folder / checkpoint_name(0, step)).read_bytes() for step in (3, 4)}
+    caplog.clear()
+    summary, _ = train(*MLP, "trainer.max_steps=4", f"resume={folder / checkpoint_name(0, 2)}",
+                       tiny=False, run_dir=run_dir)  # fmt: skip
+    assert summary["status"] == "ok" and summary["steps"] == 4
+    aside = folder / checkpoints.SUPERSEDED
+    assert {step: (aside / checkpoint_name(0, step)).read_bytes() for step in (3, 4)} == old
+    assert summary["checkpoints"]["superseded"] == [str(aside / checkpoint_name(0, s))
+                                                    for s in (3, 4)]  # fmt: skip
+    assert names(run_dir) == [checkpoint_name(0, s) for s in (2, 3, 4)]  # the new 3 and 4
+    assert (f"resuming {checkpoint_name(0, 2)}, older than 2 checkpoint(s) of this run (the "
+            f"newest: {checkpoint_name(0, 4)}): moved them into {aside}") in caplog.text  # fmt: skip

@@ -315,7 +315,10 @@ def test_a_damaged_shard_is_skipped_saying_so_and_the_run_resumes_from_the_one_b
 ):
     """keep_last=3 prunes directories as it prunes files; a flipped byte in the newest
     checkpoint's shard of rank 1 fails its checksum: resume=auto names it and continues from
-    the previous checkpoint, and still ends as the uninterrupted run."""
+    the previous checkpoint, and still ends as the uninterrupted run. The step before lost its
+    manifest (a save killed before its last file): skipped too. Both are set aside into
+    checkpoints/damaged/ as single files are, named in the summary, and their steps saved anew
+    beside them (before: not set aside, and the next save replaced the damaged directory)."""
     import shutil
 
     run_dir = tmp_path / "run"
@@ -326,11 +329,18 @@ def test_a_damaged_shard_is_skipped_saying_so_and_the_run_resumes_from_the_one_b
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
+    (kept[1] / sharded.MANIFEST).unlink()
 
     result = train(run_dir, *GPT, *layout("fsdp"), "resume=auto", site=site)
     said = result.stdout + result.stderr
     assert f"{shard} is corrupt" in said and "skipping a bad checkpoint" in said
-    assert summary(run_dir)["resumed_from"].endswith("step00000003.ckpt")
+    assert f"{kept[1]} is not a complete sharded checkpoint" in said
+    done = summary(run_dir)
+    assert done["resumed_from"].endswith("step00000002.ckpt")
+    aside = run_dir / "checkpoints" / "damaged"
+    assert done["checkpoints"]["damaged"] == [str(aside / p.name) for p in (kept[1], kept[0])]
+    assert (aside / kept[0].name / "__1_0.distcp").read_bytes() == bytes(data)  # as it was
+    assert [p.name for p in list_checkpoints(run_dir / "checkpoints")] == [p.name for p in kept]
     assert (
         relative_difference(weights(run_dir, tmp_path), weights(reference("gpt"), tmp_path)) < 1e-5
     )

@@ -9,6 +9,12 @@ Damaged checkpoints (:func:`set_aside`): a file that cannot be read, or that res
 skipped because its bytes failed their checksum, is moved into ``checkpoints/damaged/``:
 kept for whoever looks into it, never a resume candidate, never counted toward
 ``keep_last`` and never pruned; a later save of the same step cannot overwrite it.
+
+Superseded checkpoints (:func:`set_aside_newer`): ``resume=<path>`` of a checkpoint older
+than others in the run's directory (going back to before a loss spike) trains the steps
+after it again; the further-trained checkpoints are moved into ``checkpoints/superseded/``
+the same way, so that the new steps neither overwrite them nor interleave with them (a
+later ``resume=auto`` would pick the old timeline's newest).
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ SUFFIX = ".ckpt"
 BEST = "best.ckpt"
 #: Where damaged checkpoints are moved, inside the checkpoint directory (:func:`set_aside`).
 DAMAGED = "damaged"
+#: Where checkpoints further trained than one resumed with ``resume=<path>`` are moved.
+SUPERSEDED = "superseded"
 
 
 def checkpoint_name(epoch: int, step: int) -> str:
@@ -145,19 +153,21 @@ def prune(directory: str | Path, keep: int, protect: str | Path | None = None) -
     return doomed
 
 
-def set_aside(path: str | Path) -> Path:
+def set_aside(path: str | Path, into: str = DAMAGED) -> Path:
     """Move a damaged checkpoint (a file, or a sharded checkpoint's directory) into
-    ``damaged/`` beside it, under a name none there has yet; return where it went."""
+    ``damaged/`` beside it (or ``into``), under a name none there has yet; return where it
+    went."""
     path = Path(path)
-    folder = path.parent / DAMAGED
+    folder = path.parent / into
     folder.mkdir(exist_ok=True)
     target, n = folder / path.name, 1
     while target.exists():
         target, n = folder / f"{path.stem}-{n}{path.suffix}", n + 1
     os.replace(path, target)
     fsync_directory(path.parent)
-    log.warning("set aside the damaged checkpoint %s as %s: kept, never resumed, counted or "
-                "pruned", path.name, target)  # fmt: skip
+    if into == DAMAGED:
+        log.warning("set aside the damaged checkpoint %s as %s: kept, never resumed, counted "
+                    "or pruned", path.name, target)  # fmt: skip
     return target
 
 
@@ -173,7 +183,24 @@ def set_aside_skipped(directory: str | Path, resumed: str | Path) -> list[Path]:
     return [set_aside(c.path) for c in skipped]
 
 
-def damaged(directory: str | Path) -> list[Path]:
+def set_aside_newer(directory: str | Path, resumed: str | Path) -> list[Path]:
+    """After ``resume=<path>``: move the checkpoints in ``directory`` further trained than
+    ``resumed`` into ``superseded/`` (kept, never resumed, counted or pruned), saying so;
+    return where they went."""
+    reached = progress(load(resumed, mmap=True, verify_checksum=False))
+    newer = [c.path for c in scan(directory) if c.problem is None and c.progress > reached]
+    moved = [set_aside(path, SUPERSEDED) for path in reversed(newer)]  # oldest first
+    if moved:
+        log.warning(
+            "resuming %s, older than %d checkpoint(s) of this run (the newest: %s): moved them "
+            "into %s, kept, never resumed, counted or pruned; the steps after the one resumed "
+            "are trained again", Path(resumed).name, len(moved), newer[0].name,
+            Path(directory) / SUPERSEDED,
+        )  # fmt: skip
+    return moved
+
+
+def damaged(directory: str | Path, into: str = DAMAGED) -> list[Path]:
     """The checkpoints set aside in ``directory`` (by this run or an earlier one)."""
-    folder = Path(directory) / DAMAGED
+    folder = Path(directory) / into
     return sorted(folder.iterdir()) if folder.is_dir() else []
