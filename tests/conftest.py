@@ -189,13 +189,17 @@ NO_CUDA = (
 )
 
 
-#: The files whose tests take longest (real clusters, kills and resumes, several processes):
-#: collected first, so that under pytest-xdist (``-n 2 --dist loadfile`` in pyproject.toml)
-#: they start first and the run does not end with one of them alone on one worker.
+#: The files whose tests take longest (real clusters, kills and resumes, several processes),
+#: longest first (``pytest -n 0 --durations=0 FILE``): collected first, so that under
+#: pytest-xdist (``-n 2 --dist loadfile`` in pyproject.toml; files handed out in collection
+#: order: :func:`pytest_configure`) they start first and the run does not end with one of
+#: them alone on one worker. test_triton_kernels.py after test_slurm.py: the oldest Triton's
+#: download, started with the session, is done by then.
 LONGEST_FIRST = (
-    "test_model_parallel.py", "test_triton_kernels.py", "test_slurm.py", "test_own_project.py",
-    "test_run.py", "test_resume.py", "test_autotune.py", "test_resume_every_checkpoint.py", "test_ddp.py",
-    "test_shards.py", "test_multinode.py", "test_sweeps.py", "test_huggingface.py",
+    "test_model_parallel.py", "test_slurm.py", "test_triton_kernels.py", "test_own_project.py",
+    "test_run.py", "test_resume.py", "test_shards.py", "test_compile.py", "test_ddp.py",
+    "test_sweeps.py", "test_autotune.py", "test_multinode.py", "test_sweep_presets.py",
+    "test_resume_every_checkpoint.py", "test_huggingface.py",
 )  # fmt: skip
 
 
@@ -214,6 +218,33 @@ def pytest_configure(config):
         # one for all workers (they inherit the variable), importing with their thread share
         _zygote.update(start_zygote({**os.environ, **share}))
         os.environ[ZYGOTE_VARIABLE] = str(_zygote["folder"])
+    if not worker:
+        # pytest-xdist hands out files largest *count of tests* first unless told not to:
+        # the files of three long tests (a Slurm cluster, the Triton interpreter) came last
+        # and one worker ended alone; LONGEST_FIRST's order is the order they are handed out
+        if getattr(config.option, "dist", "no") in ("loadfile", "loadscope"):
+            config.option.loadscopereorder = False
+        prefetch_oldest_triton(config)
+
+
+def prefetch_oldest_triton(config) -> None:
+    """Where tests/kernels/test_triton_kernels.py will run: the oldest supported Triton's
+    download (700 MB, no CPU) starts now, in the background, into pytest's cache
+    (tests/kernels/oldest_triton.py), so that it is there when that file runs."""
+    import atexit
+
+    from tests.kernels import oldest_triton
+
+    cache = getattr(config, "cache", None)
+    here = Path(config.invocation_params.dir)
+    wanted = oldest_triton.TEST_FILE
+    args = [(here / arg.split("::")[0]).resolve() for arg in config.args]
+    if cache is None or not any(a == wanted or a in wanted.parents for a in args):
+        return
+    folder = oldest_triton.folder_name(oldest_triton.oldest_supported_triton())
+    installing = oldest_triton.start_in_background(cache.mkdir(folder).parent)
+    if installing is not None:  # a session that ends first stops it (and pip: its group)
+        atexit.register(lambda: installing.poll() is None and os.killpg(installing.pid, 9))
 
 
 def thread_share(workers) -> dict:

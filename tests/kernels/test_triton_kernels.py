@@ -4,16 +4,15 @@ Compiling to a cubin for sm_90 catches what the interpreter forgives (types of l
 values, pointer casts, register spills into errors). The interpreter tests run in a subprocess
 because TRITON_INTERPRET=1 must be set before plugins.kernels is imported; they run twice at
 once, under the installed Triton and under the oldest one the ``kernels`` extra allows (pip
-installs it into pytest's cache the first time), because interpreters differ between versions
-(Triton 3.6's, on the GPU machines, rejected a loop bound that 3.9's accepts).
+installs it into pytest's cache the first time, in the background from the session's start:
+tests/kernels/oldest_triton.py), because interpreters differ between versions (Triton 3.6's,
+on the GPU machines, rejected a loop bound that 3.9's accepts).
 """
 
 import importlib
 import os
-import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ import triton  # the optional extra must be installed for these tests: fail, nev
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from tests.kernels.oldest_triton import folder_name, install, oldest_supported_triton
 from tuneup.plugins.kernels import triton_on_cpu  # noqa: F401  (imports the kernels)
 
 HERE = Path(__file__).resolve().parent
@@ -31,24 +31,6 @@ support = importlib.import_module("tuneup.plugins.kernels.triton_support")
 ce_module = importlib.import_module("tuneup.plugins.kernels.cross_entropy")
 lamb_module = importlib.import_module("tuneup.plugins.kernels.lamb")
 lars_module = importlib.import_module("tuneup.plugins.kernels.lars")
-
-
-def oldest_supported_triton() -> str:
-    """X of ``triton>=X`` in the ``kernels`` extra of pyproject.toml."""
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    (requirement,) = extras["optional-dependencies"]["kernels"]
-    return re.fullmatch(r"triton>=([\d.]+)", requirement).group(1)
-
-
-def install_triton(version: str, cache) -> tuple[Path | None, str]:
-    """A folder holding triton==version (pip --target, once per cache), or None and pip's error."""
-    target = cache(f"triton-{version}")
-    if (target / "triton" / "__init__.py").is_file():
-        return target, ""
-    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--retries", "1",
-               "--upgrade", "--target", str(target), f"triton=={version}"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    return (target, "") if done.returncode == 0 else (None, done.stderr[-2000:])
 
 
 def start_interpreted_tests(version: str, triton_path: Path | None = None) -> subprocess.Popen:
@@ -76,10 +58,12 @@ def start_interpreted_tests(version: str, triton_path: Path | None = None) -> su
 def interpreted(request, tmp_path_factory):
     """Both interpreter runs, started together; ``interpreted[name]`` is (returncode, output)."""
     cache = getattr(request.config, "cache", None)
-    make_dir = cache.mkdir if cache is not None else tmp_path_factory.mktemp
     oldest = oldest_supported_triton()
+    # the cache's folder for it (tests/conftest.py started installing it there in the background)
+    cache_dir = tmp_path_factory.mktemp("cache") if cache is None else cache.mkdir(
+        folder_name(oldest)).parent  # fmt: skip
     runs = {"installed": start_interpreted_tests(triton.__version__)}  # runs while pip installs
-    old_path, pip_error = install_triton(oldest, make_dir)
+    old_path, pip_error = install(oldest, cache_dir)
     if old_path is not None:
         runs["oldest"] = start_interpreted_tests(oldest, old_path)
     results = {name: process.communicate(timeout=900) for name, process in runs.items()}
