@@ -77,7 +77,8 @@ from tuneup import hookimpl
 class Plugin:
     @hookimpl
     def on_train_batch_end(self, trainer):
-        time.sleep(0.3)  # time to deliver the signal mid-run
+        if os.environ.get("SLURM_RESTART_COUNT", "0") == "0":  # the requeued run need not wait
+            time.sleep(0.3)  # time to deliver the signal mid-run
         if trainer.global_rank == 0 and trainer.global_step >= 3:
             Path(os.environ["MARK_DIR"], "running").write_text(os.environ["SLURM_JOB_ID"])
 """

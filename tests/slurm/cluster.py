@@ -34,7 +34,7 @@ ClusterName=tuneup-test
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
 AuthType=auth/munge
-AuthInfo=socket={munge_socket},cred_expire=10
+AuthInfo=socket={munge_socket},cred_expire=5
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={root}/state
@@ -56,7 +56,8 @@ SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=1,bf
 MinJobAge=3600
 KillWait=5
 ReturnToService=2
-# cred_expire (AuthInfo) is also how long a requeued job waits before it may start: 120 s by default.
+# cred_expire (AuthInfo) is also how long a requeued job waits before it may start: 120 s by
+# default, 5 s the least Slurm accepts (a smaller value is replaced by the default).
 SlurmdParameters=config_overrides
 {node_lines}
 PartitionName=debug Nodes={node_names} Default=YES MaxTime=INFINITE State=UP
