@@ -94,6 +94,7 @@ class Plugin:
         self.energy: EnergyCounter | None = None
         self.world_size = 1
         self.device = None
+        self.recording = False  # the running validation goes into the record
 
     @hookimpl
     def check(self, cfg, plan):
@@ -127,9 +128,18 @@ class Plugin:
             first = first_tensor(batch)
             self.race.add_samples((len(first) if first is not None else 0) * self.world_size)
 
+    def _records(self, trainer) -> bool:
+        """Whether this validation goes into the record: not a sanity check, and not a second
+        one at a step already recorded (the final validation of a resumed, finished run)."""
+        if self.race is None or trainer.sanity_checking:
+            return False
+        history = self.race.history
+        return not history or history[-1]["step"] != trainer.global_step
+
     @hookimpl
     def on_validation_start(self, trainer):
-        if self.race is None or trainer.sanity_checking:
+        self.recording = self._records(trainer)
+        if not self.recording:
             return
         if self.device is not None and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # the queued training steps are training time
@@ -137,7 +147,7 @@ class Plugin:
 
     @hookimpl
     def on_validation_end(self, trainer):
-        if self.race is None or trainer.sanity_checking:
+        if not self.recording:
             return
         value = metric_value(trainer, self.metric)
         crossed = self.race.validation_end(trainer.global_step, value, self._energy_j())
