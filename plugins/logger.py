@@ -26,6 +26,7 @@ import warnings
 from pathlib import Path
 
 from omegaconf import OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 from tuneup import TuneupError, hookimpl
 from tuneup.trainer import summary as run_summary
@@ -173,6 +174,8 @@ def log_run_end(logger, summary: dict) -> None:
 
 
 def mlflow_problems(settings) -> list[str]:
+    # Unresolved: ${hydra:sweep.dir} resolves only in the run, not where sweeps are checked.
+    settings = OmegaConf.to_container(settings, resolve=False)
     uri = settings.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:"
     missing = [m for m in SQL_STORE_NEEDS if importlib.util.find_spec(m) is None]
     found = []
@@ -190,9 +193,21 @@ def mlflow_problems(settings) -> list[str]:
 
 
 class Plugin:
-    def __init__(self) -> None:
+    def __init__(self, cfg) -> None:
+        self.settings = cfg.logger
         self.logger = None
-        self.store = None  # the MLflow tracking URI, for messages
+        self.store = None  # the MLflow tracking URI the run logs to
+
+    def describe(self) -> dict:
+        """The settings, with the MLflow store the run logs to once it is known."""
+        try:
+            node = OmegaConf.to_container(self.settings, resolve=True)
+        except InterpolationResolutionError:  # ${hydra:sweep.dir} outside a run (sweep checks)
+            node = OmegaConf.to_container(self.settings, resolve=False)
+        node.pop("plugin", None)
+        if self.store is not None:
+            node["tracking_uri"] = self.store
+        return node
 
     @hookimpl
     def check(self, cfg):

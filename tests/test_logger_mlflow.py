@@ -34,6 +34,8 @@ def test_metrics_are_the_runs_and_the_summarys(logged):
     assert summary["status"] == "ok" and found.info.status == "FINISHED"
     assert found.info.run_name == f"{run_dir.parent.name}/run"  # the run directory's last parts
     assert found.data.tags["tuneup.run_dir"] == str(run_dir.resolve())
+    store = summary["plugins"]["logger"]["tracking_uri"]
+    assert store == f"sqlite:///{run_dir.resolve() / 'mlflow.db'}"
     metrics = found.data.metrics
     assert metrics["val/acc"] == pytest.approx(summary["val"]["acc"], rel=1e-6)
     assert metrics["val/loss"] == pytest.approx(summary["val"]["loss"], rel=1e-6)
@@ -86,7 +88,8 @@ def test_without_mlflow_the_check_names_the_extra(monkeypatch):
         "find_spec",
         lambda name, *a: None if name == "mlflow" else find_spec(name, *a),
     )
-    (line,) = Plugin().check(compose_config(["logger=mlflow"]))
+    cfg = compose_config(["logger=mlflow"])
+    (line,) = Plugin(cfg).check(cfg)
     assert line == (
         "logger=mlflow needs the 'mlflow' package, which is not installed: "
         "pip install 'tuneup[mlflow]', or choose logger=csv"
@@ -94,5 +97,6 @@ def test_without_mlflow_the_check_names_the_extra(monkeypatch):
 
 
 def test_a_bad_setting_is_named():
-    (line,) = Plugin().check(compose_config(["logger=mlflow", "logger.experiment_name=''"]))
+    cfg = compose_config(["logger=mlflow", "logger.experiment_name=''"])
+    (line,) = Plugin(cfg).check(cfg)
     assert line == "logger.experiment_name='' is not allowed: expected a non-empty string or null"
