@@ -50,11 +50,9 @@ def reported_metric(settings: dict) -> str | None:
 
 def open_trial(settings: dict):
     """The running trial in the study's storage, with the study's pruner."""
-    from hydra.utils import instantiate
+    from tuneup.optuna.study import load_trial, make_pruner
 
-    from tuneup.optuna.study import load_trial
-
-    pruner = instantiate(settings["pruner"])
+    pruner = make_pruner(settings["pruner"])
     return load_trial(settings["storage"], settings["study_name"], settings["trial"], pruner)
 
 

@@ -75,7 +75,7 @@ def markdown(study, trials, best, objectives, storage: str, sweep_dir: Path) -> 
         lines.append("**No trial completed**: no best trial.")
     elif len(objectives) == 1:
         lines.append(f"**Best: trial {numbers}**, {objectives[0]} {_fmt(best[0].value)}: "
-                     f"`{' '.join(_params(best[0]))}`")  # fmt: skip
+                     + _params_cell(best[0]))  # fmt: skip
     else:
         lines.append(f"**Pareto front: trials {numbers}** (no other trial is as good in every "
                      f"objective and better in one; {FRONT_FILE})")  # fmt: skip
@@ -89,7 +89,7 @@ def markdown(study, trials, best, objectives, storage: str, sweep_dir: Path) -> 
             t.values if t.values and t.state == TrialState.COMPLETE else [None] * len(objectives)
         )
         cells = [str(t.number), state, *(_fmt(v) for v in values),
-                 f"`{' '.join(_params(t))}`", _run(t, sweep_dir)]  # fmt: skip
+                 _params_cell(t), _run(t, sweep_dir)]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     pruned = [t for t in trials if t.state == TrialState.PRUNED]
     if pruned:
@@ -138,8 +138,10 @@ def draw_front(complete, front, objectives, study, path: Path) -> Path:
     return path
 
 
-def _params(trial: FrozenTrial) -> list[str]:
-    return [f"{k}={_fmt(v)}" for k, v in trial.params.items()]
+def _params_cell(trial: FrozenTrial) -> str:
+    """The trial's sampled values as overrides; ``-`` when the space is empty (all fixed)."""
+    params = " ".join(f"{k}={_fmt(v)}" for k, v in trial.params.items())
+    return f"`{params}`" if params else "-"
 
 
 def _run(trial: FrozenTrial, sweep_dir: Path) -> str:

@@ -79,6 +79,30 @@ def create_study(storage, name: str, sampler, pruner, directions: list[str]):
     return study
 
 
+#: ``hydra.sweeper.pruner=<name>``: Optuna's pruner with its defaults. The group form,
+#: ``hydra/sweeper/pruner=<name>`` (conf/hydra/sweeper/pruner/), takes settings too.
+PRUNERS = {
+    "median": optuna.pruners.MedianPruner,
+    "hyperband": optuna.pruners.HyperbandPruner,
+    "none": optuna.pruners.NopPruner,
+}
+
+
+def make_pruner(spec):
+    """The pruner ``hydra.sweeper.pruner`` gives: a name, a node with ``_target_``, or one Hydra
+    has made already."""
+    if isinstance(spec, optuna.pruners.BasePruner):
+        return spec
+    if isinstance(spec, str):
+        if spec not in PRUNERS:
+            raise TuneupError(f"hydra.sweeper.pruner: '{spec}' is not one of {', '.join(PRUNERS)} "
+                              "(or hydra/sweeper/pruner=<name> with its settings)")  # fmt: skip
+        return PRUNERS[spec]()
+    from hydra.utils import instantiate
+
+    return instantiate(spec)
+
+
 def sweeper_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 

@@ -189,11 +189,12 @@ class OptunaSearch:
         return sampler, n_trials
 
     def study_pruner(self):
+        pruner = studies.make_pruner(self.pruner)
         if len(self.settings.directions) > 1:
-            if not isinstance(self.pruner, optuna.pruners.NopPruner):
+            if not isinstance(pruner, optuna.pruners.NopPruner):
                 log.info("optuna: no pruning: Optuna prunes studies of one objective only")
             return optuna.pruners.NopPruner()
-        return self.pruner
+        return pruner
 
 
 def _tell(study, trial, **kwargs) -> None:

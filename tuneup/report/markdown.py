@@ -132,7 +132,11 @@ def row(report: Report, run: Run) -> list[str]:
         _times(report.memory_ratio(run)),
         _fixed(run.train_loss, 4),
         _fixed(run.val_acc, 4),
-        escape(run.status if run.ok else f"{run.status}: {run.error_line or 'no error recorded'}"),
+        escape(
+            run.status
+            if run.ok or run.status == "pruned"  # an Optuna trial its pruner stopped
+            else f"{run.status}: {run.error_line or 'no error recorded'}"
+        ),
     ]
 
 
