@@ -86,6 +86,7 @@ class Report:
     best: Run | None
     common_overrides: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    drawn: list[Path] = field(default_factory=list)  # the figures written (report.md links them)
 
     def speed_up(self, run: Run) -> float | None:
         return _ratio(run.samples_per_s, self.baseline.samples_per_s if self.baseline.ok else None)
@@ -162,7 +163,11 @@ def write_report(report: Report) -> list[Path]:
             f"{FIGURE_FILE} was not drawn: it needs matplotlib (pip install 'tuneup[sweep]')."
         )
     else:
+        from tuneup.report.curves import draw_learning
+
         written.append(draw_figure(report, report.directory / FIGURE_FILE))
+        written += draw_learning(report)  # curves.png, race.png: tuneup/report/curves.py
+        report.drawn = written[:]
     markdown = report.directory / MARKDOWN_FILE
     markdown.write_text(render_markdown(report))
     return [markdown, *written]

@@ -6,6 +6,7 @@ import shlex
 
 from tuneup.autotune.interval import NOISE
 from tuneup.report import Report, best_rule
+from tuneup.report.curves import learning_sections
 from tuneup.report.runs import Run
 
 MIB = 2**20
@@ -46,9 +47,10 @@ def render_markdown(report: Report) -> str:
     ]
     if report.common_overrides:
         lines += ["", f"All runs: {code(' '.join(report.common_overrides))}"]
-    lines += ["", *_table(report), "", _order(report)]
+    lines += ["", *_table(report), "", _order(report), ""]
+    lines += learning_sections(report)  # curves and the race (tuneup/report/curves.py)
     if report.notes:
-        lines += ["", "Notes:", *(f"- {note}" for note in report.notes)]
+        lines += ["Notes:", *(f"- {note}" for note in report.notes)]
     return "\n".join(lines) + "\n"
 
 
