@@ -155,3 +155,13 @@ def test_bad_settings_are_one_line_each(make_config, tmp_path):
         "target.metric=val/f1 is not logged by this run: task=classification logs val/loss, val/acc"
     )
     assert logged in str(error.value)
+
+
+def test_the_cadence_counts_optimizer_steps_under_accumulation(make_config):
+    from tuneup.plugins.target import Plugin
+
+    plugin = Plugin(make_config(["target.metric=val/loss", "target.check_every_n_steps=5"]))
+    kwargs = {"accumulate_grad_batches": 3}  # as grad_accum's configure_trainer left them
+    plugin.configure_trainer(kwargs)
+    assert kwargs == {"accumulate_grad_batches": 3, "val_check_interval": 15,
+                      "check_val_every_n_epoch": None}  # fmt: skip

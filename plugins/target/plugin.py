@@ -95,6 +95,7 @@ class Plugin:
         self.world_size = 1
         self.device = None
         self.recording = False  # the running validation goes into the record
+        self.first_rank = True
 
     @hookimpl
     def check(self, cfg, plan):
@@ -110,17 +111,23 @@ class Plugin:
     @hookimpl
     def on_fit_start(self, trainer, module):
         self.world_size, self.device = trainer.world_size, module.device
+        self.first_rank = trainer.is_global_zero
         if self.race is None:
             return
-        if trainer.is_global_zero:
-            self.energy = EnergyCounter.open(self.device)
         if self.stop and self.race.crossing is not None:
             trainer.should_stop = True  # resumed after the target was reached: nothing to train
+
+    def _start(self) -> None:
+        """The session's clock and energy counter start at its first step (or validation)."""
+        if self.race.started is None:
+            self.race.start()
+            if self.first_rank:  # rank 0's GPU x processes: every rank does the same work
+                self.energy = EnergyCounter.open(self.device)
 
     @hookimpl
     def on_train_batch_start(self):
         if self.race is not None:
-            self.race.start()
+            self._start()
 
     @hookimpl
     def on_train_batch_end(self, batch):
@@ -143,6 +150,7 @@ class Plugin:
             return
         if self.device is not None and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # the queued training steps are training time
+        self._start()
         self.race.validation_start()
 
     @hookimpl
