@@ -8,6 +8,8 @@
 - :mod:`.progress`: how far a checkpoint had got; epoch-end checkpoints made resumable by
   Lightning; a resumed run that ends short of its limits says why
 - :mod:`.resume`: what ``resume=`` (and ``resume_weights_only``) means
+- :mod:`.saved_overrides`: a resumed run takes the overrides its run recorded (the command
+  line's on top)
 - :mod:`.changes`: settings changed since a checkpoint: listed, applied, or refused
 - :mod:`.run_state`: the callback that puts all of the above into checkpoints and back
 - :mod:`.data_order`: the seeded, sharded training order that resumes mid-epoch
