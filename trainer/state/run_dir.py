@@ -142,12 +142,23 @@ def check_writable(*directories: Path) -> None:
         try:
             fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                os.posix_fallocate(fd, 0, MIN_FREE_BYTES)
+                _reserve(fd)
             finally:
                 os.close(fd)
                 probe.unlink(missing_ok=True)
         except OSError as exc:
             raise TuneupError(unwritable(Path(directory), exc)) from None
+
+
+def _reserve(fd: int) -> None:
+    """Reserve :data:`MIN_FREE_BYTES` in ``fd``'s file; where the file system cannot reserve
+    space (some FUSE and network mounts), write a few bytes: writing is checked, space not."""
+    try:
+        os.posix_fallocate(fd, 0, MIN_FREE_BYTES)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        os.write(fd, b"tuneup")
 
 
 def unwritable(directory: Path, exc: OSError) -> str:
