@@ -11,6 +11,10 @@ full tensors in this one process, no process group needed). OUT.pt holds the mod
 
 works without tuneup. The checkpoint is verified (checksums) first; OUT.pt is written
 atomically. A run of ``model=lightning`` keeps its LightningModule's own names.
+
+``--ema``: the moving average of the weights of a run with ``ema=on`` (plugins/ema.py)
+instead of the trained weights, under the same names (integer buffers such as BatchNorm's
+``num_batches_tracked`` are the trained ones: they are not averaged).
 """
 
 from __future__ import annotations
@@ -34,6 +38,20 @@ def model_state_dict(checkpoint: dict) -> dict[str, torch.Tensor]:
     return {key: value.contiguous() for key, value in state.items()}
 
 
+def ema_state_dict(checkpoint: dict) -> dict[str, torch.Tensor]:
+    """The model's state_dict with the EMA weights (plugins/ema.py's state) in place of the
+    trained ones."""
+    from tuneup import TuneupError
+
+    ema = ((checkpoint.get("tuneup") or {}).get("ema") or {}).get("model_shaped")
+    if not isinstance(ema, dict):
+        raise TuneupError(
+            "--ema: this checkpoint has no moving average of the weights (its run had ema=off); "
+            "leave out --ema for the trained weights"
+        )
+    return model_state_dict({"state_dict": {**checkpoint["state_dict"], **ema}})
+
+
 def read(path: Path) -> dict:
     """The whole checkpoint at ``path``, full tensors on the CPU, verified."""
     from tuneup.trainer.state import sharded
@@ -45,8 +63,9 @@ def read(path: Path) -> dict:
     return load(path)
 
 
-def consolidate(source: str | Path, out: str | Path) -> dict[str, torch.Tensor]:
-    """Write ``source``'s model weights to ``out`` (atomically); returns them."""
+def consolidate(source: str | Path, out: str | Path, ema: bool = False) -> dict[str, torch.Tensor]:
+    """Write ``source``'s model weights (``ema``: their moving average) to ``out``
+    (atomically); returns them."""
     from tuneup import TuneupError
     from tuneup.trainer.state.checkpoint_write import atomic_save
 
@@ -55,7 +74,8 @@ def consolidate(source: str | Path, out: str | Path) -> dict[str, torch.Tensor]:
         raise TuneupError(f"{source}: no such checkpoint (a .ckpt file or directory)")
     if out.resolve() == source.resolve():
         raise TuneupError(f"OUT ({out}) must not be the checkpoint itself")
-    state = model_state_dict(read(source))
+    checkpoint = read(source)
+    state = ema_state_dict(checkpoint) if ema else model_state_dict(checkpoint)
     atomic_save(state, out)
     return state
 
@@ -70,9 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("checkpoint", help="a .ckpt file or a sharded checkpoint directory")
     parser.add_argument("out", help="the file to write, e.g. model.pt")
+    parser.add_argument("--ema", action="store_true",
+                        help="the moving average of the weights (a run with ema=on)")  # fmt: skip
     args = parser.parse_args(argv)
     try:
-        state = consolidate(args.checkpoint, args.out)
+        state = consolidate(args.checkpoint, args.out, ema=args.ema)
     except TuneupError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -155,6 +155,8 @@ class ModelParallel(ModelParallelStrategy):
         fresh = [[{k: v for k, v in g.items() if k != "params"} for g in o.param_groups]
                  for o in self.optimizers]  # fmt: skip
         metadata = super().load_checkpoint(path, weights_only=weights_only)
+        if path.is_dir():  # plugin state shaped like the model (ema=on): in this run's layout
+            sharded.load_plugin_shards(path, metadata, self.model)
         for optimizer, groups in zip(self.optimizers, fresh, strict=True):
             for restored, new in zip(optimizer.param_groups, groups, strict=False):
                 adopt_group(restored, new)

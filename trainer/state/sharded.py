@@ -24,6 +24,12 @@ falls back to the previous checkpoint and says so, as for a single file.
 DCP reshards on load: a checkpoint written by 4 processes loads into 2, into 1, or into a
 plain ``strategy=auto`` model (:func:`full_checkpoint`, which is also what
 ``tuneup-consolidate`` writes from).
+
+Plugin state shaped like the model (an EMA of the weights): a plugin's state dict entry
+``model_shaped`` (:data:`MODEL_SHAPED`), tensors keyed as the model's state_dict and laid
+out as its (DTensor) shards, is written by every rank into the DCP files under
+``tuneup.<plugin>`` (meta.pt holds only a marker) and read back into this run's layout
+(:func:`load_plugin_shards`), or as full tensors by :func:`full_checkpoint`.
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ META = "meta.pt"  # lightning_fabric.utilities.load._METADATA_FILENAME
 TEMP_MARK = ".tmp-"
 OLD_MARK = ".old-"
 STATE_PREFIX = "state_dict."
+MODEL_SHAPED = "model_shaped"  # plugins/ema.py's key: a plugin's state shaped like the model
+IN_SHARDS = "in the DCP files"  # what meta.pt holds in its place
+PLUGIN_PREFIX = "tuneup."  # DCP key of a plugin's model-shaped state: tuneup.<plugin name>
 
 
 def is_sharded(path: str | Path) -> bool:
@@ -79,6 +88,9 @@ def save(strategy, checkpoint: dict, path: Path) -> None:
     shards = {"state_dict": checkpoint.pop("state_dict")}
     for i, state in enumerate(checkpoint.pop("optimizer_states", [])):
         shards[f"optimizer_{i}"] = state
+    for name, state in plugin_shards(checkpoint).items():
+        shards[PLUGIN_PREFIX + name] = state[MODEL_SHAPED]
+        state[MODEL_SHAPED] = IN_SHARDS
     _distributed_checkpoint_save(shards, temp)
     mine = {p.name: sha256(p) for p in sorted(temp.glob(f"__{rank}_*"))}
     gathered = [None] * strategy.world_size
@@ -94,6 +106,16 @@ def save(strategy, checkpoint: dict, path: Path) -> None:
         replace(temp, path)
         fsync_directory(path.parent)
     strategy.barrier()
+
+
+def plugin_shards(checkpoint: dict, marked: bool = False) -> dict[str, dict]:
+    """The plugin states of ``checkpoint`` with model-shaped tensors (``marked``: those whose
+    tensors are in the DCP files)."""
+    return {
+        name: state
+        for name, state in (checkpoint.get("tuneup") or {}).items()
+        if isinstance(state, dict) and isinstance(state.get(MODEL_SHAPED), str if marked else dict)
+    }
 
 
 def write_manifest(directory: Path, hashes: dict[str, str]) -> None:
@@ -195,7 +217,38 @@ def full_checkpoint(path: Path) -> dict:
     while f"optimizer_{len(states)}" in checkpoint:
         states.append(by_index(checkpoint.pop(f"optimizer_{len(states)}")))
     checkpoint["optimizer_states"] = states
+    for name, state in plugin_shards(checkpoint, marked=True).items():
+        state[MODEL_SHAPED] = checkpoint.pop(PLUGIN_PREFIX + name)
     return checkpoint
+
+
+def load_plugin_shards(path: Path, checkpoint: dict, model) -> None:
+    """Read the model-shaped plugin states of ``checkpoint`` (meta.pt's, from the sharded
+    checkpoint at ``path``) into tensors laid out as ``model``'s state_dict is in this run.
+    Collective: every rank calls it."""
+    from lightning_fabric.strategies.model_parallel import _distributed_checkpoint_load
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    from tuneup.trainer.state.checkpoint_read import UnreadableCheckpoint
+
+    wanted = plugin_shards(checkpoint, marked=True)
+    if not wanted:
+        return
+    like = get_model_state_dict(model)
+    index = FileSystemReader(str(path)).read_metadata().state_dict_metadata
+    for name, state in wanted.items():
+        prefix = f"{PLUGIN_PREFIX}{name}."
+        keys = [key.removeprefix(prefix) for key in index if key.startswith(prefix)]
+        unknown = sorted(set(keys) - set(like))
+        if unknown:
+            raise UnreadableCheckpoint(
+                f"{path}: plugin '{name}' saved tensors the model does not have ({unknown[:3]}); "
+                "resume it with the model it was trained with"
+            )
+        template = {key: torch.empty_like(like[key]) for key in keys}
+        _distributed_checkpoint_load({PLUGIN_PREFIX + name: template}, path)
+        state[MODEL_SHAPED] = template
 
 
 def by_index(state: dict) -> dict:
