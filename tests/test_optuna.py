@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import time
 
 import pytest
 from omegaconf import OmegaConf
 
-from tests.report_tables import png_size
+from tests.conftest import ROOT, python
+from tests.report_tables import png_size, read_table
 from tests.test_sweeps import sweep
 
 optuna = pytest.importorskip("optuna")
@@ -79,6 +82,8 @@ def test_the_search_space_is_hydras_sweep_syntax():
 def test_a_killed_sweeps_running_trial_is_failed_and_asked_again(tmp_path):
     from tuneup import TuneupError
     from tuneup.optuna import study as studies
+    from tuneup.optuna.space import Space
+    from tuneup.optuna.sweeper import ask
 
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     storage = studies.open_storage(url)
@@ -104,6 +109,9 @@ def test_a_killed_sweeps_running_trial_is_failed_and_asked_again(tmp_path):
     assert again.ask(space).params == killed.params  # its values come first
     with pytest.raises(TuneupError, match=r"hydra\.sweeper\.direction: \[.minimize.\], but"):
         studies.create_study(storage, "s", None, None, ["minimize"])
+    other_kind = Space({"x": optuna.distributions.CategoricalDistribution([0, 1])})
+    with pytest.raises(TuneupError, match="does not fit the stored study 's'"):
+        ask(again, other_kind)  # one line, not Optuna's traceback
 
 
 def dead_pid() -> int:
@@ -112,7 +120,25 @@ def dead_pid() -> int:
     return process.pid
 
 
-def test_hopeless_trials_are_pruned_and_a_stored_study_continues(tmp_path):
+def killed_while_running(tmp_path, *args) -> None:
+    """Start ``run.py -m ARGS`` and kill it (SIGKILL: no clean-up) once its first trial runs;
+    returns when that trial's process is gone."""
+    sweep_dir = tmp_path / "sweep"
+    command = [*python(), str(ROOT / "run.py"), "-m", f"hydra.sweep.dir={sweep_dir}", *args]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (sweep_dir / "0").is_dir() and process.poll() is None:
+        assert time.monotonic() < deadline, "the sweep's first trial never started"
+        time.sleep(0.05)
+    process.kill()
+    process.wait()
+    assert process.returncode == -signal.SIGKILL  # killed, not finished
+
+
+def test_hopeless_trials_are_pruned_and_a_killed_sweep_continues(tmp_path):
+    from tuneup.optuna.study import INTERRUPTED_ATTR, SWEEPER_ATTR, is_gone
+
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study_args = [
         f"hydra.sweeper.storage={storage}",
@@ -120,36 +146,50 @@ def test_hopeless_trials_are_pruned_and_a_stored_study_continues(tmp_path):
         "hydra.sweeper.direction=minimize",
         "hydra.sweeper.pruner.n_startup_trials=1",
     ]
-    # One good trial, then the same study again with a hopeless learning-rate range: each of
-    # its trials is worse than the good one at its first validation (step 2) and is stopped.
-    first = tmp_path / "first"
-    first.mkdir()
-    done, first_dir = sweep(first, *SHORT, *study_args, "hydra.sweeper.n_trials=1",
-                            "optimizer.lr=0.05")  # fmt: skip
+    good = [
+        *SHORT,
+        *study_args,
+        "hydra.sweeper.n_trials=1",
+        "optimizer.lr=tag(log,interval(0.03,0.1))",
+    ]
+    # A sweep killed in its first trial, then the same command: that trial is failed and its
+    # values are run again as a new trial, which completes.
+    for folder in ("killed", "continued", "pruned"):
+        (tmp_path / folder).mkdir()
+    killed_while_running(tmp_path / "killed", *good)
+    owner = optuna.load_study(study_name="tuneup", storage=storage).trials[0].user_attrs
+    deadline = time.monotonic() + 30
+    while not is_gone(owner[SWEEPER_ATTR]):  # the zygote ends the trial's process
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    done, continued = sweep(tmp_path / "continued", *good)
     ok(done)
-    second = tmp_path / "second"
-    second.mkdir()
-    done, sweep_dir = sweep(second, *SHORT, *study_args, "hydra.sweeper.n_trials=3",
+    # The same study again with a hopeless learning-rate range: each new trial is worse than
+    # the good one at its first validation (step 2 of 4) and is stopped there.
+    done, sweep_dir = sweep(tmp_path / "pruned", *SHORT, *study_args, "hydra.sweeper.n_trials=3",
                             "optimizer.lr=tag(log,interval(1e3,1e4))")  # fmt: skip
     ok(done)  # pruned trials are no failures
 
     study = optuna.load_study(study_name="tuneup", storage=storage)
-    assert [t.state.name for t in study.trials] == ["COMPLETE", "PRUNED", "PRUNED"]
-    assert summary(first_dir / "0")["steps"] == 4
-    assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == [
-        "1",
-        "2",
-    ]  # trial 0 ran once
-    for trial in study.trials[1:]:
+    states = [t.state.name for t in study.trials]
+    assert states == ["FAIL", "COMPLETE", "PRUNED", "PRUNED"]  # n_trials: 1, then 3 finished
+    killed, again = study.trials[:2]
+    assert killed.user_attrs[INTERRUPTED_ATTR] and again.params == killed.params
+    assert sorted(p.name for p in continued.iterdir() if p.is_dir()) == ["1"]
+    assert summary(continued / "1")["steps"] == 4
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == ["2", "3"]  # none again
+    for trial in study.trials[2:]:
         run = summary(sweep_dir / str(trial.number))  # job number = trial number
         assert run["status"] == "pruned"
         assert run["steps"] == run["pruned"]["step"] == trial.last_step == 2  # of 4
         assert 1e3 <= trial.params["optimizer.lr"] <= 1e4
     markdown = (sweep_dir / "optuna_report.md").read_text()
-    assert "**Best: trial 0**" in markdown
+    assert "**Best: trial 1**" in markdown
     pruned = markdown.split("## Pruned trials")[1]
-    assert "| 1 | 2 |" in pruned and "| 2 | 2 |" in pruned  # trial, the step it stopped at
-    assert "pruned" in (sweep_dir / "report.md").read_text()
+    assert "| 2 | 2 |" in pruned and "| 3 | 2 |" in pruned  # trial, the step it stopped at
+    assert [r["status"] for r in read_table((sweep_dir / "report.md").read_text())] == [
+        "pruned", "pruned"
+    ]  # fmt: skip
 
 
 def test_two_objectives_give_a_pareto_front(tmp_path):

@@ -134,7 +134,7 @@ def recover_interrupted(study, storage) -> list[FrozenTrial]:
         storage.set_trial_user_attr(trial_id(storage, study.study_name, trial.number),
                                     INTERRUPTED_ATTR, True)  # fmt: skip
         study.tell(trial.number, state=TrialState.FAIL)
-        if trial.params:
+        if trial.params and SWEEPER_ATTR in trial.user_attrs:  # it was launched: run it again
             study.enqueue_trial(trial.params)
         log.info("optuna: trial %d was running when its sweep stopped: marked failed, its "
                  "values asked again", trial.number)  # fmt: skip

@@ -126,7 +126,7 @@ class OptunaSearch:
         job = [f"hydra.sweeper.storage={override_value(storage)}",
                f"hydra.sweeper.study_name={override_value(study.study_name)}"]  # fmt: skip
         while (left := n_trials - len(studies.finished(study))) > 0:
-            trials = [study.ask(space.distributions) for _ in range(min(settings.n_jobs, left))]
+            trials = [ask(study, space) for _ in range(min(settings.n_jobs, left))]
             for trial in trials:
                 trial.set_user_attr(studies.SWEEPER_ATTR, studies.sweeper_id())
             failed = self.run_batch(study, space, trials, job)
@@ -195,6 +195,18 @@ class OptunaSearch:
                 log.info("optuna: no pruning: Optuna prunes studies of one objective only")
             return optuna.pruners.NopPruner()
         return pruner
+
+
+def ask(study, space: Space):
+    """The next trial; a space whose kinds the stored study's trials contradict is refused."""
+    try:
+        return study.ask(space.distributions)
+    except ValueError as exc:  # Optuna's storage: a key sampled as another kind before
+        raise TuneupError(
+            f"the search space does not fit the stored study '{study.study_name}': {exc} "
+            "(choice(), range(), interval() and tag(log, ...) are kinds; a choice keeps its "
+            "values); keep them, or start another study: hydra.sweeper.study_name=<new name>"
+        ) from exc
 
 
 def _tell(study, trial, **kwargs) -> None:
