@@ -4,7 +4,9 @@
 under a directory (a sweep's, or one of single runs), compares each with the
 baseline run and ranks them; :func:`write_report` writes ``report.md`` (one
 row per run, the best run on top) and ``report.png`` (samples/s against peak
-memory, and speed-up bars) into that directory. A sweep writes both when it
+memory, and speed-up bars) into that directory, with ``curves.png`` (what each
+run learned) and, for runs that raced to a target, ``race.png`` and a
+time-to-target table (tuneup/report/curves.py, race.py). A sweep writes them when it
 ends (``tuneup/report/callback.py``); for an existing directory run
 ``python -m tuneup.report <dir>``.
 
@@ -160,7 +162,8 @@ def write_report(report: Report) -> list[Path]:
         from tuneup.report.figure import draw_figure
     except ImportError:
         report.notes.append(
-            f"{FIGURE_FILE} was not drawn: it needs matplotlib (pip install 'tuneup[sweep]')."
+            f"{FIGURE_FILE} and the learning curves were not drawn: they need matplotlib "
+            "(pip install 'tuneup[sweep]')."
         )
     else:
         from tuneup.report.curves import draw_learning
