@@ -162,7 +162,7 @@ def write_report(report: Report) -> list[Path]:
         from tuneup.report.figure import draw_figure
     except ImportError:
         report.notes.append(
-            f"{FIGURE_FILE} and the learning curves were not drawn: they need matplotlib "
+            f"{FIGURE_FILE}, curves.png and race.png were not drawn: drawing needs matplotlib "
             "(pip install 'tuneup[sweep]')."
         )
     else:
