@@ -109,12 +109,12 @@ class OptunaSearch:
         from tuneup.optuna.report import write_report
 
         settings = self.settings
+        space = parse_space(self.node.get("params"), arguments)  # a bad setting: nothing written
+        sampler, n_trials = self.complete_sampler(space)
+        pruner = self.study_pruner()
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        space = parse_space(self.node.get("params"), arguments)
-        sampler, n_trials = self.complete_sampler(space)
-        pruner = self.study_pruner()
         storage = studies.resolve_storage(settings.storage, sweep_dir)
         opened = studies.open_storage(storage)
         study = studies.create_study(opened, settings.study_name, sampler, pruner,
