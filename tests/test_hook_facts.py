@@ -70,7 +70,7 @@ def fp16_run(tmp_path, *overrides):
 
 
 def test_init_runs_before_check_and_fp16_gradients_are_unscaled_before_the_step(seen, tmp_path):
-    fp16_run(tmp_path, "+trainer.gradient_clip_val=0.01")
+    summary = fp16_run(tmp_path, "optimizer.clip_grad_norm=0.01")
     assert [s[0] for s in seen[:2]] == ["init", "check"]
     after = [s[1] for s in seen if s[0] == "after_backward"]
     before = [s for s in seen if s[0] == "before_step"]
@@ -79,7 +79,9 @@ def test_init_runs_before_check_and_fp16_gradients_are_unscaled_before_the_step(
     for scaled, (_, unscaled, scale), end in zip(after, before, clipped, strict=True):
         assert scale == 65536.0  # no inf/NaN here: the scale stays
         assert unscaled == pytest.approx(scaled / scale, rel=1e-3)
-        assert unscaled > 0.02 and end <= 0.01 * 1.001  # Lightning clipped the real gradients
+        assert unscaled > 0.02 and end <= 0.01 * 1.001  # clipped: the real gradients
+    assert summary["grad_norm"]["clipped_steps"] == 4  # the norm before clipping, unscaled
+    assert summary["grad_norm"]["last"] == pytest.approx(before[-1][1], rel=1e-3)
 
 
 def test_before_optimizer_step_fires_on_the_steps_fp16_skips(seen, tmp_path):
@@ -95,11 +97,11 @@ def test_the_plugin_docs_state_what_these_tests_measure():
     for fact in ("`__init__` runs when the run loads its plugins, before any `check`",
                  "gradients at `on_before_optimizer_step` are already unscaled",
                  "`on_before_optimizer_step` fires also on the steps the loss scaler then skips",
-                 "`+trainer.gradient_clip_val=<norm>`"):  # fmt: skip
+                 "`optimizer.clip_grad_norm=<norm>` clips right after that hook"):  # fmt: skip
         assert fact in docs, fact
     spec = " ".join(hookspecs.on_before_optimizer_step.__doc__.split())
     assert "already unscaled" in spec and "the steps the scaler then skips" in spec
-    assert "gradient_clip_val" in spec
+    assert "optimizer.clip_grad_norm" in spec
     assert "``__init__(cfg)`` runs when the run loads its plugins" in " ".join(
         hookspecs.check.__doc__.split()
     )

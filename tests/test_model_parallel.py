@@ -28,7 +28,9 @@ COMMON = [
     "data.vocab_size=64", "trainer.max_epochs=2", "trainer.enable_progress_bar=false",
     "trainer.accelerator=cpu", "checkpoint.every_n_steps=1", "trainer.log_every_n_steps=1",
 ]  # fmt: skip
-GPT = ["model=gpt", "model.layers=2", "model.width=16", "model.heads=4", *COMMON]
+#: Clipped by total norm on every layout (the first steps' norms are 0.8 to 1: clipped).
+GPT = ["model=gpt", "model.layers=2", "model.width=16", "model.heads=4",
+       "optimizer.clip_grad_norm=0.6", *COMMON]  # fmt: skip
 #: The user's model: model=custom by _target_, with its tensor-parallel plan given in config.
 OWN = ["model=custom", "model._target_=tiny_nets.TinyTransformer", "model.vocab_size=64",
        "model.width=16", "model.layers=2", *COMMON]  # fmt: skip
@@ -160,6 +162,13 @@ def test_gpt_under_fsdp_tp_and_2d_ends_as_one_process_on_the_same_batch(
 
     done = summary(run_dir)
     assert done["status"] == "ok" and done["world_size"] == processes and done["steps"] == 4
+    # clipping by the total norm across meshes (TP's DTensors beside plain tensors) equals one
+    # process's: the same norms, the same steps clipped (issue 32 point 6.2)
+    clipped = summary(reference("gpt"))["grad_norm"]
+    assert 0 < clipped["clipped_steps"] < 4 and done["grad_norm"]["clipped_steps"] == clipped[
+        "clipped_steps"]  # fmt: skip
+    assert done["grad_norm"]["max"] == pytest.approx(clipped["max"], rel=1e-5)
+    assert done["grad_norm"]["last"] == pytest.approx(clipped["last"], rel=1e-5)
     strategy = done["plugins"]["strategy"]
     assert strategy["mesh"] == {"data_parallel": processes // tp, "tensor_parallel": tp}
     # samples over the data shards: a tensor-parallel group's ranks share theirs (2 x 32)

@@ -77,6 +77,14 @@ def test_what_cannot_run_under_tensor_parallelism_is_refused_by_name():
     found = problems("trainer.devices=2", "strategy.sequence_parallel=true",
                      "strategy.tp_plan={lm_head: colwise}", "strategy.tensor_parallel_size=2")  # fmt: skip
     assert any("sequence_parallel=true applies to a built-in plan" in p for p in found)
+    # Lightning's clipping by norm fails at step 0 under TP; ours (optimizer.clip_grad_norm) works
+    found = problems("trainer.devices=2", "strategy.tensor_parallel_size=2",
+                     "+trainer.gradient_clip_val=0.5")  # fmt: skip
+    assert ("trainer.gradient_clip_val=0.5 with strategy.tensor_parallel_size=2: Lightning's "
+            "clipping by norm cannot add norms of tensors on different meshes; use "
+            "optimizer.clip_grad_norm=0.5 (the same clipping, across meshes)") in found  # fmt: skip
+    assert problems("trainer.devices=2", "strategy.tensor_parallel_size=2",
+                    "optimizer.clip_grad_norm=0.5") == []  # fmt: skip
 
 
 def test_what_cannot_run_under_fsdp_is_refused_by_name():

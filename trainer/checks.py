@@ -13,6 +13,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from tuneup.config import did_you_mean
+from tuneup.trainer import callbacks
 from tuneup.trainer.optim import check_optim
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
 
@@ -35,7 +36,26 @@ TRAINER_RULES = {
     "trainer.benchmark": BOOL,
     "trainer.enable_progress_bar": BOOL,
     "trainer.fast_dev_run": BOOL,
+    "mode": OneOf(("fit", "validate")),
 }
+
+
+def clip_problems(cfg, plan) -> list[str]:
+    """``optimizer.clip_grad_norm`` is tuneup's training step's; a user's LightningModule has
+    its own (Lightning's ``trainer.gradient_clip_val`` clips there)."""
+    clip = cfg.optimizer.get("clip_grad_norm")
+    if clip is not None and plan.lightning:
+        return [f"optimizer.clip_grad_norm={clip} with model=lightning: your LightningModule "
+                f"trains itself; use +trainer.gradient_clip_val={clip} (Lightning's clipping)"]  # fmt: skip
+    return []
+
+
+def mode_problems(cfg) -> list[str]:
+    """``mode=validate`` evaluates a checkpoint's weights: it needs one."""
+    if cfg.get("mode") == "validate" and cfg.get("resume") in (None, "auto"):
+        return ["mode=validate needs resume=<checkpoint> (a .ckpt file or a sharded checkpoint "
+                "directory): the weights it evaluates"]  # fmt: skip
+    return []
 
 
 def core_problems(cfg, env, plan) -> list[str]:
@@ -46,7 +66,7 @@ def core_problems(cfg, env, plan) -> list[str]:
             "allowed here: cpu or auto"
         )
     found += _trainer_argument_problems(cfg) + _length_problems(cfg) + _unknown_keys(cfg)
-    found += plan.problems + check_optim(cfg)
+    found += plan.problems + check_optim(cfg) + callbacks.problems(cfg) + clip_problems(cfg, plan)
     return found
 
 

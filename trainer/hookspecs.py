@@ -198,8 +198,8 @@ def on_before_optimizer_step(cfg, trainer, module, optimizer):
     NaN: the hook fires also on the steps the scaler then skips (no ``optimizer.step()``;
     ``trainer.global_step`` advances all the same, and the summary counts them in
     ``precision.skipped_steps``), so check ``torch.isfinite`` before acting on them. To clip
-    gradients, Lightning's own ``+trainer.gradient_clip_val=<norm>`` does it right after this
-    hook, on the unscaled gradients. (tests/test_hook_facts.py measures all of this.)
+    gradients, ``optimizer.clip_grad_norm=<norm>`` does it right after this hook, on the
+    unscaled gradients, on any layout (trainer/clip.py). (tests/test_hook_facts.py measures all of this.)
     """
 
 

@@ -26,6 +26,7 @@ import pytorch_lightning as pl
 import torch
 
 from tuneup.trainer import task as tasks
+from tuneup.trainer.clip import GradNorm, clip_grad_norm_
 from tuneup.trainer.optim import build_optimizer, build_scheduler
 
 # We transform batches in the module on purpose (plugins' transform_batch), whatever the data.
@@ -47,6 +48,8 @@ class TrainingModule(pl.LightningModule):
         self.loss_fn = task.loss_fn
         self.logits_fn = _identity
         self._transforms = bool(plugins.call_order("transform_batch"))
+        self.clip = cfg.optimizer.get("clip_grad_norm")
+        self.grad_norm = GradNorm()
 
     def forward(self, x):
         return tasks.forward(self.model, x)
@@ -81,6 +84,18 @@ class TrainingModule(pl.LightningModule):
         if output is not None:
             acc = self.task.accuracy(self.logits_fn(output), batch[1])
             self.log("val/acc", acc, sync_dist=True, prog_bar=True)
+
+    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None,
+                                    gradient_clip_algorithm=None):  # fmt: skip
+        """``optimizer.clip_grad_norm``: every step, across meshes (trainer/clip.py). The norm
+        goes to metrics.csv at logging steps, measured there when nothing is clipped."""
+        logging = self.trainer._logger_connector.should_update_logs
+        if self.clip is not None or logging:
+            norm = clip_grad_norm_(self.model.parameters(), self.clip)
+            self.grad_norm.add(norm, self.clip)
+            if logging:
+                self.log("train/grad_norm", norm)
+        super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def on_after_batch_transfer(self, batch, dataloader_idx):
         if self._transforms:

@@ -23,6 +23,7 @@ RULES = {
     "optimizer.momentum": Number(ge=0, lt=1),
     "optimizer.nesterov": BOOL,
     "optimizer.eps": Number(gt=0),
+    "optimizer.clip_grad_norm": Number(gt=0, also=(None,)),
     "scheduler.name": OneOf(SCHEDULERS),
     "scheduler.warmup_steps": Integer(low=0),
     "scheduler.min_lr_ratio": Number(ge=0, le=1),
@@ -31,7 +32,8 @@ RULES = {
 
 def check_optim(cfg) -> list[str]:
     if cfg.optimizer.get("plugin"):  # a plugin's optimizer (e.g. lamb): the plugin checks it
-        return problems(cfg, {k: v for k, v in RULES.items() if k.startswith("scheduler.")})
+        shared = ("scheduler.", "optimizer.clip_grad_norm")
+        return problems(cfg, {k: v for k, v in RULES.items() if k.startswith(shared)})
     found = problems(cfg, RULES)
     o = cfg.optimizer
     if not found and o.name == "sgd" and o.get("nesterov") and o.get("momentum") == 0:

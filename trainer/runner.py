@@ -16,9 +16,10 @@ from pathlib import Path
 import pytorch_lightning as pl
 
 from tuneup import TuneupError, console
+from tuneup.trainer import callbacks
 from tuneup.trainer import summary as run_summary
 from tuneup.trainer.bridge import Bridge
-from tuneup.trainer.checks import core_problems
+from tuneup.trainer.checks import core_problems, mode_problems
 from tuneup.trainer.components import Plan
 from tuneup.trainer.environment import Environment, threads_as_asked
 from tuneup.trainer.module import TrainingModule, with_batch_transforms
@@ -88,7 +89,9 @@ def run(cfg, run_dir: str | Path | None = None):
     except OSError as exc:
         raise TuneupError(f"cannot create the run directory {run_dir}: {exc.strerror}; give "
                           "one where you can write: hydra.run.dir=<directory>") from exc  # fmt: skip
-    weights_only = weights_only_setting(cfg)
+    if found := mode_problems(cfg):  # before resume= is resolved: it names what is missing
+        raise ConfigError(found)
+    weights_only = weights_only_setting(cfg) or cfg.get("mode") == "validate"  # its weights only
     resume_from = resolve(cfg.get("resume"), run_dir, weights_only)  # refused: untouched
     done = None if resume_from is None or weights_only else complete(cfg, run_dir, *resume_from)
     if done:
@@ -143,8 +146,11 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
             summary["resumed_from"] = str(path)  # not claimed when refused (above, or in fit)
             resume_from = checkpoint = None  # Lightning loads it again, into the model
         started = time.perf_counter()
-        trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
-        if _needs_final_validation(trainer, run_state):
+        if cfg.get("mode") == "validate":  # the checkpoint's weights, evaluated; nothing trained
+            trainer.validate(module, datamodule=data, verbose=False)
+        else:
+            trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
+        if cfg.get("mode") != "validate" and _needs_final_validation(trainer, run_state):
             trainer.validate(module, datamodule=data, verbose=False)
         summary["status"] = "ok"
         if ckpt_path is not None and (short := shortfall(trainer)):
@@ -252,7 +258,7 @@ def trainer_kwargs(cfg, plugins: PluginManager, run_dir: Path) -> dict:
 
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     kwargs["default_root_dir"] = str(run_dir)
-    kwargs["callbacks"] = [Bridge(cfg, plugins)]
+    kwargs["callbacks"] = [Bridge(cfg, plugins), *callbacks.build(cfg)]  # the user's: config
     if kwargs.get("log_every_n_steps") is None:  # null: fitted to the run once its length is known
         kwargs["log_every_n_steps"] = 1  # until then: no "smaller than the logging interval"
         kwargs["callbacks"].append(LogInterval())
@@ -294,6 +300,8 @@ def _finish(cfg, plugins, trainer, summary: dict, run_dir: Path) -> None:
         summary.update(
             world_size=trainer.world_size, steps=trainer.global_step, epochs=trainer.current_epoch
         )
+        if isinstance(trainer.lightning_module, TrainingModule):  # measured: grad_norm
+            summary.update(trainer.lightning_module.grad_norm.summary())
     summary.update(python=platform.python_version(), torch=_torch_version())
     if plugins is not None:
         summary["plugins"] = plugins.describe(cfg)

@@ -90,9 +90,11 @@ def resolve(name: str, inputs: str | None) -> Task:
 
 def is_transformers(model) -> bool:
     """Whether ``model`` is a Hugging Face ``transformers.PreTrainedModel``. transformers is
-    not imported for this: a model of its classes means it already is."""
-    library = sys.modules.get("transformers")
-    return library is not None and isinstance(model, library.PreTrainedModel)
+    not imported for this: a model of its classes means its ``modeling_utils`` already is
+    (``transformers.PreTrainedModel`` would import it, a second of CPU, in every run: Lightning
+    imports ``transformers`` itself, whose attributes load lazily)."""
+    modeling = sys.modules.get("transformers.modeling_utils")
+    return modeling is not None and isinstance(model, modeling.PreTrainedModel)
 
 
 def is_causal_lm(model) -> bool:

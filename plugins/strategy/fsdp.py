@@ -92,6 +92,13 @@ def problems(cfg, env, plan) -> list[str]:
             "loss kernels need the whole output head on each process, which tensor "
             "parallelism splits; use kernels=[] or tensor_parallel_size=1"
         )
+    clip = OmegaConf.select(cfg, "trainer.gradient_clip_val", default=None)
+    if size > 1 and clip and OmegaConf.select(cfg, "trainer.gradient_clip_algorithm") != "value":
+        found.append(
+            f"trainer.gradient_clip_val={clip} with strategy.tensor_parallel_size={size}: "
+            "Lightning's clipping by norm cannot add norms of tensors on different meshes; "
+            f"use optimizer.clip_grad_norm={clip} (the same clipping, across meshes)"
+        )
     model = plan.meta_model()
     if model is None:
         return found

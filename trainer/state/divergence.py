@@ -95,7 +95,7 @@ def message(value: float, where: tuple[int, int, int], rank: int,
     return (
         f"training diverged: the loss was {value} {at}. Checkpoints written before it are "
         "kept. Lower the learning rate, add warm-up (scheduler.warmup_steps) or gradient "
-        "clipping (+trainer.gradient_clip_val=1.0), or use bf16 instead of fp16"
+        "clipping (optimizer.clip_grad_norm=1.0), or use bf16 instead of fp16"
     )
 
 
