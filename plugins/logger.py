@@ -21,6 +21,7 @@ import importlib.util
 import logging
 import math
 import os
+import re
 import tempfile
 import warnings
 from pathlib import Path
@@ -134,7 +135,11 @@ def flat_params(cfg) -> dict[str, str]:
         else:
             flat[prefix.rstrip(".")] = str(node)
 
-    walk(OmegaConf.to_container(cfg, resolve=True), "")
+    try:
+        node = OmegaConf.to_container(cfg, resolve=True)
+    except InterpolationResolutionError:  # ${hydra:...} in a run not started by Hydra
+        node = OmegaConf.to_container(cfg, resolve=False)
+    walk(node, "")
     return flat
 
 
@@ -147,8 +152,8 @@ def summary_metrics(summary: dict) -> dict[str, float]:
         for key, value in node.items():
             if isinstance(value, dict):
                 walk(value, f"{prefix}{key}.")
-            elif isinstance(value, int | float) and math.isfinite(value):
-                found[f"{prefix}{key}"] = float(value)
+            elif isinstance(value, int | float) and math.isfinite(value):  # MLflow's key characters
+                found[re.sub(r"[^\w/. -]", "_", f"{prefix}{key}")] = float(value)
 
     walk({k: v for k, v in summary.items() if k not in NOT_FIGURES}, "")
     return found
