@@ -28,8 +28,9 @@ LEVERS = [
     "activation_checkpointing=blocks", "checkpoint.every_n_steps=1", "trainer.max_epochs=2",
 ]  # fmt: skip
 KINDS = {
-    # nn.Module + LightningDataModule: 512 samples / 32 = 16 micro-batches per epoch
-    "module+datamodule": (["experiment=mine"], 21),
+    # nn.Module + LightningDataModule (its train_samples argument given through the config):
+    # 256 samples / 32 = 8 micro-batches per epoch
+    "module+datamodule": (["experiment=mine", "data.train_samples=256"], 11),
     # LightningModule + a function returning Datasets: 256 / 32 = 8 micro-batches per epoch
     "lightning+datasets": (["experiment=mine", "model=lightning",
                             "model._target_=my_project.lit.LitNet",
