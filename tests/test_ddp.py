@@ -102,22 +102,8 @@ def test_fp16_gradient_compression_runs_on_cpu(tmp_path, train):
     assert 0 < difference < 1e-2  # half-precision gradients: close, not equal
 
 
-@pytest.mark.slow
-def test_sweep_runs_each_job_with_two_ranks_in_its_own_directory(tmp_path):
-    sweep = tmp_path / "sweep"
-    result = run_cli(
-        "-m", *MLP, *DDP, "trainer.max_steps=2", "optimizer.lr=0.1,0.01",
-        f"hydra.sweep.dir={sweep}", cwd=tmp_path, tiny=False,
-    )  # fmt: skip
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert sorted(p.parent.name for p in tmp_path.rglob("summary.json")) == ["0", "1"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no outputs/, no 2nd sweep
-    for job, lr in (("0", 0.1), ("1", 0.01)):
-        summary = summary_of(sweep / job)
-        assert summary["status"] == "ok" and summary["world_size"] == 2 and summary["steps"] == 2
-        overrides = (sweep / job / ".hydra" / "overrides.yaml").read_text()
-        assert f"optimizer.lr={lr}" in overrides
-        assert (sweep / job / "tuneup.rank0-1.log").exists()  # rank 1 ran in this job's dir
+# A sweep of DDP jobs, each with its rank 1 in its own directory: tests/test_sweeps.py
+# (test_a_sweep_of_a_ddp_and_an_fsdp_job_runs_each_on_two_ranks_in_its_own_directory).
 
 
 FAILING_PLUGIN = """

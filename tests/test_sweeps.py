@@ -134,32 +134,38 @@ def run_cli_report(directory):
     )
 
 
-#: model=gpt, 2 steps of a global batch of 16 on 2 FSDP ranks (tests/test_model_parallel.py).
+#: model=gpt, 2 steps of a global batch of 16 on 2 ranks (tests/test_model_parallel.py); the
+#: strategy (ddp or fsdp) given by the sweep.
 FSDP = [
     "model=gpt", "model.layers=2", "model.width=16", "model.heads=4", "data=synthetic_tokens",
     "data.context=8", "data.train_samples=32", "data.val_samples=16", "data.vocab_size=64",
     "data.batch_size=8", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
-    "trainer.accelerator=cpu", "strategy=fsdp", "trainer.devices=2",
+    "trainer.accelerator=cpu", "trainer.devices=2",
 ]  # fmt: skip
 
 
-def test_a_sweep_of_two_fsdp_jobs_runs_each_on_two_ranks_in_its_own_directory(tmp_path):
-    """Lightning's children under Hydra's multirun (plugins/strategy/launch.py) for FSDP as for
-    DDP: each job starts its own rank 1 (job 1 once found job 0's LOCAL_RANK, started none and
-    broadcast to a peer that had exited), which joins that job, not a new sweep."""
-    done, sweep_dir = sweep(tmp_path, *FSDP, "optimizer.lr=0.1,0.05")
+def test_a_sweep_of_a_ddp_and_an_fsdp_job_runs_each_on_two_ranks_in_its_own_directory(tmp_path):
+    """Lightning's children under Hydra's multirun (plugins/strategy/launch.py), for DDP and for
+    FSDP in one sweep (it was a sweep each): each job starts its own rank 1 (job 1 once found
+    job 0's LOCAL_RANK, started none and broadcast to a peer that had exited), which runs in
+    that job's directory and joins that job, not a new sweep."""
+    done, sweep_dir = sweep(tmp_path, *FSDP, "strategy=ddp,fsdp")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert sorted(p.parent.name for p in tmp_path.rglob("summary.json")) == ["0", "1"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no outputs/, no 2nd sweep
-    for job, lr in (("0", 0.1), ("1", 0.05)):
+    for job, strategy in (("0", "ddp"), ("1", "fsdp")):
         run_dir = sweep_dir / job
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["status"] == "ok" and summary["world_size"] == 2 and summary["steps"] == 2
         assert [r["rank"] for r in summary["per_rank"]] == [0, 1]
+        assert f"strategy={strategy}" in overrides(run_dir)
+        assert (run_dir / "tuneup.rank0-1.log").exists()  # rank 1 ran in this job's directory
+        (saved,) = (run_dir / "checkpoints").iterdir()
+        if strategy == "ddp":
+            assert saved.is_file() and saved.suffix == ".ckpt"  # one file, from rank 0
+            continue
         assert summary["plugins"]["strategy"]["mesh"] == {"data_parallel": 2, "tensor_parallel": 1}
-        assert f"optimizer.lr={lr}" in overrides(run_dir)
-        (saved,) = (run_dir / "checkpoints").iterdir()  # sharded: a directory, a shard per rank
-        shards = sorted(p.name for p in saved.glob("*.distcp"))
+        shards = sorted(p.name for p in saved.glob("*.distcp"))  # sharded: a shard per rank
         assert shards == ["__0_0.distcp", "__1_0.distcp"]
     rows = read_table((sweep_dir / "report.md").read_text())
     assert sorted(run_name(r) for r in rows) == ["0", "1"]
