@@ -7,7 +7,8 @@ every floating tensor of the module's ``state_dict``: parameters and floating bu
 counters, so a step never waits for the device. torch's ``AveragedModel`` with
 ``get_ema_multi_avg_fn`` makes the same ``_foreach_lerp_`` call, but it deep-copies the module
 (a second module to move, parallelise and checkpoint beside the first; under FSDP2 a copy of
-a sharded module) and casts its step counter with ``.item()`` at each update; Lightning's
+a sharded module) and tests its update counter, a device tensor, on the host at each update
+(``bool(self.n_averaged == 0)``: a host-device sync on a GPU); Lightning's
 ``WeightAveraging`` callback refuses sharded models. Here the average is a list of tensors
 beside the live ones, under FSDP2 each rank's local shards (the checkpoint holds them as
 DTensors: ``tuneup.trainer.state.sharded`` writes them with DCP like the model's).

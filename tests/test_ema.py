@@ -163,7 +163,7 @@ def test_ema_resumes_bit_for_bit_after_kill_9(tmp_path, crash_site, mlp_referenc
                        crash={"CRASH_AT_MICRO_BATCH": "11"})  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert newest(tmp_path).name.endswith("step00000010.ckpt")
-    train_cli(tmp_path, *MLP, "resume=auto")
+    train_in_process(tmp_path, [*MLP, "resume=auto"])  # as the user's command, one thread
     got, expected = ema_of(newest(tmp_path)), ema_of(newest(mlp_reference))
     assert got.keys() == expected.keys()
     for name, value in expected.items():
