@@ -43,7 +43,8 @@ def accumulation_steps(steps, global_batch_size, batch_size: int, world_size: in
         lower = max(per_step, global_batch_size // per_step * per_step)
         raise TuneupError(
             f"grad_accum.global_batch_size={global_batch_size} is not allowed: expected a "
-            f"multiple of data.batch_size x world size = {batch_size} x {world_size} = "
+            f"multiple of data.batch_size x data-parallel processes = {batch_size} x "
+            f"{world_size} = "
             f"{per_step} (e.g. {lower} or {lower + per_step}), so that every optimizer step "
             "sees the same number of micro-batches"
         )
@@ -52,9 +53,16 @@ def accumulation_steps(steps, global_batch_size, batch_size: int, world_size: in
         raise TuneupError(
             f"grad_accum.steps={steps} and grad_accum.global_batch_size={global_batch_size} "
             f"disagree (that global batch needs {derived} steps at data.batch_size={batch_size} "
-            f"x world size {world_size}); set only one of them"
+            f"x {world_size} data-parallel processes); set only one of them"
         )
     return derived
+
+
+def data_parallel_size(cfg, world_size: int) -> int:
+    """The processes that see different samples: under ``strategy=fsdp`` the
+    ``strategy.tensor_parallel_size`` processes of a tensor-parallel group share one batch."""
+    strategy = cfg.get("strategy") or {}
+    return max(1, world_size // (strategy.get("tensor_parallel_size") or 1))
 
 
 def effective_batch_size(cfg, world_size: int, batch_size: int | None = None) -> int | None:
@@ -67,6 +75,7 @@ def effective_batch_size(cfg, world_size: int, batch_size: int | None = None) ->
     batch = batch_size or cfg.data.get("batch_size")
     if batch is None:
         return None
+    world_size = data_parallel_size(cfg, world_size)  # a tensor-parallel group: one batch
     node = cfg.get("grad_accum") or {}
     k = accumulation_steps(node.get("steps"), node.get("global_batch_size"), batch, world_size)
     return batch * k * world_size
@@ -79,8 +88,12 @@ class Plugin:
         self.batch: int | None = cfg.data.get("batch_size")  # per process; a data module's own
         self.k: int | None = None  # as given to the Trainer
 
-    def world(self) -> int:
+    def processes(self) -> int:
         return self.world_size or Environment.from_config(self.cfg).world_size
+
+    def world(self) -> int:
+        """The data-parallel processes (a tensor-parallel group shares its batch)."""
+        return data_parallel_size(self.cfg, self.processes())
 
     def steps(self) -> int:
         steps, total = (self.cfg.grad_accum.get(k) for k in ("steps", "global_batch_size"))
@@ -119,14 +132,14 @@ class Plugin:
 
     @hookimpl
     def report(self, cfg, summary):
-        world = summary.get("world_size") or self.world()
+        world = summary.get("world_size") or self.processes()
         summary["effective_batch_size"] = effective_batch_size(cfg, world, self.batch)
 
     def describe(self):
         settings = {k: self.cfg.grad_accum.get(k) for k in ("steps", "global_batch_size")}
         try:
             k = self.steps()
-            effective = effective_batch_size(self.cfg, self.world(), self.batch)
+            effective = effective_batch_size(self.cfg, self.processes(), self.batch)
         except TuneupError:
             return settings  # check reports the problem
         return {**settings, "steps": k, "effective_batch_size": effective}

@@ -222,3 +222,24 @@ def test_the_world_size_counts_alike_for_every_consumer(make_config, accumulatio
     plugin.report(cfg, summary)
     assert summary["effective_batch_size"] == plugin.describe()["effective_batch_size"] == 256
     assert large_batch.scaled_lr(cfg, world_size=2) == pytest.approx(0.008)
+
+
+def test_a_tensor_parallel_group_counts_as_one_data_parallel_process(make_config):
+    """strategy=fsdp on 4 processes with tensor_parallel_size=2: two data shards, so a global
+    batch of 256 at 32 per shard is k=4, not 2 (the TP group's ranks share their samples)."""
+    from types import SimpleNamespace
+
+    from tuneup.plugins import grad_accum
+    from tuneup.trainer.components import Plan
+
+    cfg = make_config(["strategy=fsdp", "strategy.tensor_parallel_size=2", "trainer.devices=4",
+                       "data.batch_size=32", "grad_accum.global_batch_size=256"])  # fmt: skip
+    assert grad_accum.effective_batch_size(cfg, world_size=4) == 256
+    plugin = grad_accum.Plugin(cfg)
+    assert plugin.check(cfg, SimpleNamespace(world_size=4), Plan(cfg)) == []
+    kwargs = {}
+    plugin.configure_trainer(kwargs)
+    assert kwargs["accumulate_grad_batches"] == 4
+    summary = {"world_size": 4}
+    plugin.report(cfg, summary)
+    assert summary["effective_batch_size"] == plugin.describe()["effective_batch_size"] == 256

@@ -162,6 +162,7 @@ def test_gpt_under_fsdp_tp_and_2d_ends_as_one_process_on_the_same_batch(
 
     done = summary(run_dir)
     assert done["status"] == "ok" and done["world_size"] == processes and done["steps"] == 4
+    assert done["effective_batch_size"] == 16  # per data shard x shards, not x processes
     # clipping by the total norm across meshes (TP's DTensors beside plain tensors) equals one
     # process's: the same norms, the same steps clipped (issue 32 point 6.2)
     clipped = summary(reference("gpt"))["grad_norm"]
