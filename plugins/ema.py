@@ -173,6 +173,11 @@ def settings_problems(cfg) -> list[str]:
             "shards only; use strategy.checkpoint=sharded (tuneup-consolidate --ema writes the "
             "full EMA weights from it)"
         )
+    if cfg.get("mode") == "validate":
+        found.append(
+            "ema=on with mode=validate: mode=validate evaluates a checkpoint's trained weights "
+            "only (its EMA is not read); leave out ema=on"
+        )
     return found
 
 

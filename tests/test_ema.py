@@ -216,3 +216,5 @@ def test_bad_settings_are_one_line_problems():
     )
     assert "use strategy.checkpoint=sharded" in found[4] and len(found) == 5
     assert settings_problems(compose_config(["ema=on"])) == []
+    (found,) = settings_problems(compose_config(["ema=on", "mode=validate"]))
+    assert found.startswith("ema=on with mode=validate")
