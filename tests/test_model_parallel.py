@@ -298,7 +298,9 @@ def test_checkpointing_and_compile_compose_with_fsdp_in_torchtitans_order(
 def test_bf16_and_fp8_under_fsdp_gather_fewer_bytes(tmp_path, gpt_runs, site):
     """precision=bf16 is FSDP2's MixedPrecisionPolicy: parameters all-gathered (and computed)
     in bf16, half the bytes of fp32's; gradients reduced in fp32; the weights stay fp32."""
-    train(tmp_path, *GPT, *layout("fsdp"), "precision=bf16", site=site)
+    # bytes per step and dtypes: one epoch (2 steps), saved at its end only, says them all
+    short = ["trainer.max_epochs=1", "checkpoint.every_n_steps=null"]
+    train(tmp_path, *GPT, *layout("fsdp"), "precision=bf16", *short, site=site)
     done, fp32 = summary(tmp_path), summary(gpt_runs("fsdp"))
     assert done["plugins"]["strategy"]["mixed_precision"] == "torch.bfloat16"
     assert done["precision"]["fsdp_param_dtype"] == "bfloat16"
@@ -310,7 +312,7 @@ def test_bf16_and_fp8_under_fsdp_gather_fewer_bytes(tmp_path, gpt_runs, site):
     # precision=fp8 (emulated on CPU: float8 casts, fp32 matmuls): the float8 layers' weights
     # are all-gathered in float8, a quarter of fp32's bytes (the first and last layer in bf16)
     fp8 = tmp_path / "fp8"
-    train(fp8, *GPT, *layout("fsdp"), "precision=fp8", "precision.emulate=true", site=site)
+    train(fp8, *GPT, *layout("fsdp"), "precision=fp8", "precision.emulate=true", *short, site=site)
     assert summary(fp8)["precision"]["fp8"]["converted"]
     gathered = summary(fp8)["per_rank"][0]["all_gather_bytes_per_step"]
     assert gathered < half["all_gather_bytes_per_step"] * 0.75
