@@ -91,6 +91,7 @@ class WeightAverage:
         self.cast = ([e for e, c in zip(self.ema, cast, strict=True) if c],
                      [t for t, c in zip(self.live, cast, strict=True) if c])  # fmt: skip
         self.backup: list[torch.Tensor] | None = None
+        self.fsdp = fsdp_modules(module)
 
     @torch.no_grad()
     def update(self, decay: float) -> None:
@@ -106,6 +107,7 @@ class WeightAverage:
         self.sync_buffers()
         self.backup = [t.clone() for t in self.live]
         torch._foreach_copy_(self.live, self.ema)
+        reshard(self.fsdp)
 
     @torch.no_grad()
     def swap_out(self) -> None:
@@ -113,6 +115,7 @@ class WeightAverage:
         if self.backup is not None:
             torch._foreach_copy_(self.live, self.backup)
             self.backup = None
+            reshard(self.fsdp)
 
     @torch.no_grad()
     def sync_buffers(self) -> None:
@@ -137,6 +140,21 @@ class WeightAverage:
             )
         for name, i in self.names.items():
             self.ema[i].copy_(shard_like(weights[name], self.averaged[i]))
+
+
+def fsdp_modules(module: torch.nn.Module) -> list:
+    """The FSDP2 modules in ``module``: those that may hold gathered copies of the weights."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in module.modules() if isinstance(m, FSDPModule)]
+
+
+def reshard(modules: list) -> None:
+    """Free FSDP2's gathered (unsharded) weights, so the next forward gathers the shards as
+    they are now: the root module keeps its gathered weights after a forward without a
+    backward (a validation), which would otherwise be the previous weights."""
+    for module in modules:
+        module.reshard()
 
 
 def _ema_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -182,15 +182,16 @@ def test_ddp_ema_equals_one_process_on_the_whole_batch(tmp_path, mlp_reference):
 
 
 def test_fsdp_sharded_ema_saves_resumes_and_consolidates_as_one_process(tmp_path, crash_site):
-    """FSDP x2 killed in micro-batch 3 (epoch 2), resumed from step 2's sharded checkpoint."""
+    """FSDP x2 killed in micro-batch 4 (epoch 2), resumed from step 3's sharded checkpoint:
+    step 3 trained after a validation on the EMA weights."""
     reference = tmp_path / "one"
     train_in_process(reference, [*GPT, "data.batch_size=16"])
     run = tmp_path / "fsdp"
     fsdp = [*GPT, "strategy=fsdp", "trainer.devices=2", "data.batch_size=8"]
-    killed = train_cli(run, *fsdp, site=crash_site, ok=False, crash={"CRASH_AT_MICRO_BATCH": "3"})
+    killed = train_cli(run, *fsdp, site=crash_site, ok=False, crash={"CRASH_AT_MICRO_BATCH": "4"})
     assert killed.returncode in (-signal.SIGKILL, 1, 137), killed.stderr[-3000:]
     saved = newest(run)
-    assert saved.is_dir() and saved.name.endswith("step00000002.ckpt")
+    assert saved.is_dir() and saved.name.endswith("step00000003.ckpt")
     meta = load(saved / sharded.META, verify_checksum=False)
     assert meta["tuneup"]["ema"]["model_shaped"] == sharded.IN_SHARDS  # the shards hold it
 
