@@ -32,10 +32,9 @@ from tuneup.trainer.state.checkpoints import list_checkpoints
 
 EMA = ["ema=on", "ema.decay=0.8", "ema.every_n_steps=2", "trainer.accelerator=cpu",
        "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=1"]  # fmt: skip
-#: 2 epochs of 8 steps (256 samples, a global batch of 32).
+#: 8 steps (256 samples, a global batch of 32).
 MLP = ["model=mlp", "model.hidden=[32]", "data.train_samples=256", "data.val_samples=64",
-       "data.batch_size=32",
-       "trainer.max_epochs=2", *EMA]  # fmt: skip
+       "data.batch_size=32", "trainer.max_epochs=1", *EMA]  # fmt: skip
 #: 2 epochs of 2 steps (32 samples, a global batch of 16), as tests/test_model_parallel.py.
 GPT = ["model=gpt", "model.layers=2", "model.width=16", "model.heads=4", "data=synthetic_tokens",
        "data.context=8", "data.train_samples=32", "data.val_samples=16", "data.vocab_size=64",
@@ -158,17 +157,17 @@ def test_validation_runs_on_the_ema_weights_batchnorm_statistics_included(tmp_pa
 
 
 def test_ema_resumes_bit_for_bit_after_kill_9(tmp_path, crash_site, mlp_reference):
-    """Killed in micro-batch 11 (epoch 2): resumed from step 10, between two EMA updates."""
+    """Killed in micro-batch 6: resumed mid-epoch from step 5, between two EMA updates."""
     killed = train_cli(tmp_path, *MLP, site=crash_site, ok=False,
-                       crash={"CRASH_AT_MICRO_BATCH": "11"})  # fmt: skip
+                       crash={"CRASH_AT_MICRO_BATCH": "6"})  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    assert newest(tmp_path).name.endswith("step00000010.ckpt")
+    assert newest(tmp_path).name.endswith("step00000005.ckpt")
     train_in_process(tmp_path, [*MLP, "resume=auto"])  # as the user's command, one thread
     got, expected = ema_of(newest(tmp_path)), ema_of(newest(mlp_reference))
     assert got.keys() == expected.keys()
     for name, value in expected.items():
         assert torch.equal(got[name], value), f"{name} differs from the uninterrupted run"
-    assert load(newest(tmp_path))["tuneup"]["ema"]["updates"] == 8
+    assert load(newest(tmp_path))["tuneup"]["ema"]["updates"] == 4
 
 
 # -- DDP x2 and FSDP2 x2 -----------------------------------------------------------------------
