@@ -9,7 +9,7 @@ from tuneup.trainer.runner import ConfigError, run
     ("overrides", "expected"),
     [
         (["+optimizer.lrr=0.1"], "optimizer.lrr is not a setting of optimizer=sgd; its settings "
-         "are: lr, momentum, nesterov, weight_decay"),
+         "are: clip_grad_norm, lr, momentum, nesterov, weight_decay"),
         (["+model.widht=4"], "model.widht is not a setting of model=small_resnet; its settings "
          "are: blocks, width"),
         (["+scheduler.warmup=5"], "scheduler.warmup is not a setting of scheduler=cosine"),

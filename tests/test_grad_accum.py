@@ -100,8 +100,8 @@ def test_lr_schedule_steps_once_per_optimizer_step(train, add_plugin):
 @pytest.mark.parametrize(
     ("overrides", "expected"),
     [
-        (["grad_accum.global_batch_size=100"], "expected a multiple of data.batch_size x world "
-         "size = 32 x 1 = 32 (e.g. 96 or 128)"),
+        (["grad_accum.global_batch_size=100"], "expected a multiple of data.batch_size x "
+         "data-parallel processes = 32 x 1 = 32 (e.g. 96 or 128)"),
         (["grad_accum.steps=2", "grad_accum.global_batch_size=128"],
          "grad_accum.steps=2 and grad_accum.global_batch_size=128 disagree"),
         (["+trainer.accumulate_grad_batches=4"], "trainer.accumulate_grad_batches=4 conflicts "

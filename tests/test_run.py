@@ -50,7 +50,7 @@ def test_summary_figures_are_consistent(train):
         ("data.batch_size=0", ["data.batch_size=0", "an integer >= 1"]),
         ("trainer.max_steps=abc", ["trainer.max_steps='abc'", "an integer >= 1 or -1"]),
         ("optimizer.lr=-1", ["optimizer.lr=-1", "a number > 0"]),
-        ("model=nope", ["model/nope", "small_resnet", "mlp"]),
+        ("model=nope", ["model=nope is not an option of model", "small_resnet", "mlp"]),
         ("trainer.accelerator=tpu", ["trainer.accelerator='tpu'", "'cpu'", "'gpu'"]),
     ],
 )
