@@ -477,6 +477,9 @@ class Plugin:
             "tf32": self._tf32_state(choice),
             "loss_scaler": scaler,
         }
+        env = self.env or Environment.from_config(self.cfg)
+        if not env.is_cuda and choice.ran_as in ("fp16", "fp16-true"):  # autotune skips it
+            described["effect"] = f"slower: {slow_on_cpu(choice, env)}"
         if choice.ran_as == "fp8":
             keys = ("recipe", "skip_first_last", "skip", "require_compile", "emulate")
             described["fp8"] = OmegaConf.to_container(OmegaConf.masked_copy(self.settings, keys))

@@ -41,7 +41,7 @@ from tuneup.autotune import batch as batches
 from tuneup.autotune.guard import loss_gap, rejection
 from tuneup.autotune.interval import FASTER, NOISE, SLOWER, Interval, can_still_win, paired
 from tuneup.autotune.settings import BATCH, Settings
-from tuneup.autotune.space import Candidate, Checks, why_not
+from tuneup.autotune.space import Candidate, Checks, half_weights, why_not
 from tuneup.autotune.trials import Lab, Trial
 
 BASELINE = "baseline"
@@ -163,7 +163,8 @@ class Search:
         kept, inspected = [], {}
         for candidate in candidates:
             inspection = self.checks.inspect(self.recipe + candidate.overrides)
-            why = why_not(inspection, reference, inspected, candidate.changes_precision)
+            why = half_weights(inspection, reference, self.settings.allow_half_weights)
+            why = why or why_not(inspection, reference, inspected, candidate.changes_precision)
             if why is not None:
                 verdict, reason = why
                 self.outcomes.append(

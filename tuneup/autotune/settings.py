@@ -17,6 +17,7 @@ from tuneup import TuneupError
 #: checkpointing, tried with the larger batch it lets fit), tuneup/autotune/batch.py.
 BATCH = "batch_size"
 LR_RULES = ("linear", "sqrt", "keep")
+OBJECTIVES = ("throughput", "time_to_target")
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,12 @@ class Settings:
     memory_headroom: float = 0.2
     lr_rule: str = "linear"
     probe_steps: int = 3
+    allow_half_weights: bool = False
+    objective: str = "throughput"
+    seeds: int = 2
+    race_margin: float = 1.5
     dimensions: tuple[str, ...] = ()
+    race_dimensions: tuple[str, ...] = ()
     space: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
 
     @classmethod
@@ -48,6 +54,7 @@ class Settings:
         values = OmegaConf.to_container(node, resolve=True)
         space = values.pop("space", None) or {}
         dimensions = tuple(values.pop("dimensions", None) or ())
+        race_dimensions = tuple(values.pop("race_dimensions", None) or ())
         unknown = sorted(set(values) - set(cls.__dataclass_fields__))
         if unknown:
             raise TuneupError(
@@ -57,6 +64,7 @@ class Settings:
         settings = cls(
             **values,
             dimensions=dimensions,
+            race_dimensions=race_dimensions,
             space={str(k): [tuple(shlex.split(str(c))) for c in v or []] for k, v in space.items()},
         )
         settings.check()
@@ -86,16 +94,21 @@ class Settings:
             ),
             "lr_rule": (self.lr_rule in LR_RULES, " | ".join(LR_RULES)),
             "probe_steps": (_whole(self.probe_steps, 2), "an integer >= 2"),
+            "allow_half_weights": (isinstance(self.allow_half_weights, bool), "true | false"),
+            "objective": (self.objective in OBJECTIVES, " | ".join(OBJECTIVES)),
+            "seeds": (_whole(self.seeds, 2), "an integer >= 2 (one seed: no interval)"),
+            "race_margin": (_number(self.race_margin, 1), "a number >= 1"),
         }
         found = [
             f"autotune.{key}={getattr(self, key)!r} is not allowed: expected {allowed}"
             for key, (ok, allowed) in rules.items()
             if not ok
         ]
-        for name in self.dimensions:
+        for key, name in [*(("dimensions", d) for d in self.dimensions),
+                          *(("race_dimensions", d) for d in self.race_dimensions)]:  # fmt: skip
             if name != BATCH and name not in self.space:
                 found.append(
-                    f"autotune.dimensions has {name!r}, which autotune.space does not define; "
+                    f"autotune.{key} has {name!r}, which autotune.space does not define; "
                     f"the dimensions defined are: {', '.join([*self.space, BATCH])}"
                 )
         if found:

@@ -9,8 +9,9 @@ installed plugins' groups apply) and checked as the run itself checks it:
 ``check(cfg, env, plan)``. Nothing is built but the data module and the model on the meta
 device. A candidate that does not compose or that the checks refuse is never launched.
 
-Nor is one that would change nothing on this machine, in the plugins' own words
-(``describe()``): a plugin that says ``effect: none ...`` (cudnn_benchmark off CUDA), or a
+Nor is one that would change nothing on this machine, or lose, in the plugins' own words
+(``describe()``): a plugin that says ``effect: none ...`` (cudnn_benchmark off CUDA) or
+``effect: slower ...`` (precision=fp16 on a CPU: about 75x a float32 step), or a
 precision that runs as one already tried (``ran_as``: tf32 runs as fp32 on a CPU, amp as
 bf16 where bf16 is supported).
 """
@@ -106,6 +107,8 @@ def why_not(
         effect = (settings or {}).get("effect") if isinstance(settings, dict) else None
         if isinstance(effect, str) and effect.startswith("none"):
             return SKIPPED, f"{name}: {effect}"
+        if isinstance(effect, str) and effect.startswith("slower"):  # its check predicts a loss
+            return SKIPPED, f"predicted to lose, {name}: {effect}"
     ran_as = candidate.ran_as if precision else None
     if ran_as is not None and ran_as == reference.ran_as:
         why = (candidate.effects.get("precision") or {}).get("why")
@@ -118,6 +121,26 @@ def why_not(
         alike = _plugins_only(candidate, other) and _effective(candidate) == _effective(other)
         if alike or (ran_as and ran_as == other.ran_as):
             return SKIPPED, f"runs as `{label}` does here, which is tried"
+    return None
+
+
+def half_weights(candidate: Inspection, reference: Inspection, allowed: bool):
+    """(skipped, why) for a candidate that trains pure half weights (bf16-true, fp16-true: no
+    float32 master weights) where the recipe so far does not, unless the user opted in with
+    ``autotune.allow_half_weights=true``. Updates smaller than half a unit in the last place
+    of a half weight are lost (bfloat16 keeps 8 bits of mantissa: an update under 1/256 of
+    the weight rounds away), so the loss drifts late in a run, when updates are small: a
+    trial's few steps of loss curve cannot see it."""
+    if allowed or candidate.config is None:
+        return None
+    mine = candidate.config.get("precision", {}).get("name")
+    theirs = "" if reference.config is None else reference.config.get("precision", {}).get("name")
+    if str(mine).endswith("-true") and not str(theirs).endswith("-true"):
+        return SKIPPED, (
+            f"precision={mine} trains pure half weights (no fp32 master weights): small updates "
+            "round away late in a run, which a trial's short loss check cannot see; opt in "
+            "with autotune.allow_half_weights=true"
+        )
     return None
 
 

@@ -26,6 +26,8 @@ from omegaconf import OmegaConf
 
 from tuneup import TuneupError
 from tuneup.autotune import projection as projections
+from tuneup.autotune.race import TIME_TO_TARGET, RaceSearch, race_settings
+from tuneup.autotune.race_report import build_race_record, render_race_markdown
 from tuneup.autotune.recipe import RELATIVE_PATH, recipe_overrides, write_recipe
 from tuneup.autotune.record import build_record, write_record
 from tuneup.autotune.search import Budget, Search
@@ -53,14 +55,19 @@ class Autotune:
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        trial = trial_settings(self.settings.trial_steps)
+        race = self.settings.objective == TIME_TO_TARGET
+        trial = race_settings() if race else trial_settings(self.settings.trial_steps)
         checks = Checks(lambda overrides: self.compose([*command, *trial, *overrides]))
         lab = Lab(self.launcher, sweep_dir, command, self.settings.trial_steps)
         budget = Budget(self.settings.budget_seconds)
         log.info("autotune: budget %g min, trials of %d steps, into %s",
                  self.settings.budget_minutes, self.settings.trial_steps, sweep_dir)  # fmt: skip
         with user_errors():
-            search = Search(self.settings, lab, checks, budget).run()
+            if race:
+                seed = int(self.compose(command).get("seed") or 0)
+                search = RaceSearch(self.settings, lab, checks, budget, seed).run()
+            else:
+                search = Search(self.settings, lab, checks, budget).run()
         self.answer(search, command, sweep_dir)
         return search
 
@@ -83,6 +90,13 @@ class Autotune:
             "file": str(RELATIVE_PATH),
             "command": f"tuneup --config-dir {shlex.quote(str(path.parents[1]))} experiment=recipe",
         }
+        if isinstance(search, RaceSearch):  # time to target: no speed-up figure, no projection
+            record = build_race_record(search, command, recipe)
+            write_record(sweep_dir, record)
+            (sweep_dir / MARKDOWN_FILE).write_text(render_race_markdown(record, sweep_dir))
+            log.info("autotune: %s, %s", path, sweep_dir / MARKDOWN_FILE)
+            log.info("autotune: the full run: %s", recipe["command"])
+            return
         record = build_record(search, command, recipe, self.projection(search, command))
         write_record(sweep_dir, record)
         (sweep_dir / MARKDOWN_FILE).write_text(render_markdown(record, sweep_dir))

@@ -40,10 +40,15 @@ def trial_settings(steps: int, limit_s: float | None = None) -> list[str]:
         "measure.console_table=false",  # dozens of trials: one line each (summary.json has it)
     ]
     if limit_s is not None:
-        minutes, seconds = divmod(math.ceil(limit_s), 60)
-        hours, minutes = divmod(minutes, 60)
-        found.append(f"++trainer.max_time=00:{hours:02d}:{minutes:02d}:{seconds:02d}")
+        found.append(max_time(limit_s))
     return found
+
+
+def max_time(limit_s: float) -> str:
+    """Lightning's ``trainer.max_time`` (whole seconds, rounded up) as an override."""
+    minutes, seconds = divmod(math.ceil(limit_s), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"++trainer.max_time=00:{hours:02d}:{minutes:02d}:{seconds:02d}"
 
 
 @dataclass
@@ -88,10 +93,17 @@ class Lab:
         self.trials: list[Trial] = []
 
     def run(
-        self, label: str, overrides: tuple[str, ...], steps: int | None = None, limit_s=None
+        self,
+        label: str,
+        overrides: tuple[str, ...],
+        steps: int | None = None,
+        limit_s=None,
+        settings: list[str] | None = None,
     ) -> Trial:
+        """``settings``: what makes the run a trial, if not :func:`trial_settings` (a race's)."""
         job = len(self.trials)
-        line = [*self.command, *trial_settings(steps or self.steps, limit_s), *overrides]
+        own = trial_settings(steps or self.steps, limit_s) if settings is None else settings
+        line = [*self.command, *own, *overrides]
         started = time.monotonic()
         [returned] = self.launcher.launch([line], initial_job_idx=job)
         seconds = time.monotonic() - started
