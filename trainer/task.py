@@ -39,7 +39,11 @@ CHOICES = ("auto", "classification", "next_token", "model_loss")
 def classification_loss(
     logits: torch.Tensor, target: torch.Tensor, label_smoothing: float = 0.0
 ) -> torch.Tensor:
-    """Cross-entropy with the classes on dim 1 (``[B, C]``, or ``[B, C, H, W]`` per pixel)."""
+    """Cross-entropy with the classes on dim 1 (``[B, C]``, or ``[B, C, H, W]`` per pixel).
+    ``target``: class indices, or float probabilities shaped as ``logits`` (soft labels, e.g.
+    from mixup or cutmix: plugins/augment.py)."""
+    if target.is_floating_point():
+        return F.cross_entropy(logits.float(), target.float(), label_smoothing=label_smoothing)
     if logits.dim() == 2:  # the same kernel as next_token's: bitwise the loss it always was
         return next_token_loss(logits, target, label_smoothing)
     return F.cross_entropy(logits.float(), target, label_smoothing=label_smoothing)
@@ -71,6 +75,8 @@ class Task:
         return ("val/loss",) if self.model_loss else ("val/loss", "val/acc")
 
     def accuracy(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        if target.is_floating_point():  # soft labels: their most probable class
+            target = target.argmax(self.class_dim)
         return (logits.argmax(self.class_dim) == target).float().mean()
 
 

@@ -7,6 +7,8 @@ synthetic_images    images   :mod:`tuneup.zoo.data.images` (default, built in)
 imagefolder         images   :mod:`tuneup.zoo.data.images` (``root/train``, ``root/val``)
 synthetic_tokens    tokens   :mod:`tuneup.zoo.data.tokens` (a learnable Markov chain)
 textfile            tokens   :mod:`tuneup.zoo.data.tokens` (bytes of any text file)
+digits              images   :mod:`tuneup.zoo.data.digits` (scikit-learn's handwritten digits)
+python_source       tokens   :mod:`tuneup.zoo.data.python_source` (the standard library's .py files)
 shards              either   :mod:`tuneup.zoo.data.shards` (what ``tuneup-shards`` wrote)
 ==================  =======  ===============================================
 
@@ -19,7 +21,9 @@ loader as uint8 and finish each batch on the training device
 from __future__ import annotations
 
 from tuneup.trainer.datamodule import DataModule
+from tuneup.zoo.data.digits import Digits
 from tuneup.zoo.data.images import ImageFolder, SyntheticImages
+from tuneup.zoo.data.python_source import PythonSource
 from tuneup.zoo.data.shards import Shards
 from tuneup.zoo.data.tokens import SyntheticTokens, TextFile
 
@@ -28,6 +32,8 @@ DATA: dict[str, type[DataModule]] = {
     "imagefolder": ImageFolder,
     "synthetic_tokens": SyntheticTokens,
     "textfile": TextFile,
+    "digits": Digits,
+    "python_source": PythonSource,
     "shards": Shards,
 }
 
@@ -58,6 +64,6 @@ def build_data(cfg, plugins=None) -> DataModule:
 
 
 __all__ = [
-    "DATA", "DataModule", "ImageFolder", "Shards", "SyntheticImages", "SyntheticTokens", "TextFile",
+    "DATA", "DataModule", "Digits", "ImageFolder", "PythonSource", "Shards", "SyntheticImages", "SyntheticTokens", "TextFile",
     "build_data", "check_data",
 ]  # fmt: skip
