@@ -39,6 +39,7 @@ from tuneup.autotune.space import Candidate
 from tuneup.autotune.trials import Trial, max_time
 
 TIME_TO_TARGET = "time_to_target"
+NO_TARGET = ("target.metric=null", "target.value=null")
 
 
 def race_settings(limit_s: float | None = None) -> list[str]:
@@ -114,6 +115,21 @@ def time_interval(times: list[float], confidence: float) -> dict | None:
             "seeds": len(times), "confidence": confidence}  # fmt: skip
 
 
+class Probes:
+    """The lab as batch.py's memory probes see it: short trials without validation, so
+    without the target (the target plugin needs validation)."""
+
+    def __init__(self, lab) -> None:
+        self.lab = lab
+
+    @property
+    def trials(self) -> list[Trial]:
+        return self.lab.trials
+
+    def run(self, label, overrides, steps=None, limit_s=None) -> Trial:
+        return self.lab.run(label, (*overrides, *NO_TARGET), steps, limit_s)
+
+
 class RaceSearch(Search):
     """The search for ``autotune.objective=time_to_target`` (the module docstring)."""
 
@@ -145,7 +161,11 @@ class RaceSearch(Search):
                 self.not_tried(dimension, "the budget ran out before this dimension")
                 continue
             if dimension == BATCH:
-                candidates = batches.BatchSearch(self).candidates()
+                lab, self.lab = self.lab, Probes(self.lab)
+                try:
+                    candidates = batches.BatchSearch(self).candidates()
+                finally:
+                    self.lab = lab
             else:
                 space = self.settings.space[dimension]
                 candidates = [Candidate(dimension, overrides) for overrides in space]

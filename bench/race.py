@@ -1,0 +1,111 @@
+"""The race on CPU: baseline vs the best hand-made recipe vs autotune's pick, time to target.
+
+Two real data sets that ship with every install (nothing downloaded):
+
+- ``data=digits`` (scikit-learn's handwritten digits), a small MLP, to val/acc >= 0.95;
+- ``data=python_source`` (the standard library's own .py files), a 2-block GPT, to
+  val/loss <= 3.1.
+
+For each: autotune's pick comes from ``experiment=autotune autotune.objective=time_to_target``
+(its own seeds 0 and 1); then the baseline, the hand-made recipe and the pick are each run
+to the target (``target.stop=true``) in the seeds given (default 10, 11, 12: not the seeds
+the autotune chose on), one ``tuneup -m seed=...`` sweep each, and the table gives each
+one's time to target and samples to target per seed. Prints a markdown table.
+
+    python bench/race.py                     # about 5 minutes on 2 CPU cores
+    python bench/race.py --seeds 10 11 12 13 --tasks digits
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = ["checkpoint=off", "trainer.enable_progress_bar=false", "measure.console_table=false"]
+
+TASKS = {
+    "digits": {
+        "command": ["data=digits", "model=mlp", "model.hidden=[64]", "data.image_size=8",
+                    "data.channels=1", "trainer.max_epochs=30", "target.metric=val/acc",
+                    "target.value=0.95", "target.check_every_n_steps=5"],
+        "hand": ["optimizer.lr=0.2", "label_smoothing=on", "ema=on"],
+        "dimensions": "[optimizer,batch_size,label_smoothing,ema]",
+    },
+    "python_source": {
+        "command": ["data=python_source", "model=gpt", "model.layers=2", "model.width=64",
+                    "data.context=64", "data.max_bytes=300000", "data.val_samples=64",
+                    "data.batch_size=32", "optimizer=adamw", "trainer.max_steps=300",
+                    "trainer.max_epochs=-1", "target.metric=val/loss", "target.value=3.1",
+                    "target.check_every_n_steps=10"],
+        "hand": ["optimizer.lr=0.003"],
+        "dimensions": "[optimizer,batch_size,ema]",
+    },
+}  # fmt: skip
+
+
+def tuneup(args: list[str]) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True,
+                          text=True, cwd=ROOT)  # fmt: skip
+    if done.returncode:
+        raise SystemExit(f"failed: {shlex.join(args)}\n{done.stderr[-2000:]}")
+
+
+def autotune_pick(task: dict, folder: Path, minutes: float) -> list[str]:
+    sweep = folder / "autotune"
+    tuneup(["-m", "experiment=autotune", "autotune.objective=time_to_target",
+            f"autotune.race_dimensions={task['dimensions']}", f"autotune.budget_minutes={minutes}",
+            f"hydra.sweep.dir={sweep}", *task["command"]])  # fmt: skip
+    return json.loads((sweep / "autotune.json").read_text())["recipe"]["found"]
+
+
+def race(task: dict, extra: list[str], seeds: list[int], folder: Path) -> list[dict]:
+    seeds_arg = "seed=" + ",".join(map(str, seeds))
+    tuneup(["-m", seeds_arg, f"hydra.sweep.dir={folder}", *task["command"], *extra,
+            "target.stop=true", *QUIET])  # fmt: skip
+    return [json.loads((folder / str(i) / "summary.json").read_text()) for i in range(len(seeds))]
+
+
+def cell(summaries: list[dict], key: str, digits: int) -> str:
+    values = [s.get(key) for s in summaries]
+    shown = ", ".join("not reached" if v is None else f"{v:.{digits}f}" for v in values)
+    reached = [v for v in values if v is not None]
+    median = f"{statistics.median(reached):.{digits}f}" if len(reached) == len(values) else "-"
+    return f"{median} ({shown})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[10, 11, 12])
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
+    parser.add_argument("--autotune-minutes", type=float, default=1.0)
+    parser.add_argument("--out", help="keep the runs here (default: a temporary folder)")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = args.out or tmp
+        for name in args.tasks:
+            task, folder = TASKS[name], Path(tmp) / name
+            pick = autotune_pick(task, folder, args.autotune_minutes)
+            for who, extra in (("baseline", []), ("hand-made", task["hand"]),
+                               ("autotune's pick", pick)):  # fmt: skip
+                found = race(task, extra, args.seeds, folder / who[:4])
+                rows.append((name, who, " ".join(extra) or "-", found))
+    print(f"seeds {', '.join(map(str, args.seeds))}; median (per seed)\n")
+    print("| data | run | overrides | time to target, s | samples to target | steps |")
+    print("|---|---|---|---:|---:|---:|")
+    for name, who, extra, found in rows:
+        print(f"| {name} | {who} | `{extra}` | {cell(found, 'time_to_target_s', 2)} | "
+              f"{cell(found, 'samples_to_target', 0)} | {cell(found, 'steps_to_target', 0)} |")  # fmt: skip
+    for name in args.tasks:
+        print(f"\n{name}: `{' '.join(TASKS[name]['command'])}`")
+
+
+if __name__ == "__main__":
+    main()
