@@ -57,12 +57,13 @@ def tuneup(args: list[str]) -> None:
         raise SystemExit(f"failed: {shlex.join(args)}\n{done.stderr[-2000:]}")
 
 
-def autotune_pick(task: dict, folder: Path, minutes: float) -> list[str]:
+def autotune_pick(task: dict, folder: Path, minutes: float) -> tuple[list[str], dict]:
     sweep = folder / "autotune"
     tuneup(["-m", "experiment=autotune", "autotune.objective=time_to_target",
             f"autotune.race_dimensions={task['dimensions']}", f"autotune.budget_minutes={minutes}",
             f"hydra.sweep.dir={sweep}", *task["command"]])  # fmt: skip
-    return json.loads((sweep / "autotune.json").read_text())["recipe"]["found"]
+    recipe = json.loads((sweep / "autotune.json").read_text())["recipe"]
+    return recipe["found"], recipe["time_to_target"]["interval"]
 
 
 def race(task: dict, extra: list[str], seeds: list[int], folder: Path) -> list[dict]:
@@ -87,12 +88,16 @@ def main() -> None:
     parser.add_argument("--autotune-minutes", type=float, default=1.0)
     parser.add_argument("--out", help="keep the runs here (default: a temporary folder)")
     args = parser.parse_args()
-    rows = []
+    rows, notes = [], []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = args.out or tmp
         for name in args.tasks:
             task, folder = TASKS[name], Path(tmp) / name
-            pick = autotune_pick(task, folder, args.autotune_minutes)
+            pick, stated = autotune_pick(task, folder, args.autotune_minutes)
+            notes.append(
+                f"{name}: autotune's own figure for its pick (seeds 0, 1): "
+                f"{stated['estimate']:.2f} s [{stated['low']:.2f}, {stated['high']:.2f}]"
+            )
             for who, extra in (("baseline", []), ("hand-made", task["hand"]),
                                ("autotune's pick", pick)):  # fmt: skip
                 found = race(task, extra, args.seeds, folder / who[:4])
@@ -105,6 +110,7 @@ def main() -> None:
               f"{cell(found, 'samples_to_target', 0)} | {cell(found, 'steps_to_target', 0)} |")  # fmt: skip
     for name in args.tasks:
         print(f"\n{name}: `{' '.join(TASKS[name]['command'])}`")
+    print("", *notes, sep="\n")
 
 
 if __name__ == "__main__":
