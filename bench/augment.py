@@ -13,7 +13,10 @@ reflection), each way:
 Also mixup and cutmix (tuneup's, per-sample weights) for their cost beside them. Fastest
 of ``--repeats`` timed calls after ``--warmup``; on CUDA each call is synchronised.
 
-    python bench/augment.py                  # CPU (the table in docs/benchmarks.md)
+Then (``--sizes``) what progressive resizing saves: one training step (forward, backward, SGD)
+of ``model=small_resnet`` (its defaults: width 16, blocks [1, 1, 1]) on ``--batch`` images at each side, in ms.
+
+    python bench/augment.py                  # CPU (the tables in docs/benchmarks.md)
     python bench/augment.py --device cuda --batch 1024
 """
 
@@ -62,6 +65,7 @@ def main() -> None:
     parser.add_argument("--translate", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--sizes", default="16,24,32", help="sides for the step-time table")
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.manual_seed(0)
@@ -88,6 +92,26 @@ def main() -> None:
     print("| operation | ms per batch |\n|---|---:|")
     for name, fn in rows.items():
         print(f"| {name} | {timed(fn, args.repeats, args.warmup, device):.3f} |")
+    step_times(args, device)
+
+
+def step_times(args, device: torch.device) -> None:
+    """One small_resnet training step per image side: what a smaller side saves."""
+    from tuneup.zoo.models.small import SmallResNet
+
+    model = SmallResNet(in_channels=3, num_classes=10, width=16, blocks=[1, 1, 1]).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    labels = torch.randint(10, (args.batch,), device=device)
+    print(f"\n| side | small_resnet step, ms (batch {args.batch}) |\n|---:|---:|")
+    for side in (int(s) for s in args.sizes.split(",")):
+        images = torch.randn(args.batch, 3, side, side, device=device)
+
+        def step(images=images):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(images), labels).backward()
+            optimizer.step()
+
+        print(f"| {side} | {timed(step, max(5, args.repeats // 10), 2, device):.1f} |")
 
 
 if __name__ == "__main__":

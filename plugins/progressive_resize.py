@@ -14,9 +14,8 @@ Under ``compile=on`` a new size is a new input shape: torch.compile recompiles. 
 schedule has few sizes (a multiple of ``step`` each: ``sizes`` in the summary), dynamo's
 recompile limit is raised to hold them all, and the summary counts the graphs compiled
 after the first training step (``progressive_resize.recompiles``, from
-``torch._dynamo.utils.counters``). With ``compile.dynamic=null`` dynamo compiles one
-graph with a dynamic size at the second size and stops recompiling; ``dynamic=false``
-compiles one graph per size.
+``torch._dynamo.utils.counters``): at most one per new size (2 for the sizes 16, 24, 32
+on a CPU with the default ``compile.dynamic=null``).
 
 The size of each step is in the summary (``image_size_schedule``: the step at which each
 size began) and in the logged metrics (``train/image_size``).
