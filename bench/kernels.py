@@ -70,7 +70,7 @@ SMOKE_SIZES = dict(
     head_vocab=[50],
     chunk_sizes=[8],
     opt_width=16,
-    opt_layers=2,
+    opt_layers=1,
     opt_vocab=40,
     fp8_shapes=[(32, 16, 32)],
 )

@@ -29,7 +29,7 @@ def test_smoke_run_prints_every_row_and_target(capsys):
     for optimizer in ("Lamb", "Lars"):
         for variant in ("tuneup fused (Triton)", "eager per-parameter", "torch._foreach",
                         "torch.compile of the eager loop"):  # fmt: skip
-            assert f"{optimizer} step, 37 tensors, 0M fp32 | {variant} | step |" in out
+            assert f"{optimizer} step, 21 tensors, 0M fp32 | {variant} | step |" in out
     for variant in ("bf16", "float8 tensorwise", "float8 rowwise"):
         assert f"| linear 32x16->32 | {variant} | fwd+bwd |" in out
     assert out.count("| n/a (smoke) |") == 8  # the targets, checked on a GPU
