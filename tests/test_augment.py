@@ -65,8 +65,16 @@ def mixup_resize_run(tmp_path_factory):
 
     import tuneup
 
-    cfg = compose_config(["augment=mixup", "progressive_resize=on",
-                          "progressive_resize.start_size=16", "memory_format=channels_last"])  # fmt: skip
+    cfg = compose_config(
+        [
+            "augment=mixup",
+            "progressive_resize=on",
+            "progressive_resize.start_size=16",
+            "memory_format=channels_last",
+            "compile=on",
+            "compile.backend=eager",
+        ]
+    )  # fmt: skip  (dynamo: shapes)
     out = tmp_path_factory.mktemp("race") / "run"
     tuneup.run(cfg, run_dir=out)
     return json.loads((out / "summary.json").read_text())
@@ -82,6 +90,10 @@ def test_run_follows_the_schedule_and_augments_training_only(mixup_resize_run):
     ]
     assert [(e["step"], e["size"]) for e in summary["image_size_schedule"]] == began
     assert summary["plugins"]["augment"]["augmented_batches"] == steps  # no validation batch
+    # under compile=on each new size is a new shape: recompiles counted, at most one per size
+    resize = summary["plugins"]["progressive_resize"]
+    assert resize["sizes"] == [16, 24, 32] and resize["recompile_bound"] == 2
+    assert 1 <= summary["recompiles"] == resize["recompiles"] <= resize["recompile_bound"]
     assert 0 <= summary["val"]["acc"] <= 1  # validated at full size on hard labels
 
 
