@@ -122,7 +122,7 @@ def test_gpt_learns_synthetic_tokens(train):
     ("overrides", "expected"),
     [
         (["model=gpt"], "model=gpt reads tokens but data=synthetic_images gives images; use "
-         "data=synthetic_tokens or data=textfile"),
+         "data=python_source or data=synthetic_tokens or data=textfile"),
         (["data=synthetic_tokens"], "model=small_resnet reads images but data=synthetic_tokens"),
         (["model=gpt", "data=synthetic_tokens", "model.heads=3"],
          "model.width=128 is not divisible by model.heads=3"),
