@@ -444,7 +444,7 @@ def _rounded(value: float) -> float:
 
 def _batch_size(batch) -> int:
     """Samples in a batch: the length of its first tensor (a tuple, list or dict batch)."""
-    from tuneup.trainer.components import first_tensor
+    from tuneup.trainer.batches import first_tensor
 
     first = first_tensor(batch)
     return len(first) if first is not None else 0

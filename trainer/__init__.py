@@ -9,6 +9,9 @@ plugin_manager         which plugins a run has (by config name, through entry po
 runner                 one run from a composed config: check -> build -> fit -> report
 components             what is trained: the zoo's models and data by name, or the user's
                        by ``_target_``; the run's :class:`~components.Plan`
+targets                the user's own model and data by ``_target_``: located, imported
+batches                what a batch looks like: first tensor, kind, meta copy
+pairing                whether the model reads the data and the task scores its output
 task                   how a model's output becomes a loss and a metric
 module                 the LightningModule that trains an ``nn.Module`` (a user's own
                        ``LightningModule`` trains as it is)

@@ -136,7 +136,7 @@ def first_samples(batch, n: int):
 def _count(plan, model, batch) -> float:
     """FLOPs per sample of one forward, loss and backward of ``model`` on ``batch``."""
     from tuneup.trainer import task as tasks
-    from tuneup.trainer.components import first_tensor
+    from tuneup.trainer.batches import first_tensor
 
     model.train()
     size = len(first_tensor(batch))  # FLOPs are linear in the batch

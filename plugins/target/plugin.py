@@ -7,7 +7,7 @@ import re
 import torch
 
 from tuneup import TuneupError, hookimpl
-from tuneup.trainer.components import first_tensor
+from tuneup.trainer.batches import first_tensor
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
 
 from .energy import EnergyCounter
