@@ -81,6 +81,7 @@ def test_plugins_list_shows_what_is_off_and_leaves_no_directory(tmp_path):
         switched["kernels"] == "on with: kernels=[cross_entropy] | kernels=[linear_cross_entropy]"
     )
     assert "compile" not in switched  # on: listed as active
+    assert switched["optuna_trial"] == "on with: hparams_search=optuna"
     assert not (tmp_path / "outputs").exists()  # Hydra's run directory: nothing was run there
 
 

@@ -330,7 +330,7 @@ def _switches(folders) -> dict[str, list[str]]:
     for folder in folders:
         for path in sorted(folder.rglob("*.yaml")):
             parts = path.relative_to(folder).parts
-            if len(parts) < 2 or parts[0] in ("hydra", "experiment", "hparams_search", "ablation"):
+            if len(parts) < 2 or parts[0] in ("hydra", "experiment", "ablation"):
                 continue
             for name in re.findall(r"(?m)^\s*plugin:\s*([\w-]+)", path.read_text(encoding="utf-8")):
                 group = "/".join(parts[:-1])
