@@ -60,8 +60,10 @@ class Autotune:
         checks = Checks(lambda overrides: self.compose([*command, *trial, *overrides]))
         lab = Lab(self.launcher, sweep_dir, command, self.settings.trial_steps)
         budget = Budget(self.settings.budget_seconds)
-        log.info("autotune: budget %g min, trials of %d steps, into %s",
-                 self.settings.budget_minutes, self.settings.trial_steps, sweep_dir)  # fmt: skip
+        trials = (f"trials to the target over {self.settings.seeds} seeds" if race
+                  else f"trials of {self.settings.trial_steps} steps")  # fmt: skip
+        log.info("autotune: budget %g min, %s, into %s", self.settings.budget_minutes, trials,
+                 sweep_dir)  # fmt: skip
         with user_errors():
             if race:
                 seed = int(self.compose(command).get("seed") or 0)
