@@ -8,7 +8,9 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -193,15 +195,19 @@ def test_hopeless_trials_are_pruned_and_a_killed_sweep_continues(tmp_path):
 
 
 def test_two_objectives_give_a_pareto_front(tmp_path):
+    """Through the installed ``tuneup`` command outside the checkout, as a user runs it: Hydra's
+    plugin scan does not see an editable install's hydra_plugins there (the preset's callback
+    registers the sweeper: tuneup/optuna/callback.py)."""
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-    done, sweep_dir = sweep(
-        tmp_path, *SHORT,
-        "hydra.sweeper.objectives=[val.acc,samples_per_s]",
-        "hydra.sweeper.direction=[maximize,maximize]",
-        "hydra.sweeper.n_trials=3",
-        "model.width=choice(2,4,8)",
-    )  # fmt: skip
+    sweep_dir = tmp_path / "sweep"
+    command = [*python(), str(Path(sys.executable).parent / "tuneup"), "-m",
+               f"hydra.sweep.dir={sweep_dir}", *SHORT,
+               "hydra.sweeper.objectives=[val.acc,samples_per_s]",
+               "hydra.sweeper.direction=[maximize,maximize]",
+               "hydra.sweeper.n_trials=3",
+               "model.width=choice(2,4,8)"]  # fmt: skip
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     ok(done)
     journal = JournalStorage(JournalFileBackend(str(sweep_dir / "optuna.journal")))  # the default
     study = optuna.load_study(study_name="tuneup", storage=journal)
