@@ -12,6 +12,12 @@ the ways run interleaved ``--repeats`` times and the median is reported.
 
     python bench/overhead.py                     # default small_resnet, and the tiny mlp
     python bench/overhead.py --models mlp --steps 400
+    python bench/overhead.py --models mlp --per-plugin   # tuneup with each default plugin off
+
+``--per-plugin`` times tuneup again with each plugin of the default run left out in turn
+(unregistered after loading, as ``plugins.disable=[name]`` would, but also where the config
+names the plugin, which that setting refuses, and for the required ``measure``): a
+regression in the step time points to its plugin.
 """
 
 from __future__ import annotations
@@ -125,11 +131,13 @@ def bare_lightning(cfg, warmup: int) -> float:
     return clock.seconds
 
 
-def with_tuneup(cfg, warmup: int) -> float:
+def with_tuneup(cfg, warmup: int, without: str | None = None) -> float:
     with tempfile.TemporaryDirectory() as run_dir:
         plugins = PluginManager.from_config(cfg)
         plan = Plan(cfg, plugins)
         assert not plugins.check(cfg, Environment.from_config(cfg), plan) + plan.problems
+        if without is not None:
+            plugins.unregister(name=without)
         trainer, module, data, _ = build(cfg, plugins, plan, Path(run_dir))
         clock = StepClock(warmup)
         trainer.callbacks.append(clock)
@@ -147,6 +155,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--per-plugin", action="store_true",
+                        help="tuneup with each default plugin left out in turn")  # fmt: skip
     args = parser.parse_args()
     import logging
 
@@ -165,6 +175,24 @@ def main() -> None:
         for way in WAYS:
             print(f"| {model} | {way} | {med[way]:.2f} | {med[way] / med['bare Lightning']:.3f}x "
                   f"| {med[way] / med['hand loop']:.3f}x |")  # fmt: skip
+        if args.per_plugin:
+            per_plugin(model, cfg, args)
+
+
+def per_plugin(model: str, cfg, args) -> None:
+    """tuneup's step time with each of its default plugins left out, interleaved repeats."""
+    names = [name for name, _ in PluginManager.from_config(cfg).named_plugins()]
+    runs = {None: [], **{name: [] for name in names}}
+    for _ in range(args.repeats):
+        for name in runs:
+            seconds = with_tuneup(cfg, args.warmup, without=name)
+            runs[name].append(seconds * 1e3 / (args.steps - args.warmup))
+    med = {name: statistics.median(t) for name, t in runs.items()}
+    print(f"\n| {model}: plugin left out | ms/step (median) | its cost (all on - without it) |")
+    print("|---|---|---|")
+    print(f"| none (all on) | {med[None]:.2f} | |")
+    for name in names:
+        print(f"| {name} | {med[name]:.2f} | {med[None] - med[name]:+.3f} ms |")
 
 
 if __name__ == "__main__":
