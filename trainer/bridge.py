@@ -2,9 +2,10 @@
 
 Each Lightning callback method calls the hook of the same name with the run's
 config; plugin state rides in the Lightning checkpoint under
-``checkpoint["tuneup"][<plugin name>]``. A per-step hook that no plugin implements is not
-called at all: a pluggy call costs a few microseconds even with nothing to call, and a fast
-step (~3 ms) feels five of them (bench/overhead.py).
+``checkpoint["tuneup"][<plugin name>]``. The per-step hooks call their implementations
+directly, in pluggy's order and with its error naming (pluggy itself where one is a wrapper):
+a pluggy call costs ~5 us even with nothing to call, and a fast step (~3 ms) has five hooks
+(bench/overhead.py).
 """
 
 from __future__ import annotations
@@ -23,31 +24,45 @@ class Bridge(pl.Callback):
     def __init__(self, cfg, plugins) -> None:
         self.cfg = cfg
         self.plugins = plugins
-        self.idle: frozenset[str] = frozenset()  # per-step hooks no plugin implements
+        self.direct: dict[str, list] = {}  # per-step hook -> (function, argnames, plugin)
 
     def _call(self, name: str, trainer, module, **kwargs) -> None:
-        if name not in self.idle:
-            self.plugins.call(name, cfg=self.cfg, trainer=trainer, module=module, **kwargs)
+        self.plugins.call(name, cfg=self.cfg, trainer=trainer, module=module, **kwargs)
+
+    def _step(self, name: str, trainer, module, **kwargs) -> None:
+        impls = self.direct.get(name)
+        if impls is None:
+            return self._call(name, trainer, module, **kwargs)
+        kwargs.update(cfg=self.cfg, trainer=trainer, module=module)
+        for function, argnames, plugin in impls:
+            try:
+                function(*(kwargs[a] for a in argnames))
+            except Exception as exc:
+                raise self.plugins._error(plugin, name, exc) from exc
 
     def on_fit_start(self, trainer, pl_module):
-        # The plugins are all registered by now: which per-step hooks have an implementation.
-        self.idle = frozenset(h for h in PER_STEP if not self.plugins.call_order(h))
+        # The plugins are all registered by now.
+        self.direct = {}
+        for hook in PER_STEP:
+            impls = self.plugins.call_order(hook)
+            if not any(impl.hookwrapper or impl.wrapper for impl in impls):
+                self.direct[hook] = [(i.function, i.argnames, i.plugin_name) for i in impls]
         self._call("on_fit_start", trainer, pl_module)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-        self._call("on_train_batch_start", trainer, pl_module, batch=batch, batch_idx=batch_idx)
+        self._step("on_train_batch_start", trainer, pl_module, batch=batch, batch_idx=batch_idx)
 
     def on_before_backward(self, trainer, pl_module, loss):
-        self._call("on_before_backward", trainer, pl_module, loss=loss)
+        self._step("on_before_backward", trainer, pl_module, loss=loss)
 
     def on_after_backward(self, trainer, pl_module):
-        self._call("on_after_backward", trainer, pl_module)
+        self._step("on_after_backward", trainer, pl_module)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
-        self._call("on_before_optimizer_step", trainer, pl_module, optimizer=optimizer)
+        self._step("on_before_optimizer_step", trainer, pl_module, optimizer=optimizer)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self._call(
+        self._step(
             "on_train_batch_end",
             trainer,
             pl_module,

@@ -3,8 +3,8 @@
 :class:`TrainingModule` trains any ``nn.Module`` the config builds (a zoo model or the
 user's ``model._target_``): the task (trainer/task.py) turns the model's output into the
 loss, in fp32, and the validation metrics. Plugins reach the loop through the bridge
-callback; this module forwards ``transform_batch`` (after the device transfer) and asks
-the ``configure_optimizer`` hook before building the optimizer named in the config. A
+callback; :func:`with_batch_transforms` gives it the plugins' ``transform_batch`` (after
+the device transfer) where a plugin has one, and it asks the ``configure_optimizer`` hook before building the optimizer named in the config. A
 kernels plugin may swap ``loss_fn`` and ``logits_fn`` (e.g. a fused head + loss whose
 model output is the hidden states).
 
@@ -47,7 +47,6 @@ class TrainingModule(pl.LightningModule):
         self.run_state = run_state  # observes each loss before its backward
         self.loss_fn = task.loss_fn
         self.logits_fn = _identity
-        self._transforms = bool(plugins.call_order("transform_batch"))
         self.clip = cfg.optimizer.get("clip_grad_norm")
         self.grad_norm = GradNorm()
 
@@ -97,11 +96,6 @@ class TrainingModule(pl.LightningModule):
                 self.log("train/grad_norm", norm)
         super().configure_gradient_clipping(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
-    def on_after_batch_transfer(self, batch, dataloader_idx):
-        if self._transforms:
-            batch = self.plugins.pipeline("transform_batch", "batch", batch, cfg=self.cfg)
-        return batch
-
     def configure_optimizers(self):
         params = [p for p in self.model.parameters() if p.requires_grad]
         params = self.plugins.pipeline(
@@ -122,7 +116,8 @@ class TrainingModule(pl.LightningModule):
 
 
 def with_batch_transforms(module: pl.LightningModule, plugins, cfg) -> pl.LightningModule:
-    """Give a user's LightningModule the plugins' ``transform_batch`` pipeline, in place.
+    """Give a LightningModule (a user's, or TrainingModule) the plugins' ``transform_batch``
+    pipeline, in place.
 
     Lightning has no callback between the device transfer and ``training_step``, so the
     module's own ``on_after_batch_transfer`` is wrapped on the instance: it runs first,

@@ -243,10 +243,11 @@ def build(cfg, plugins: PluginManager, plan: Plan, run_dir: Path):
     model = plan.build_model()
     model = plugins.pipeline("configure_model", "model", model, cfg=cfg)
     run_state = RunState(cfg, watches_outputs=plan.lightning)
-    if plan.lightning:
-        module = with_batch_transforms(model, plugins, cfg)
-    else:
-        module = TrainingModule(cfg, model, plugins, plan.task, run_state)
+    if not plan.lightning:
+        model = TrainingModule(cfg, model, plugins, plan.task, run_state)
+    # the pipeline only where a plugin transforms batches: an overridden on_after_batch_transfer
+    # costs Lightning's dispatch (and a warning-cache lookup) on every batch
+    module = with_batch_transforms(model, plugins, cfg)
     kwargs = trainer_kwargs(cfg, plugins, run_dir)
     plugins.call("configure_trainer", cfg=cfg, kwargs=kwargs)
     kwargs["callbacks"].append(run_state)  # after the plugins' callbacks: it restores the RNG
