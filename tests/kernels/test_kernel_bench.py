@@ -16,7 +16,7 @@ from tuneup.plugins.kernels import Lamb, Lars
 ])  # fmt: skip
 def test_foreach_baseline_steps_like_the_reference(optimizer_class, hyper):
     """The torch._foreach row times the same update as the eager loop, or it compares nothing."""
-    foreach_class = bench_module("kernels").foreach_version(optimizer_class)
+    foreach_class = bench_module("kernels_optim").foreach_version(optimizer_class)
     torch.manual_seed(0)
     weights = [torch.randn(s) for s in [(8, 4), (4,), (3, 8), (0,)]]
     runs = []
@@ -35,5 +35,5 @@ def test_foreach_baseline_steps_like_the_reference(optimizer_class, hyper):
 
 
 def test_bert_large_parameter_set_has_334m_values():
-    shapes = bench_module("kernels").bert_shapes(1024, 24, 30522)
+    shapes = bench_module("kernels_optim").bert_shapes(1024, 24, 30522)
     assert round(sum(torch.Size(s).numel() for s in shapes) / 1e6) == 334
