@@ -16,7 +16,8 @@ from tests.conftest import compose_config
 from tests.test_grad_accum import final_weights
 from tuneup import TuneupError, hookimpl
 from tuneup.plugins.activation_checkpointing import is_checkpointed
-from tuneup.plugins.precision import Plugin, convert_to_fp8, fp8, fp8_layers
+from tuneup.plugins.precision import Plugin, fp8
+from tuneup.plugins.precision.fp8 import convert_to_fp8, fp8_layers
 from tuneup.trainer.components import Plan
 from tuneup.trainer.environment import Environment
 from tuneup.trainer.plugin_manager import PluginManager

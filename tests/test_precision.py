@@ -12,14 +12,9 @@ from torch import nn
 
 import tuneup.trainer.runner as runner
 from tuneup import TuneupError, hookimpl
-from tuneup.plugins.precision import (
-    CHOICES,
-    Choice,
-    Plugin,
-    ScaledPrecision,
-    resolve,
-    sharded_precision,
-)
+from tuneup.plugins.precision import Plugin
+from tuneup.plugins.precision.choices import CHOICES, Choice, resolve
+from tuneup.plugins.precision.scaling import ScaledPrecision, sharded_precision
 from tuneup.plugins.strategy.parallelize import Settings
 from tuneup.trainer.environment import Environment
 

@@ -32,20 +32,29 @@ of the others changes a Linear or its 2-D weight.
 fp32 and tf32 set the flags when the fit starts and put back the previous
 values when it ends or fails. The scaler's state rides in the Lightning
 checkpoint (under the precision plugin's class name) and returns on resume.
+
+This module holds the thin ``Plugin`` only; the work is in one module per concern:
+``choices`` (the choices and what each runs as on this device), ``scaling`` (the Lightning
+precision plugins with skip counting, the sharded (FSDP2) precision, TF32 flags, the scheduler
+held on skipped steps), ``checks`` (what ``check`` finds) and ``fp8`` (the float8 swap).
 """
 
 from __future__ import annotations
 
 import logging
-from contextlib import nullcontext
-from dataclasses import dataclass
 
-import torch
 from omegaconf import OmegaConf
-from pytorch_lightning.plugins.precision import HalfPrecision, MixedPrecision
 from torch import nn
 
-from tuneup import TuneupError, hookimpl
+from tuneup import hookimpl
+from tuneup.plugins.precision.checks import (
+    RULES,
+    device_problems,
+    slow_on_cpu,
+    tensor_core_warnings,
+    trainer_conflicts,
+)
+from tuneup.plugins.precision.choices import SCALER_KEYS, Choice, _dtype_name, resolve
 from tuneup.plugins.precision.fp8 import (
     Fp8Layers,
     convert_to_fp8,
@@ -56,299 +65,18 @@ from tuneup.plugins.precision.fp8 import (
     linear_layers,
     no_fp8_layers,
 )
-from tuneup.trainer.environment import BF16_CPU_FLAGS, Environment
-from tuneup.trainer.validation import Integer, Number, OneOf, problems
+from tuneup.plugins.precision.scaling import (
+    SkipCounting,
+    hold_scheduler_on_skipped_steps,
+    lightning_precision,
+    release_scheduler,
+    set_tf32,
+    sharded_precision,
+)
+from tuneup.trainer.environment import Environment
+from tuneup.trainer.validation import problems
 
 log = logging.getLogger(__name__)
-
-CHOICES = ("fp32", "tf32", "fp16", "bf16", "amp", "fp16-true", "bf16-true", "fp8")
-HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
-#: The autocast type of each mixed mode: fp8 runs what is not a converted matmul in bf16.
-AUTOCAST = {**HALF, "fp8": torch.bfloat16}
-#: Lightning's name for each mode that needs a Lightning precision plugin.
-LIGHTNING_FLAG = {
-    "fp16": "16-mixed",
-    "bf16": "bf16-mixed",
-    "fp16-true": "16-true",
-    "bf16-true": "bf16-true",
-    "fp8": "bf16-mixed",
-}
-SCALER_KEYS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
-
-RULES = {
-    "precision.name": OneOf(CHOICES),
-    "precision.init_scale": Number(gt=0),
-    "precision.growth_factor": Number(gt=1),
-    "precision.backoff_factor": Number(gt=0, lt=1),
-    "precision.growth_interval": Integer(low=1),
-    "precision.max_consecutive_skips": Integer(low=1),
-}
-#: Config keys holding sizes that tensor cores want in multiples of 8 (those it can see).
-TENSOR_CORE_KEYS = (
-    "data.batch_size",
-    "model.width",
-    "model.hidden",
-    "model.hidden_size",
-    "model.d_model",
-    "model.n_embd",
-    "model.embed_dim",
-    "model.vocab_size",
-    "data.vocab_size",
-)
-
-
-# --------------------------------------------------------------------------------------
-# what a choice means on this device
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Choice:
-    """A ``precision=`` choice resolved for the run's device."""
-
-    name: str  # as configured
-    ran_as: str  # what runs: differs from name for amp, and for tf32 without TF32 hardware
-    why: str = ""  # the reason, whenever ran_as is not name
-
-    @property
-    def autocast_dtype(self) -> torch.dtype | None:
-        return AUTOCAST.get(self.ran_as)
-
-    @property
-    def weights_dtype(self) -> torch.dtype:
-        return HALF[self.ran_as.removesuffix("-true")] if self.true_half else torch.float32
-
-    @property
-    def true_half(self) -> bool:
-        return self.ran_as.endswith("-true")
-
-    @property
-    def scaled(self) -> bool:
-        return self.ran_as == "fp16"
-
-    @property
-    def tf32(self) -> bool | None:
-        """The TF32 flags this choice sets (None: leaves them as they are)."""
-        return {"tf32": True, "fp32": False}.get(self.name)
-
-
-def resolve(name: str, env: Environment) -> Choice:
-    """What ``precision=name`` runs as on ``env``; amp's pick and tf32's fallback say why."""
-    if name == "amp":
-        if env.bf16_supported and (env.is_cuda or env.bf16_native):
-            return Choice(name, "bf16", _bf16_reason(env))
-        if not env.is_cuda:  # emulated half types are slower than fp32 on a CPU
-            return Choice(name, "fp32", f"{env.accelerator} without bfloat16 hardware (no "
-                          f"{', '.join(BF16_CPU_FLAGS)}): half precision would be emulated, "
-                          "slower than fp32; ran as fp32")  # fmt: skip
-        return Choice(name, "fp16", f"no bfloat16 on {_where(env)}: float16 with loss scaling")
-    if name == "tf32" and not tf32_available(env):
-        return Choice(name, "fp32", f"tf32 not available on {_where(env)}: ran as fp32")
-    return Choice(name, name)
-
-
-def tf32_available(env: Environment) -> bool:
-    return env.is_cuda and env.cuda_capability is not None and env.cuda_capability >= (8, 0)
-
-
-def _bf16_reason(env: Environment) -> str:
-    if env.is_cuda:
-        return f"{_where(env)} supports bfloat16"
-    return f"{env.accelerator} autocast supports bfloat16, in hardware here ({env.bf16_native})"
-
-
-def _where(env: Environment) -> str:
-    if env.is_cuda and env.cuda_capability is not None:
-        major, minor = env.cuda_capability
-        return f"{env.device_name} (compute capability {major}.{minor})"
-    return env.accelerator
-
-
-# --------------------------------------------------------------------------------------
-# the work: Lightning precision plugins, TF32 flags, the scheduler on skipped steps
-# --------------------------------------------------------------------------------------
-
-
-class SkipCounting:
-    """Mixin for a Lightning precision plugin with a loss scaler: counts skipped steps.
-
-    ``GradScaler`` skips ``optimizer.step()`` when a gradient is inf/NaN and then
-    multiplies the scale by ``backoff_factor`` (< 1), so a lower scale after the
-    step means the step was skipped. Reading the scale waits for the device, but
-    ``GradScaler.step`` has just done so to read its found-inf flag.
-    """
-
-    def __init__(self, *args, max_consecutive_skips: int = 20, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.max_consecutive_skips = max_consecutive_skips
-        self.skipped_steps = self.consecutive_skips = 0
-        self.last_step_skipped = False
-
-    def optimizer_step(self, optimizer, model, closure, **kwargs):
-        if self.scaler is None:
-            return super().optimizer_step(optimizer, model=model, closure=closure, **kwargs)
-        before = self.scaler.get_scale()
-        output = super().optimizer_step(optimizer, model=model, closure=closure, **kwargs)
-        scale = self.scaler.get_scale()
-        self.last_step_skipped = scale < before
-        self.skipped_steps += self.last_step_skipped
-        self.consecutive_skips = self.consecutive_skips + 1 if self.last_step_skipped else 0
-        if self.consecutive_skips >= self.max_consecutive_skips:
-            raise TuneupError(
-                f"precision: {self.consecutive_skips} optimizer steps in a row were skipped for "
-                f"inf/NaN gradients (the last at global step {model.trainer.global_step}, loss "
-                f"scale now {scale:g}): the loss or gradients are not finite even at a small "
-                "scale. Lower the learning rate, check the data, try precision=bf16, or raise "
-                "precision.max_consecutive_skips."
-            )
-        return output
-
-
-class CountingMixedPrecision(SkipCounting, MixedPrecision):
-    """Lightning's autocast plugin, counting the steps its GradScaler skips."""
-
-
-class ScaledPrecision(SkipCounting, MixedPrecision):
-    """fp16 under FSDP2: the loss scaler without autocast. FSDP2's ``MixedPrecisionPolicy``
-    casts the parameters to fp16 for compute (:func:`sharded_precision`), so autocast would
-    only cast again; the scaler (:class:`ShardedGradScaler`: it agrees on inf/NaN across
-    the processes, each of which sees only its shard of the gradients) still guards the
-    fp16 gradients."""
-
-    def forward_context(self):
-        return nullcontext()
-
-
-def make_scaler(settings, device: str, sharded: bool = False) -> torch.amp.GradScaler:
-    """A GradScaler for ``device`` with the scaler settings of the ``precision`` config node."""
-    kwargs = {key: settings[key] for key in SCALER_KEYS}
-    if sharded:
-        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
-
-        return ShardedGradScaler(device=device, **kwargs)
-    return torch.amp.GradScaler(device, **kwargs)
-
-
-def lightning_precision(choice: Choice, settings, device: str):
-    """The Lightning precision plugin instance for ``choice``; None for fp32/tf32 (the default).
-
-    ``device`` is the autocast device ("cpu", "cuda").
-    """
-    if choice.ran_as in ("fp32", "tf32"):
-        return None
-    flag = LIGHTNING_FLAG[choice.ran_as]
-    scaler = make_scaler(settings, device) if choice.scaled else None
-    skips = settings.get("max_consecutive_skips", 20)
-    if choice.true_half:
-        return HalfPrecision(flag)
-    if scaler is None:
-        return MixedPrecision(flag, device)
-    return CountingMixedPrecision(flag, device, scaler, max_consecutive_skips=skips)
-
-
-def sharded_precision(choice: Choice, settings, device: str, parallel):
-    """Under ``strategy=fsdp``: mixed precision through FSDP2's ``MixedPrecisionPolicy``
-    (``parallel``: the strategy's settings, given the compute dtype), and the Lightning
-    plugin that remains: the sharded loss scaler for fp16, the weights' type for the true
-    half modes, none for bf16 and fp8 (their bf16 is the policy's)."""
-    if choice.ran_as in ("fp32", "tf32"):
-        return None
-    if choice.true_half:
-        return HalfPrecision(LIGHTNING_FLAG[choice.ran_as])
-    parallel.param_dtype = AUTOCAST[choice.ran_as]
-    if not choice.scaled:
-        return None
-    scaler = make_scaler(settings, device, sharded=True)
-    skips = settings.get("max_consecutive_skips", 20)
-    return ScaledPrecision("16-mixed", device, scaler, max_consecutive_skips=skips)
-
-
-def set_tf32(enabled: bool | tuple[str, bool]) -> tuple[str, bool]:
-    """Switch TF32 for CUDA matmul and cuDNN conv; return the previous state, to pass back.
-
-    Uses ``torch.set_float32_matmul_precision`` and ``torch.backends.cudnn.allow_tf32``
-    (not the newer ``fp32_precision`` API: once that is set, reading ``allow_tf32``
-    raises, and Lightning and user code still read it).
-    """
-    previous = (torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32)
-    matmul, cudnn = (
-        enabled if isinstance(enabled, tuple) else ("high" if enabled else "highest", enabled)
-    )
-    torch.set_float32_matmul_precision(matmul)
-    torch.backends.cudnn.allow_tf32 = cudnn
-    return previous
-
-
-def hold_scheduler_on_skipped_steps(module, precision: SkipCounting) -> None:
-    """Keep per-step LR schedulers still after an optimizer step the scaler skipped.
-
-    Lightning steps the schedulers after every optimizer step, skipped or not, so
-    the schedule would run ahead of the weights. It calls them through the module's
-    ``lr_scheduler_step`` hook; an instance attribute of that name takes precedence,
-    and :func:`release_scheduler` removes it.
-    """
-    step = module.lr_scheduler_step
-
-    def lr_scheduler_step(scheduler, metric):
-        per_step = any(
-            c.scheduler is scheduler and c.interval == "step"
-            for c in module.trainer.lr_scheduler_configs
-        )
-        if not (per_step and precision.last_step_skipped):
-            step(scheduler, metric)
-
-    module.lr_scheduler_step = lr_scheduler_step
-
-
-def release_scheduler(module) -> None:
-    module.__dict__.pop("lr_scheduler_step", None)
-
-
-def tensor_core_warnings(cfg, choice: Choice) -> list[str]:
-    """Sizes in the config that are not multiples of 8, where half-precision tensor cores care."""
-    found = []
-    for key in TENSOR_CORE_KEYS:
-        value = OmegaConf.select(cfg, key, default=None)
-        sizes = list(value) if OmegaConf.is_list(value) else [value]
-        bad = [s for s in sizes if isinstance(s, int) and s % 8]
-        if bad:
-            found.append(
-                f"{key}={value} has sizes that are not multiples of 8 ({', '.join(map(str, bad))}):"
-                f" {choice.ran_as} matmuls and convolutions use tensor cores best with multiples"
-                f" of 8, e.g. {', '.join(str(-(-s // 8) * 8) for s in bad)}"
-            )
-    return found
-
-
-def slow_on_cpu(choice: Choice, env: Environment) -> str:
-    """float16 on a CPU: no fast kernels for its matmuls and convolutions (measured on the
-    default model, 2 CPU cores: about 75x the time of a float32 step)."""
-    return (f"precision={choice.name} on {env.accelerator}: float16 has no fast CPU kernels, so "
-            "this trains many times slower than fp32 (the default model: about 75x); faster "
-            "here: precision=fp32, or precision=amp (bfloat16 where this CPU has it, else fp32)")  # fmt: skip
-
-
-def device_problems(choice: Choice, env: Environment) -> list[str]:
-    needs_bf16 = choice.ran_as.startswith("bf16") or choice.ran_as == "fp8"  # fp8: around it
-    if needs_bf16 and not env.bf16_supported:
-        return [
-            f"precision={choice.name} needs bfloat16, which {_where(env)} does not support "
-            "(CUDA needs compute capability >= 8.0): choose precision=fp16 or precision=amp"
-        ]
-    return []
-
-
-def trainer_conflicts(cfg) -> list[str]:
-    return [
-        f"trainer.{key}={cfg.trainer[key]} conflicts with precision={cfg.precision.name}: set the "
-        f"precision with precision=<{'|'.join(CHOICES)}> and remove trainer.{key}"
-        for key in ("precision", "plugins")
-        if cfg.trainer.get(key) is not None
-    ]
-
-
-def _dtype_name(dtype: torch.dtype | None) -> str | None:
-    return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
 class Plugin:

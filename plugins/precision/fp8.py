@@ -120,7 +120,7 @@ def convert_to_fp8(model: nn.Module, layers: Fp8Layers, recipe: str, emulate=Fal
 
 def fp8_formats(config) -> dict[str, str]:
     """The float8 types of a torchao config: inputs and weights, and output gradients."""
-    from tuneup.plugins.precision import _dtype_name
+    from tuneup.plugins.precision.choices import _dtype_name
 
     return {"forward": _dtype_name(config.cast_config_input.target_dtype),
             "gradients": _dtype_name(config.cast_config_grad_output.target_dtype)}  # fmt: skip
@@ -128,7 +128,7 @@ def fp8_formats(config) -> dict[str, str]:
 
 def fp8_problems(cfg, env: Environment) -> list[str]:
     """What keeps precision=fp8 from running (fast) here: the GPU, torchao, compile."""
-    from tuneup.plugins.precision import _where
+    from tuneup.plugins.precision.choices import _where
 
     settings = cfg.precision
     found = problems(cfg, FP8_RULES)

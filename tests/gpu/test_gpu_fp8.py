@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tuneup.plugins.precision import convert_to_fp8, fp8_layers
+from tuneup.plugins.precision.fp8 import convert_to_fp8, fp8_layers
 from tuneup.zoo.models.gpt import GPT
 
 pytestmark = pytest.mark.gpu

@@ -14,7 +14,7 @@ from torch import nn
 from tests.test_cudnn_benchmark import FlagSpy
 from tests.test_dataloader import LoaderSpy
 from tuneup import hookimpl
-from tuneup.plugins.precision import CHOICES
+from tuneup.plugins.precision.choices import CHOICES
 from tuneup.trainer.state.divergence import Diverged
 
 GPU = "trainer.accelerator=gpu"
