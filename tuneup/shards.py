@@ -80,7 +80,7 @@ def cut(sizes: list[int], limit: int) -> list[tuple[int, int]]:
 
 def plan_images(src: Path, args) -> tuple[list[Shard], dict, list]:
     """Shards of an image folder's train/ and val/, and what the descriptors keep."""
-    from tuneup.zoo.data.images import class_folders, find_samples
+    from tuneup.zoo.data.image_files import class_folders, find_samples
 
     for split in ("train", "val"):
         if not (src / split).is_dir():

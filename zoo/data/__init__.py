@@ -3,8 +3,8 @@
 ==================  =======  ===============================================
 name                gives    module
 ==================  =======  ===============================================
-synthetic_images    images   :mod:`tuneup.zoo.data.images` (default, built in)
-imagefolder         images   :mod:`tuneup.zoo.data.images` (``root/train``, ``root/val``)
+synthetic_images    images   :mod:`tuneup.zoo.data.synthetic_images` (default, built in)
+imagefolder         images   :mod:`tuneup.zoo.data.image_folder` (``root/train``, ``root/val``)
 synthetic_tokens    tokens   :mod:`tuneup.zoo.data.tokens` (a learnable Markov chain)
 textfile            tokens   :mod:`tuneup.zoo.data.tokens` (bytes of any text file)
 digits              images   :mod:`tuneup.zoo.data.digits` (scikit-learn's handwritten digits)
@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from tuneup.trainer.datamodule import DataModule
 from tuneup.zoo.data.digits import Digits
-from tuneup.zoo.data.images import ImageFolder, SyntheticImages
+from tuneup.zoo.data.image_folder import ImageFolder
 from tuneup.zoo.data.python_source import PythonSource
 from tuneup.zoo.data.shards import Shards
+from tuneup.zoo.data.synthetic_images import SyntheticImages
 from tuneup.zoo.data.tokens import SyntheticTokens, TextFile
 
 DATA: dict[str, type[DataModule]] = {

@@ -19,7 +19,7 @@ bytes read from a memory map). So the training order is tuneup's resumable sampl
 (trainer/state/data_order.py) as for every other data set: seeded, sharded over the
 data-parallel ranks, and resumed exactly mid-epoch. The images then go through
 ``data=imagefolder``'s own path (decode in the workers, uint8 to the device, flip and
-normalise there): :class:`ShardImages` is an :class:`~tuneup.zoo.data.images.ImageFolder`
+normalise there): :class:`ShardImages` is an :class:`~tuneup.zoo.data.image_folder.ImageFolder`
 whose samples are read from shards instead of files.
 """
 
@@ -40,7 +40,9 @@ from torch.utils.data import Dataset
 from tuneup import TuneupError
 from tuneup.trainer.datamodule import DataModule
 from tuneup.trainer.validation import Integer, problems
-from tuneup.zoo.data.images import ImageFolder, _setting_problems, _subset
+from tuneup.zoo.data.image_checks import _setting_problems
+from tuneup.zoo.data.image_files import _subset
+from tuneup.zoo.data.image_folder import ImageFolder
 from tuneup.zoo.data.transforms import JPEG_SUFFIXES, InMemory
 
 #: The extra that installs the readers and writers (webdataset, wids).
@@ -214,7 +216,7 @@ class OpenShard:
 
 class ImageSamples(Sequence):
     """``(InMemory image, label)`` of the ``indices`` of a split: what
-    :class:`~tuneup.zoo.data.images.ImageFiles` takes in place of ``(path, label)``."""
+    :class:`~tuneup.zoo.data.image_files.ImageFiles` takes in place of ``(path, label)``."""
 
     def __init__(self, records: ShardRecords, indices: Sequence[int]) -> None:
         self.records, self.indices = records, indices
