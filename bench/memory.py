@@ -4,7 +4,7 @@ Levers: ``memory_format=channels_last``, ``grad_accum.steps=4`` (at a quarter of
 the batch size, so the effective batch stays the same), ``activation_checkpointing=blocks``,
 and all three together, against a baseline with none. Each variant is its own
 ``python run.py`` process (peak RSS is per process, global state does not leak)
-and its figures come from the run's summary.json (plugins/measure.py):
+and its figures come from the run's summary.json (plugins/measure/):
 
 - samples/s and step time p50 (one micro-batch: under grad_accum a step is a
   quarter of the baseline's, compare samples/s);

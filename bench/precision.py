@@ -2,7 +2,7 @@
 
 Each choice trains the same model on the same synthetic data in its own process
 (so peak memory and global flags do not leak between runs); samples/s, peak
-memory and the data-wait share come from the run's summary.json (plugins/measure.py:
+memory and the data-wait share come from the run's summary.json (plugins/measure/:
 steady state after ``--warmup`` steps, CUDA allocator peak on GPU, process peak
 RSS on CPU). The speed-up is over the fp32 run. The data are at most
 ``DISTINCT_BATCHES`` batches, trained over again for ``--steps`` optimizer steps: generating

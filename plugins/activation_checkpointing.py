@@ -4,7 +4,7 @@
 ``block_types``) under non-reentrant ``torch.utils.checkpoint``: autograd keeps
 only the block's inputs, and the block's forward runs a second time during
 backward to rebuild what its backward needs. Saved activation bytes drop (the
-summary's ``saved_activation_bytes``, measured by plugins/measure.py, shows by how
+summary's ``saved_activation_bytes``, measured by plugins/measure/saved_bytes.py, shows by how
 much); a step costs about one extra forward of the checkpointed blocks.
 ``every_n=2`` checkpoints the 1st, 3rd, 5th... block only, for a middle ground.
 
@@ -177,7 +177,7 @@ def show_kept(caches: list) -> None:
     """Hand the tensors a selective checkpoint keeps to the saved-tensor hook active around it.
 
     They are held in the checkpoint's cache until its backward, not in autograd's saved
-    tensors, so a pack hook (plugins/measure.py's count of saved bytes) never sees them.
+    tensors, so a pack hook (plugins/measure/saved_bytes.py) never sees them.
     Calling that hook's pack once per tensor shows them without keeping anything more.
     torch has no public getter for the active hook; this private one exists since 2.0.
     """

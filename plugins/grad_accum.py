@@ -7,7 +7,7 @@ LR schedule once per k micro-batches, counts ``max_steps`` in optimizer steps,
 and under DDP skips the gradient all-reduce on the k-1 non-final micro-batches
 (``no_sync``). This plugin only decides k, refuses a second, different
 ``trainer.accumulate_grad_batches``, and reports the effective batch size,
-data.batch_size x k x world size. Samples/s (plugins/measure.py) counts samples.
+data.batch_size x k x world size. Samples/s (plugins/measure/) counts samples.
 
 :func:`effective_batch_size` is the one definition of the samples per optimizer step,
 however the user sets it (``grad_accum.steps``, ``grad_accum.global_batch_size``, the

@@ -78,7 +78,7 @@ class Plugin:
     def on_validation_end(self, trainer):
         from pytorch_lightning.trainer.states import TrainerFn
 
-        from tuneup.plugins.measure import validation_metrics
+        from tuneup.plugins.measure.figures import validation_metrics
 
         if self.metric is None or trainer.sanity_checking:
             return

@@ -255,7 +255,7 @@ GPT_RUN = [
 
 
 def test_selective_saves_40_percent_fewer_bytes_on_the_gpt_and_trains_like_off(train, tmp_path):
-    """The summary's saved_activation_bytes (plugins/measure.py) sees what selective keeps."""
+    """The summary's saved_activation_bytes (plugins/measure/saved_bytes.py) sees what selective keeps."""
     off, selective = (
         train(*GPT_RUN, f"activation_checkpointing={name}", tiny=False, run_dir=tmp_path / name)[0]
         for name in ("off", "selective")

@@ -291,7 +291,7 @@ def test_a_run_reports_speed_windows_a_loss_curve_and_device_hours(train):
 def test_loss_curve_buckets_merge_and_stay_bounded():
     import torch
 
-    from tuneup.plugins.measure import LossCurve
+    from tuneup.plugins.measure.loss_curve import LossCurve
 
     curve = LossCurve(4)
     for i in range(11):
@@ -300,7 +300,7 @@ def test_loss_curve_buckets_merge_and_stay_bounded():
 
 
 def test_gpu_power_reads_the_nvml_energy_counter_or_samples_power():
-    from tuneup.plugins.measure import GpuPower
+    from tuneup.plugins.measure.power import GpuPower
 
     class FakeNvml:
         NVMLError = RuntimeError

@@ -1,5 +1,5 @@
 """The sweep report's learning curves and race, from summaries written here in the schema runs
-write (plugins/measure.py's loss_curve, plugins/target/'s target figures): curves.png and
+write (plugins/measure/loss_curve.py, plugins/target/'s target figures): curves.png and
 race.png drawn and linked, the time-to-target table over seeds, the runs that missed."""
 
 from __future__ import annotations

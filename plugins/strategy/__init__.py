@@ -33,7 +33,7 @@ import torch
 from omegaconf import OmegaConf
 
 from tuneup import hookimpl
-from tuneup.plugins.measure import peak_memory
+from tuneup.plugins.measure.memory import peak_memory
 from tuneup.plugins.strategy import fsdp, memory, slurm
 from tuneup.plugins.strategy.build import (
     COMM_HOOKS,

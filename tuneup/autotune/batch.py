@@ -2,7 +2,7 @@
 
 Fits: a trial's peak memory is at most (1 - ``autotune.memory_headroom``) x the memory the
 trial could use (summary.json's ``peak_memory_bytes`` against ``memory_available_bytes``,
-plugins/measure.py): on a GPU the caching allocator's peak against the device's memory
+plugins/measure/memory.py): on a GPU the caching allocator's peak against the device's memory
 (the headroom covers the CUDA context and fragmentation, which the allocator's peak leaves
 out); on a CPU the process's peak resident set against its resident memory plus what the
 system (or its cgroup) still had free at the fit's start.

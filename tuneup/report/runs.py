@@ -46,7 +46,7 @@ class Run:
 
     @property
     def windows(self) -> list[float]:
-        """samples/s of the run's speed windows (plugins/measure.py): its spread."""
+        """samples/s of the run's speed windows (plugins/measure/figures.py): its spread."""
         return [w for w in (self.summary or {}).get("samples_per_s_windows") or [] if w]
 
     @property

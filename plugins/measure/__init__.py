@@ -46,189 +46,36 @@ micro-batches and the first step after each validation are left out):
 - gpu_power_w, gpu_energy_kwh: mean power of the run's GPU during the fit and the energy
   of all its GPUs (rank 0's x world size: every rank does the same work), from NVML
   (``pip install 'tuneup[power]'``), only on NVIDIA GPUs; see :class:`GpuPower`.
+
+Modules: this package's ``__init__`` holds the plugin (the hooks that record, and the report);
+``figures`` the summary figures made from what it recorded (speed windows, percentiles);
+``loss_curve`` the loss curve; ``saved_bytes`` the saved-activation count; ``memory`` peak and
+available memory; ``power`` GPU power and energy (NVML).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import math
-import resource
-import statistics
-import sys
-import threading
 import time
-from itertools import pairwise
-from pathlib import Path
 
 import torch
 
 from tuneup import hookimpl
+from tuneup.plugins.measure.figures import (
+    batch_size,
+    percentiles,
+    speed_windows,
+    validation_metrics,
+)
+from tuneup.plugins.measure.loss_curve import LossCurve
+from tuneup.plugins.measure.memory import memory_available, peak_memory, reset_peak_rss
+from tuneup.plugins.measure.power import GpuPower
+from tuneup.plugins.measure.saved_bytes import SAVED_BYTES_MICRO_BATCH, SavedActivationBytes
 from tuneup.trainer import flops
 from tuneup.trainer.state.data_order import data_shard
 from tuneup.trainer.validation import BOOL, Integer, problems
 
-#: The training micro-batch (0-based, counted over the run) whose forward is measured for
-#: saved_activation_bytes: the 2nd, so the first step's one-time work is not in it.
-SAVED_BYTES_MICRO_BATCH = 1
 #: Default of ``measure.windows``: speed windows per run (and half the loss curve's points at most).
 WINDOWS = 8
-
-
-class SavedActivationBytes:
-    """Counts the bytes autograd saves for backward while active (a saved-tensors pack hook).
-
-    Every tensor an op saves for backward passes through the pack hook. Storages
-    are counted once (keyed by data pointer: views and a tensor saved by two ops
-    are one allocation), and the model's parameters and buffers are left out
-    (they stay in memory anyway). Hooks nest innermost-wins, so inside a block
-    under non-reentrant activation checkpointing the checkpoint's own hooks take
-    over and what it drops is not counted, while the block inputs it keeps are
-    saved outside them and are counted: the total is what is really kept.
-    """
-
-    def __init__(self, module) -> None:
-        tensors = (*module.parameters(), *module.buffers())
-        self.exclude = {key[0] for t in tensors if (key := storage_of(t)) is not None}
-        self.storages: dict[int, int] = {}
-        self.hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
-        self.hooks.__enter__()
-
-    def _pack(self, tensor):
-        key = storage_of(tensor)
-        if key is not None and key[0] not in self.exclude:
-            self.storages[key[0]] = key[1]
-        return tensor.detach()  # not the tensor itself: that would make a reference cycle
-
-    def stop(self) -> int:
-        self.hooks.__exit__(None, None, None)
-        return sum(self.storages.values())
-
-
-def storage_of(tensor) -> tuple[int, int] | None:
-    """(data pointer, bytes) of the memory behind ``tensor``: a DTensor's local shard; None for
-    a tensor without storage of its own (FSDP2's unsharded parameters between all-gathers)."""
-    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
-    try:
-        storage = local.untyped_storage()
-        return storage.data_ptr(), storage.nbytes()
-    except (RuntimeError, NotImplementedError):
-        return None
-
-
-class LossCurve:
-    """The mean training loss over buckets of consecutive micro-batches, kept on the loss's device.
-
-    Each micro-batch's loss is added into its bucket on the device (one small kernel, no
-    read-back). When ``points`` buckets are full, neighbours merge and every bucket holds
-    twice as many micro-batches: a run of any length keeps between points/2 and points
-    points. The sums are read once, in :meth:`values`.
-    """
-
-    def __init__(self, points: int) -> None:
-        self.points = points + points % 2  # even, so buckets merge in pairs
-        self.sums = None  # tensor [points] on the loss's device
-        self.counts: list[int] = []  # micro-batches per bucket
-        self.samples: list[int] = []  # samples per bucket (this process)
-        self.per_bucket = 1
-
-    def add(self, loss, samples: int) -> None:
-        if self.sums is None:
-            self.sums = torch.zeros(self.points, dtype=torch.float32, device=loss.device)
-        if not self.counts or self.counts[-1] == self.per_bucket:
-            if len(self.counts) == self.points:
-                self._merge()  # every merged bucket is full: a new one follows
-            self.counts.append(0)
-            self.samples.append(0)
-        self.sums[len(self.counts) - 1].add_(loss)  # in place on the device: no sync
-        self.counts[-1] += 1
-        self.samples[-1] += samples
-
-    def _merge(self) -> None:
-        half = self.points // 2
-        self.sums = torch.cat([self.sums.view(half, 2).sum(1), self.sums.new_zeros(half)])
-        self.counts = [a + b for a, b in zip(self.counts[::2], self.counts[1::2], strict=True)]
-        self.samples = [a + b for a, b in zip(self.samples[::2], self.samples[1::2], strict=True)]
-        self.per_bucket *= 2
-
-    def values(self, world: int = 1, start: int = 0) -> dict | None:
-        """``{"samples": [seen at each bucket's end], "loss": [bucket means]}``, or None;
-        ``start``: samples seen before the first bucket (by earlier sessions of a resumed run)."""
-        if self.sums is None:
-            return None
-        sums = self.sums[: len(self.counts)].tolist()  # the one read of the device
-        seen, total = [], start
-        for samples in self.samples:
-            total += samples * world
-            seen.append(total)
-        losses = [_rounded(s / c) for s, c in zip(sums, self.counts, strict=True)]
-        return {"samples": seen, "loss": losses}
-
-
-class GpuPower:
-    """Energy and mean power of one GPU during the fit, from NVML, off the training thread.
-
-    NVML's energy counter (Volta and newer) is read at fit start and fit end: two calls,
-    nothing per step. Where the GPU has no counter, a daemon thread samples the power draw
-    every ``period_s`` and the energy is their mean x the time.
-    """
-
-    def __init__(self, nvml, handle, period_s: float = 0.1) -> None:
-        self.nvml, self.handle, self.period_s = nvml, handle, period_s
-        self.started = self.seconds = None
-        self.first_mj = self.energy_j = None
-        self.watts: list[float] = []
-        self.thread: threading.Thread | None = None
-        self.done = threading.Event()
-
-    @classmethod
-    def open(cls, device) -> GpuPower | None:
-        """For the CUDA ``device`` when nvidia-ml-py is installed and the GPU is NVIDIA's."""
-        if device is None or device.type != "cuda" or importlib.util.find_spec("pynvml") is None:
-            return None
-        import pynvml
-
-        try:
-            pynvml.nvmlInit()
-            uuid = torch.cuda.get_device_properties(device).uuid
-            return cls(pynvml, pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}"))
-        except (pynvml.NVMLError, AttributeError, RuntimeError):
-            return None  # not an NVIDIA GPU, no driver access, or a torch without uuid
-
-    def start(self) -> None:
-        self.started = time.perf_counter()
-        try:
-            self.first_mj = self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle)
-        except self.nvml.NVMLError:  # no energy counter (before Volta): sample the power
-            self.thread = threading.Thread(target=self._sample, daemon=True)
-            self.thread.start()
-
-    def _sample(self) -> None:
-        while not self.done.wait(self.period_s):
-            try:
-                self.watts.append(self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1e3)
-            except self.nvml.NVMLError:
-                return
-
-    def stop(self) -> None:
-        if self.started is None or self.seconds is not None:
-            return
-        self.seconds = time.perf_counter() - self.started
-        if self.first_mj is not None:
-            last = self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle)
-            self.energy_j = (last - self.first_mj) / 1e3
-        else:
-            self.done.set()
-            self.thread.join()
-            self.energy_j = statistics.fmean(self.watts) * self.seconds if self.watts else None
-
-    def figures(self, world: int) -> dict:
-        self.stop()
-        if self.energy_j is None or not self.seconds:
-            return {}
-        return {
-            "gpu_power_w": self.energy_j / self.seconds,
-            "gpu_energy_kwh": self.energy_j * world / 3.6e6,
-        }
 
 
 class Plugin:
@@ -283,7 +130,7 @@ class Plugin:
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
         else:
-            _reset_peak_rss()  # several runs in one process (a sweep): each reports its own peak
+            reset_peak_rss()  # several runs in one process (a sweep): each reports its own peak
 
     @hookimpl(tryfirst=True)
     def on_train_batch_start(self, trainer, batch, module):
@@ -309,7 +156,7 @@ class Plugin:
             self.intervals_ms.append((now - self.last_start) * 1e3)
         self.last_start = now
         self.skip_next = False
-        self._batch_size = _batch_size(batch)
+        self._batch_size = batch_size(batch)
 
     @hookimpl(trylast=True)  # the hook was pushed first (tryfirst), so it is popped last
     def on_before_backward(self):
@@ -364,7 +211,7 @@ class Plugin:
         world, shards = getattr(self, "world_size", 1), getattr(self, "data_shards", 1)
         summary.update(
             samples_per_s=self.measured_samples * shards / (total_ms / 1e3) if total_ms else None,
-            step_time_ms=_percentiles(self.intervals_ms),
+            step_time_ms=percentiles(self.intervals_ms),
             data_wait_fraction=self.wait_s / self.host_s if self.host_s else None,
             peak_memory_bytes=peak_memory(self.device),
             saved_activation_bytes=self.saved_bytes,
@@ -421,91 +268,3 @@ class Plugin:
 
     def describe(self):
         return {"warmup_steps": self.warmup_steps, "windows": self.windows}
-
-
-def speed_windows(intervals_ms: list[float], sizes: list[int], count: int, world: int = 1):
-    """samples/s of ``count`` consecutive windows of the measured steps (fewer if fewer steps)."""
-    n = min(len(intervals_ms), len(sizes))
-    if not n:
-        return []
-    k = min(count, n)
-    bounds = [round(i * n / k) for i in range(k + 1)]
-    return [
-        _rounded(sum(sizes[a:b]) * world / (sum(intervals_ms[a:b]) / 1e3))
-        for a, b in pairwise(bounds)
-        if sum(intervals_ms[a:b]) > 0
-    ]
-
-
-def _rounded(value: float) -> float:
-    """Six significant digits: the summary stays readable, nothing measured is lost."""
-    return float(f"{value:.6g}") if math.isfinite(value) else value
-
-
-def _batch_size(batch) -> int:
-    """Samples in a batch: the length of its first tensor (a tuple, list or dict batch)."""
-    from tuneup.trainer.batches import first_tensor
-
-    first = first_tensor(batch)
-    return len(first) if first is not None else 0
-
-
-def validation_metrics(metrics: dict) -> dict[str, float]:
-    """The logged validation metrics by short name: ``val/acc`` (tuneup's) or ``val_acc``,
-    ``val_loss`` (a user's LightningModule) -> ``acc``, ``loss``."""
-    found = {}
-    for key, value in metrics.items():
-        for prefix in ("val/", "val_"):
-            if key.startswith(prefix) and getattr(value, "numel", lambda: 1)() == 1:
-                found[key[len(prefix) :]] = float(value)
-    return found
-
-
-def _percentiles(values: list[float]) -> dict:
-    if len(values) < 2:
-        value = values[0] if values else None
-        return {"p50": value, "p90": value, "count": len(values)}
-    deciles = statistics.quantiles(values, n=10)
-    return {"p50": statistics.median(values), "p90": deciles[8], "count": len(values)}
-
-
-def peak_memory(device) -> int:
-    if device is not None and device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)  # Linux reports KiB
-
-
-def memory_available(device) -> int | None:
-    """See memory_available_bytes in the module docstring; None where it cannot be read."""
-    if device.type == "cuda":
-        return int(torch.cuda.get_device_properties(device).total_memory)
-    try:
-        with open("/proc/meminfo") as f:
-            info = {line.split(":")[0]: line.split()[1] for line in f}
-        with open("/proc/self/statm") as f:
-            resident_pages = int(f.read().split()[1])
-    except (OSError, KeyError, IndexError, ValueError):  # not Linux
-        return None
-    free = int(info["MemAvailable"]) * 1024
-    free = min(free, _cgroup_room() or free)
-    return resident_pages * resource.getpagesize() + free
-
-
-def _cgroup_room() -> int | None:
-    """Bytes the process's cgroup (v2) may still allocate, when it has a memory limit."""
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-    except (OSError, ValueError):
-        return None
-    return None if limit == "max" else max(0, int(limit) - used)
-
-
-def _reset_peak_rss() -> None:
-    """Linux: start the process's peak-RSS record (VmHWM, ru_maxrss) again from the current RSS."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:  # not Linux, or not allowed: the peak then covers the whole process
-        pass
