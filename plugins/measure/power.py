@@ -33,16 +33,8 @@ class GpuPower:
     @classmethod
     def open(cls, device) -> GpuPower | None:
         """For the CUDA ``device`` when nvidia-ml-py is installed and the GPU is NVIDIA's."""
-        if device is None or device.type != "cuda" or importlib.util.find_spec("pynvml") is None:
-            return None
-        import pynvml
-
-        try:
-            pynvml.nvmlInit()
-            uuid = torch.cuda.get_device_properties(device).uuid
-            return cls(pynvml, pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}"))
-        except (pynvml.NVMLError, AttributeError, RuntimeError):
-            return None  # not an NVIDIA GPU, no driver access, or a torch without uuid
+        found = nvml_handle(device)
+        return None if found is None else cls(*found)
 
     def start(self) -> None:
         self.started = time.perf_counter()
@@ -79,3 +71,18 @@ class GpuPower:
             "gpu_power_w": self.energy_j / self.seconds,
             "gpu_energy_kwh": self.energy_j * world / 3.6e6,
         }
+
+
+def nvml_handle(device):
+    """(pynvml, the NVML handle of the CUDA ``device``), or None: not CUDA, no nvidia-ml-py
+    (``tuneup[power]``), not an NVIDIA GPU, no driver access, or a torch without uuid."""
+    if device is None or device.type != "cuda" or importlib.util.find_spec("pynvml") is None:
+        return None
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+        uuid = torch.cuda.get_device_properties(device).uuid
+        return pynvml, pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+    except (pynvml.NVMLError, AttributeError, RuntimeError):
+        return None

@@ -7,9 +7,7 @@ that is not NVIDIA's or predates the counter, or no ``nvidia-ml-py`` (``tuneup[p
 
 from __future__ import annotations
 
-import importlib.util
-
-import torch
+from tuneup.plugins.measure.power import nvml_handle
 
 
 class EnergyCounter:
@@ -19,16 +17,13 @@ class EnergyCounter:
 
     @classmethod
     def open(cls, device) -> EnergyCounter | None:
-        if device is None or device.type != "cuda" or importlib.util.find_spec("pynvml") is None:
+        found = nvml_handle(device)
+        if found is None:
             return None
-        import pynvml
-
         try:
-            pynvml.nvmlInit()
-            uuid = torch.cuda.get_device_properties(device).uuid
-            return cls(pynvml, pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}"))
-        except (pynvml.NVMLError, AttributeError, RuntimeError):
-            return None  # not an NVIDIA GPU, no energy counter, no driver access
+            return cls(*found)
+        except found[0].NVMLError:
+            return None  # a GPU without the energy counter
 
     def _read(self) -> int:
         return self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle)  # millijoules
