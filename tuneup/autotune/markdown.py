@@ -30,13 +30,7 @@ def render_markdown(record: dict, sweep_dir: Path) -> str:
         "",
         *_path_table(record),
     ]
-    never = [o for o in record["path"] if not o["trials"]]
-    if never:
-        lines += ["", "## Never launched", "", "| dimension | candidate | why |", "|---|---|---|"]
-        lines += [f"| {o['dimension']} | {code(' '.join(o['candidate']) or '-')} | "
-                  f"{o['verdict']}: {escape(o['reason'])} |" for o in never]  # fmt: skip
-    if record["batch_notes"]:
-        lines += ["", "## Batch size", "", *(f"- {note}" for note in record["batch_notes"])]
+    lines += unlaunched_and_batch(record)
     lines += ["", "## Trials", "", *_trial_table(record), "", *_method(settings)]
     return "\n".join(lines) + "\n"
 
@@ -90,6 +84,20 @@ def interval_text(interval: dict | None) -> str:
         return "-"
     high = "inf" if interval["high"] is None else f"{interval['high']:.3g}"
     return f"{interval['estimate']:.3g}x [{interval['low']:.3g}, {high}]"
+
+
+def unlaunched_and_batch(record: dict) -> list[str]:
+    """The candidates never launched and why, and the batch-size search's notes (both
+    objectives' autotune.md)."""
+    lines = []
+    never = [o for o in record["path"] if not o["trials"]]
+    if never:
+        lines += ["", "## Never launched", "", "| dimension | candidate | why |", "|---|---|---|"]
+        lines += [f"| {o['dimension']} | {code(' '.join(o['candidate']) or '-')} | "
+                  f"{o['verdict']}: {escape(o['reason'])} |" for o in never]  # fmt: skip
+    if record["batch_notes"]:
+        lines += ["", "## Batch size", "", *(f"- {note}" for note in record["batch_notes"])]
+    return lines
 
 
 def _path_table(record: dict) -> list[str]:

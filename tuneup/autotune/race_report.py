@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from tuneup.autotune.markdown import unlaunched_and_batch
 from tuneup.autotune.record import outcome_dict, trial_dict
 from tuneup.autotune.search import label
 from tuneup.report.markdown import code, escape
@@ -94,13 +95,7 @@ def render_race_markdown(record: dict, sweep_dir: Path) -> str:
         if o["trials"]:
             lines.append(f"| {o['dimension']} | {code(o['label'])} | {code(o['against'])} | "
                          f"**{o['verdict']}**: {escape(o['reason'])} |")  # fmt: skip
-    never = [o for o in record["path"] if not o["trials"]]
-    if never:
-        lines += ["", "## Never launched", "", "| dimension | candidate | why |", "|---|---|---|"]
-        lines += [f"| {o['dimension']} | {code(' '.join(o['candidate']) or '-')} | "
-                  f"{o['verdict']}: {escape(o['reason'])} |" for o in never]  # fmt: skip
-    if record["batch_notes"]:
-        lines += ["", "## Batch size", "", *(f"- {note}" for note in record["batch_notes"])]
+    lines += unlaunched_and_batch(record)
     lines += ["", "## Trials", "", "| job | configuration | reached | best | time to target (s) "
               "| steps | seconds | status |", "|---:|---|---|---:|---:|---:|---:|---|"]  # fmt: skip
     for t in record["trials"]:
