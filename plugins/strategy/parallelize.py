@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -313,6 +314,15 @@ class Settings:
     cpu_offload: bool = False
     param_dtype: torch.dtype | None = None
     compile_options: dict | None = None  # compile=on: torch.compile's options, per block
+    #: How a model built empty (parameters on the meta device) is materialised and initialised
+    #: once parallelised: ``strategy.init`` resolved (plugins/strategy/materialize.py).
+    init: str = "broadcast"
+    #: Fills the materialised, parallelised model's parameters in place, e.g. from a pretrained
+    #: checkpoint; None: initialise them as ``init`` says.
+    weights: Callable[[nn.Module], None] | None = None
+    #: ``init=broadcast``: builds the whole model, initialised as one process builds it (rank 0
+    #: calls it and broadcasts the weights; plugins/strategy/materialize.py).
+    build: Callable[[], nn.Module] | None = None
 
 
 def parallelize(model: nn.Module, mesh, settings: Settings) -> Layout:
