@@ -1,11 +1,12 @@
-"""A tiny Hugging Face GPT-2 built from a config (nothing downloaded) and token data for it, for
-tests/test_huggingface.py: importable by ``model._target_`` / ``data._target_``."""
+"""Tiny Hugging Face GPT-2 and Llama models built from their configs (nothing downloaded) and
+token data for them, for tests/test_huggingface.py and tests/test_pretrained.py: importable by
+``model._target_`` / ``data._target_``."""
 
 from __future__ import annotations
 
 import torch
 from torch.utils.data import TensorDataset
-from transformers import GPT2Config, GPT2LMHeadModel
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 VOCAB, CONTEXT = 32, 16
 
@@ -17,6 +18,15 @@ def tiny_gpt2(use_cache: bool = True, layers: int = 2, dropout: float = 0.0) -> 
                         eos_token_id=VOCAB - 1, resid_pdrop=dropout, embd_pdrop=dropout,
                         attn_pdrop=dropout)  # fmt: skip
     return GPT2LMHeadModel(config)
+
+
+def tiny_llama(layers: int = 2) -> LlamaForCausalLM:
+    """Llama with two blocks of width 32: 4 query heads sharing 2 key/value heads (grouped-query
+    attention), rotary positions, an output layer of its own (not tied)."""
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=CONTEXT)  # fmt: skip
+    return LlamaForCausalLM(config)
 
 
 def counting(count: int, seed: int) -> torch.Tensor:

@@ -195,11 +195,24 @@ class Plan:
             node = self.cfg.model
             options = {} if "_convert_" in node else {"_convert_": "all"}
             return instantiate(node, **options)
-        from tuneup.zoo.models import build_model
+        from tuneup.zoo.models import MODELS, build_model
 
-        if self.input_shape is None or self.num_classes is None:
+        shaped = MODELS[self.cfg.model.name].own_config  # its shapes come from its own config
+        if not shaped and (self.input_shape is None or self.num_classes is None):
             raise TuneupError(self._zoo_needs())
         return build_model(self.cfg, self.input_shape, self.num_classes)
+
+    @property
+    def weights(self):
+        """What fills the model's parameters once materialised empty and sharded
+        (``strategy=fsdp``): ``model=huggingface``'s pretrained weights, each process reading its
+        shards' slices; None: the strategy initialises them."""
+        if self.user_model:
+            return None
+        from tuneup.zoo.models import MODELS
+
+        loader = MODELS[self.cfg.model.name].loader
+        return loader(self.cfg.model) if loader is not None else None
 
     def _zoo_needs(self) -> str:
         return (
@@ -271,8 +284,10 @@ def component_problems(plan: Plan) -> list[str]:
     if found:
         return found
     if not plan.user_model:  # a zoo model: its inputs against the data's first
+        from tuneup.zoo.models import MODELS
+
         found = _zoo_input_problems(plan)
-        if found or not plan.user_data:
+        if found or not (plan.user_data or MODELS[cfg.model.name].own_config):
             return found
     return pairing_problems(plan)
 
@@ -291,8 +306,10 @@ def _zoo_input_problems(plan: Plan) -> list[str]:
     from tuneup.zoo.data import DATA
     from tuneup.zoo.models import MODELS
 
-    wanted, given = MODELS[plan.cfg.model.name].inputs, plan.inputs
-    if plan.user_data and (plan.num_classes is None or plan.input_shape is None):
+    spec, given = MODELS[plan.cfg.model.name], plan.inputs
+    wanted = spec.inputs
+    if plan.user_data and not spec.own_config and (plan.num_classes is None
+                                                    or plan.input_shape is None):  # fmt: skip
         return [plan._zoo_needs()]
     if given is None or given == wanted:
         return []

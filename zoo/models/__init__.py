@@ -7,11 +7,13 @@ small_resnet       images   :mod:`trainer.models.small` (default, 32x32, fast on
 mlp                images   :mod:`trainer.models.small` (no BatchNorm)
 resnet18/34/50     images   :mod:`trainer.models.resnet` (torchvision's names)
 gpt                tokens   :mod:`trainer.models.gpt` (nanoGPT-style decoder)
+huggingface        tokens   :mod:`trainer.models.huggingface` (pretrained, ``model.path``)
 =================  =======  ====================================================
 
 ``build_model(cfg, input_shape, num_classes)`` takes the data module's
 ``input_shape`` (images: ``(C, H, W)``; tokens: ``(context,)``) and
-``num_classes`` (tokens: the vocabulary size).
+``num_classes`` (tokens: the vocabulary size); ``huggingface`` takes its shapes from its own
+config instead (``ModelSpec.own_config``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from tuneup.trainer.validation import Integer, Number, OneOf, problems
+from tuneup.zoo.models import huggingface
 from tuneup.zoo.models.gpt import GPT, Block
 from tuneup.zoo.models.resnet import DEPTHS, BasicBlock, Bottleneck, ResNet, resnet
 from tuneup.zoo.models.small import MLP, SmallResNet
@@ -32,6 +35,12 @@ class ModelSpec:
     build: Callable[..., nn.Module]  # build(settings, input_shape, num_classes)
     rules: dict = field(default_factory=dict)  # validation rules for keys under ``model.``
     inputs: str = "images"  # what the model reads: "images" [B, C, H, W] or "tokens" [B, T]
+    #: its shapes come from its own config (a pretrained model), not from the data's: the data
+    #: need not say its classes, and the two are checked against each other as a user's are
+    own_config: bool = False
+    #: loader(settings) -> a function filling the model's materialised, empty parameters in place
+    #: (``strategy=fsdp``: each process's shards); None: they are initialised
+    loader: Callable | None = None
 
 
 def _small_resnet(settings, input_shape, num_classes):
@@ -69,6 +78,9 @@ MODELS: dict[str, ModelSpec] = {
     "mlp": ModelSpec(_mlp),
     **{name: ModelSpec(_resnet, RESNET_RULES) for name in DEPTHS},
     "gpt": ModelSpec(_gpt, GPT_RULES, inputs="tokens"),
+    "huggingface": ModelSpec(
+        huggingface.build, huggingface.RULES, "tokens", own_config=True, loader=huggingface.loader
+    ),
 }
 
 
@@ -86,6 +98,8 @@ def check_model(cfg) -> list[str]:
             )
     if name == "gpt" and not found:
         found += _gpt_problems(cfg)
+    if name == "huggingface" and not found:
+        found += huggingface.problems(cfg)
     return found
 
 
