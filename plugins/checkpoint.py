@@ -56,6 +56,7 @@ from tuneup.trainer.state.checkpoints import (
     set_aside_newer,
     set_aside_skipped,
 )
+from tuneup.trainer.state.hf_export import EXPORT_DIR, export, export_problems
 from tuneup.trainer.state.preemption import SignalFlag, stopped
 from tuneup.trainer.state.resume import checkpoint_dir
 from tuneup.trainer.validation import Integer, Number, OneOf, problem, problems
@@ -67,9 +68,10 @@ RULES = {
     "checkpoint.every_n_epochs": Integer(low=0, also=(None,), note="0 or null: not at epoch ends"),
     "checkpoint.keep_last": Integer(low=1, also=(None,), note="null: keep all"),
     "checkpoint.mode": OneOf(("max", "min")),
+    "checkpoint.export": OneOf(("none", "hf")),
 }
 KEYS = ("plugin", "every_n_steps", "every_n_minutes", "every_n_epochs", "keep_last", "monitor",
-        "mode")  # fmt: skip
+        "mode", "export")  # fmt: skip
 
 
 def settings_problems(cfg) -> list[str]:
@@ -168,6 +170,7 @@ class Saver(Checkpoint):
         self.last_save = time.monotonic()
         self.written, self.save_seconds, self.last_path = 0, 0.0, None
         self._warned_monitor = False
+        self.export, self.exported = settings.get("export", "none"), None  # checkpoint.export=hf
 
     @property
     def state_key(self) -> str:
@@ -263,6 +266,9 @@ class Saver(Checkpoint):
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.save(trainer)  # the final weights, unless a save at this step happened already
+        if self.export == "hf":  # for from_pretrained; every rank writes its part
+            model = getattr(pl_module, "model", pl_module)
+            self.exported = export(trainer, model, self.directory.parent / EXPORT_DIR)
 
     def on_fit_end(self, trainer, pl_module) -> None:
         self.signals.restore()
@@ -300,8 +306,8 @@ class Plugin:
         self.saver: Saver | None = None
 
     @hookimpl
-    def check(self, cfg):
-        return settings_problems(cfg)
+    def check(self, cfg, plan):
+        return settings_problems(cfg) + export_problems(cfg, plan)
 
     @hookimpl
     def configure_trainer(self, kwargs):
@@ -323,6 +329,7 @@ class Plugin:
             "save_seconds": round(saver.save_seconds, 3),
             "preempted_by": saver.signals.received,
             "best": saver.best,
+            "export": str(saver.exported) if saver.exported else None,  # checkpoint.export=hf
             "damaged": [str(p) for p in damaged(saver.directory)],  # set aside, kept
             "superseded": [str(p) for p in damaged(saver.directory, SUPERSEDED)],  # likewise
         }
