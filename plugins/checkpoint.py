@@ -8,7 +8,9 @@ training: the current optimizer step finishes, a checkpoint is written and the
 run exits with :data:`trainer.state.preemption.EXIT_CODE`. ``resume=auto`` continues
 from the furthest trained (trainer/state/resume.py). Files are written atomically with a
 checksum, and read back safely and verified; "newest" and pruning go by the training
-progress recorded in the files, never their times (trainer/state/checkpoints.py). See
+progress recorded in the files, never their times (trainer/state/checkpoints.py). With
+``async=true`` the state is copied and written in the background while training goes on,
+pruning after the new checkpoint is complete (trainer/state/async_save.py). See
 docs/checkpointing.md.
 
 When training starts (rank 0; after the checkpoint is restored, which under ``strategy=fsdp``
@@ -37,7 +39,6 @@ their state final, and adds no default ModelCheckpoint) that calls
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from pathlib import Path
 
@@ -45,7 +46,9 @@ import torch
 from pytorch_lightning.callbacks import Checkpoint
 
 from tuneup import hookimpl
+from tuneup.trainer.state.async_save import BackgroundWriter
 from tuneup.trainer.state.checkpoint_io import AtomicCheckpointIO
+from tuneup.trainer.state.checkpoint_space import next_checkpoint_bytes, space_warning
 from tuneup.trainer.state.checkpoints import (
     BEST,
     SUPERSEDED,
@@ -59,7 +62,7 @@ from tuneup.trainer.state.checkpoints import (
 from tuneup.trainer.state.hf_export import EXPORT_DIR, export, export_problems
 from tuneup.trainer.state.preemption import SignalFlag, stopped
 from tuneup.trainer.state.resume import checkpoint_dir
-from tuneup.trainer.validation import Integer, Number, OneOf, problem, problems
+from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +72,10 @@ RULES = {
     "checkpoint.keep_last": Integer(low=1, also=(None,), note="null: keep all"),
     "checkpoint.mode": OneOf(("max", "min")),
     "checkpoint.export": OneOf(("none", "hf")),
+    "checkpoint.async": BOOL,
 }
 KEYS = ("plugin", "every_n_steps", "every_n_minutes", "every_n_epochs", "keep_last", "monitor",
-        "mode", "export")  # fmt: skip
+        "mode", "async", "export")  # fmt: skip
 
 
 def settings_problems(cfg) -> list[str]:
@@ -112,43 +116,6 @@ def is_better(value: float, best: float | None, mode: str) -> bool:
     return best is None or (value > best if mode == "max" else value < best)
 
 
-def stored_bytes(path: Path) -> int:
-    """Bytes a checkpoint takes on disk: a file, or a sharded checkpoint's directory."""
-    if path.is_dir():
-        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-    return path.stat().st_size
-
-
-def next_checkpoint_bytes(resumed: Path | None, module) -> tuple[int, str]:
-    """About how many bytes the next checkpoint takes, and where the figure comes from: the
-    checkpoint resumed from, else the weights and an optimizer state up to twice their size
-    (Adam's two moments; the optimizer's state does not exist before its first step)."""
-    if resumed is not None and resumed.exists():
-        return stored_bytes(resumed), f"the size of {resumed.name}"
-    weights = sum(t.numel() * t.element_size() for t in module.state_dict().values()
-                  if torch.is_tensor(t))  # fmt: skip
-    return 3 * weights, "estimated: the weights and an optimizer state up to twice their size"
-
-
-def free_bytes(directory: Path) -> int:
-    """Free bytes on the file system ``directory`` is (or will be) on."""
-    existing = next(p for p in (directory, *directory.parents) if p.exists())
-    return shutil.disk_usage(existing).free
-
-
-def space_warning(directory: Path, needed: int, source: str) -> str | None:
-    """What to say when the next checkpoint will not fit on the file system; None if it will."""
-    free = free_bytes(directory)
-    if free >= needed:
-        return None
-    return (
-        f"only {free / 2**20:.1f} MiB free on the file system of {directory}, but the next "
-        f"checkpoint needs about {needed / 2**20:.1f} MiB ({source}): it will fail when it is "
-        "written. Free space, keep fewer (checkpoint.keep_last), or give the run a larger "
-        "file system: hydra.run.dir=<directory>"
-    )
-
-
 class Saver(Checkpoint):
     """Decides when to save, saves through ``trainer.save_checkpoint``, prunes, acts on signals."""
 
@@ -171,6 +138,10 @@ class Saver(Checkpoint):
         self.written, self.save_seconds, self.last_path = 0, 0.0, None
         self._warned_monitor = False
         self.export, self.exported = settings.get("export", "none"), None  # checkpoint.export=hf
+        #: Where saves finish under checkpoint.async=true (the Plugin gives it to the
+        #: CheckpointIO); unused otherwise, and then what follows a save happens at once.
+        self.writer = BackgroundWriter()
+        self.asynchronous = bool(settings.get("async"))
 
     @property
     def state_key(self) -> str:
@@ -235,6 +206,7 @@ class Saver(Checkpoint):
         if preempted or timed or self._step_due(trainer, step):
             self.save(trainer)
         if preempted:
+            self.settle()  # the checkpoint complete on disk before the run exits
             received = self.signals.received or "a stop signal on another rank"
             raise stopped(received, step, self.last_path, self.directory.parent)
 
@@ -266,6 +238,7 @@ class Saver(Checkpoint):
 
     def on_train_end(self, trainer, pl_module) -> None:
         self.save(trainer)  # the final weights, unless a save at this step happened already
+        self.settle()
         if self.export == "hf":  # for from_pretrained; every rank writes its part
             model = getattr(pl_module, "model", pl_module)
             self.exported = export(trainer, model, self.directory.parent / EXPORT_DIR)
@@ -275,6 +248,10 @@ class Saver(Checkpoint):
 
     def on_exception(self, trainer, pl_module, exception) -> None:
         self.signals.restore()
+        try:
+            self.settle()  # a save in flight completes (or fails) before the run ends
+        except Exception as error:  # the exception being raised is the one to report
+            log.error("the checkpoint being written in the background failed too: %s", error)
 
     # -- how ------------------------------------------------------------------------------
 
@@ -285,6 +262,7 @@ class Saver(Checkpoint):
             if self.saved_step == trainer.global_step:
                 return  # saved at this step already (or resumed from it)
             path = self.directory / checkpoint_name(trainer.current_epoch, trainer.global_step)
+        self.settle()  # the save in flight first (its error, if it failed, raised here)
         started = time.perf_counter()
         trainer.save_checkpoint(path, weights_only=False)  # False: the full state, not weights only
         self.save_seconds += time.perf_counter() - started
@@ -292,8 +270,22 @@ class Saver(Checkpoint):
         if resumable:
             self.saved_step, self.last_path = trainer.global_step, path
             self.last_save = time.monotonic()
-            if self.keep_last and trainer.is_global_zero:
-                prune(self.directory, self.keep_last)
+            if self.keep_last and trainer.is_global_zero:  # once the new checkpoint is complete
+                self.writer.then(prune, self.directory, self.keep_last)
+
+    def settle(self) -> None:
+        """Wait for the save in flight (``checkpoint.async=true``); the wait counts as save time."""
+        started = time.perf_counter()
+        self.writer.wait()
+        self.save_seconds += time.perf_counter() - started
+
+
+def background_figures(writer: BackgroundWriter) -> dict:
+    """``checkpoint.async=true``: of ``save_seconds``, the waits for a previous save and the
+    copying of the state; and how long the background writes took."""
+    return {"async": True, "wait_seconds": round(writer.waited_s, 3),
+            "staging_seconds": round(writer.staged_s, 3),
+            "background_seconds": round(writer.written_s, 3)}  # fmt: skip
 
 
 class Plugin:
@@ -316,7 +308,8 @@ class Plugin:
                            resumed_path=self.resumed_path)  # fmt: skip
         kwargs["callbacks"].append(self.saver)
         kwargs["enable_checkpointing"] = True  # the Saver is the checkpoint callback, no default
-        kwargs["plugins"] = [*(kwargs.get("plugins") or []), AtomicCheckpointIO()]
+        io = AtomicCheckpointIO(self.saver.writer if self.saver.asynchronous else None)
+        kwargs["plugins"] = [*(kwargs.get("plugins") or []), io]
 
     @hookimpl
     def report(self, summary):
@@ -326,7 +319,8 @@ class Plugin:
         summary["checkpoints"] = {
             "written": saver.written,
             "last": str(saver.last_path) if saver.last_path else None,
-            "save_seconds": round(saver.save_seconds, 3),
+            "save_seconds": round(saver.save_seconds, 3),  # training stood still this long
+            **(background_figures(saver.writer) if saver.asynchronous else {}),
             "preempted_by": saver.signals.received,
             "best": saver.best,
             "export": str(saver.exported) if saver.exported else None,  # checkpoint.export=hf

@@ -15,6 +15,8 @@ Atomic: the directory is written under a hidden temporary name next to its final
 fsyncs it and renames the directory onto its final name (a directory being replaced, e.g.
 ``best.ckpt``, is moved aside first and deleted after). A save killed at any moment leaves
 the previous checkpoints and, at most, a temporary directory that the next run removes.
+With ``checkpoint.async=true`` the same steps run in the background: the shards copied to
+host memory and written by DCP's ``async_save``, then the checksums, manifest and rename.
 
 Verified on load (:func:`verify`): no manifest means the save did not finish; a file whose
 bytes do not hash to the manifest's value is damaged. Either is
@@ -38,6 +40,7 @@ import hashlib
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import torch
@@ -72,12 +75,19 @@ def sha256(path: Path, chunk: int = 1 << 20) -> str:
 def save(strategy, checkpoint: dict, path: Path) -> None:
     """Write ``checkpoint`` (Lightning's dict) as a sharded directory at ``path``, atomically.
 
-    Collective: every rank calls it. ``strategy`` gives rank, barrier and all-gather.
+    Collective: every rank calls it. ``strategy`` gives rank, barrier and all-gather. With a
+    background writer (``checkpoint.async=true``: ``strategy.checkpoint_io.writer``) DCP's
+    ``async_save`` copies the shards to host memory and writes them in the background, on a
+    process group of their own; the checksums, manifest and rename (:func:`finish`) follow
+    there, once every rank's write is done.
     """
     from lightning_fabric.strategies.model_parallel import _distributed_checkpoint_save
 
-    from tuneup.trainer.state.checkpoint_write import atomic_save, fsync_directory
+    from tuneup.trainer.state.checkpoint_write import atomic_save
 
+    writer = getattr(strategy.checkpoint_io, "writer", None)
+    if writer is not None:
+        writer.wait()  # one save at a time; a failed one raises here
     rank = strategy.global_rank
     token = strategy.broadcast(f"{os.getpid()}")
     temp = path.with_name(f".{path.name}{TEMP_MARK}{token}")
@@ -91,21 +101,41 @@ def save(strategy, checkpoint: dict, path: Path) -> None:
     for name, state in plugin_shards(checkpoint).items():
         shards[PLUGIN_PREFIX + name] = state[MODEL_SHAPED]
         state[MODEL_SHAPED] = IN_SHARDS
-    _distributed_checkpoint_save(shards, temp)
-    mine = {p.name: sha256(p) for p in sorted(temp.glob(f"__{rank}_*"))}
-    gathered = [None] * strategy.world_size
-    torch.distributed.all_gather_object(gathered, mine)
-    if rank == 0:
+    if rank == 0:  # the rest, small: written now (it is the state as of now)
         atomic_save(checkpoint, temp / META)
-        hashes = {name: digest for part in gathered for name, digest in part.items()}
-        for extra in sorted(temp.iterdir()):
-            if extra.name not in hashes and extra.is_file():
-                hashes[extra.name] = sha256(extra)
-        write_manifest(temp, hashes)
-        fsync_directory(temp)
-        replace(temp, path)
-        fsync_directory(path.parent)
-    strategy.barrier()
+    if writer is None:
+        _distributed_checkpoint_save(shards, temp)
+        finish(rank, strategy.world_size, temp, path)
+        strategy.barrier()
+        return
+    from torch.distributed.checkpoint import async_save
+
+    group = writer.process_group(getattr(strategy, "_timeout", None))
+    started = time.perf_counter()
+    written = async_save(shards, checkpoint_id=temp, process_group=group,
+                         async_stager=writer.staging())  # fmt: skip
+    writer.staged_s += time.perf_counter() - started
+    writer.submit(lambda: (written.result(), finish(rank, strategy.world_size, temp, path, group)))
+
+
+def finish(rank: int, world_size: int, temp: Path, path: Path, group=None) -> None:
+    """After every rank wrote its files into ``temp``: each hashes its own, rank 0 gathers the
+    hashes (so every rank's write is complete), writes the manifest, fsyncs and renames."""
+    from tuneup.trainer.state.checkpoint_write import fsync_directory
+
+    mine = {p.name: sha256(p) for p in sorted(temp.glob(f"__{rank}_*"))}
+    gathered = [None] * world_size
+    torch.distributed.all_gather_object(gathered, mine, group=group)
+    if rank != 0:
+        return
+    hashes = {name: digest for part in gathered for name, digest in part.items()}
+    for extra in sorted(temp.iterdir()):
+        if extra.name not in hashes and extra.is_file():
+            hashes[extra.name] = sha256(extra)
+    write_manifest(temp, hashes)
+    fsync_directory(temp)
+    replace(temp, path)
+    fsync_directory(path.parent)
 
 
 def plugin_shards(checkpoint: dict, marked: bool = False) -> dict[str, dict]:
