@@ -20,12 +20,12 @@ from tests.conftest import ROOT, compose_config, run_cli
 from tests.hf_models import counting, tiny_gpt2
 from tuneup.consolidate import consolidate
 from tuneup.consolidate import main as consolidate_main
-from tuneup.plugins.checkpoint import settings_problems
+from tuneup.plugins.checkpoint import Plugin, settings_problems
 from tuneup.trainer.components import Plan
 from tuneup.trainer.state import sharded
 from tuneup.trainer.state.checkpoint_write import atomic_save
 from tuneup.trainer.state.checkpoints import list_checkpoints
-from tuneup.trainer.state.hf_export import INDEX, export_problems
+from tuneup.trainer.state.hf_export import INDEX
 
 GPT2 = ["model=custom", "model._target_=tests.hf_models.tiny_gpt2", "model.use_cache=false",
         "task=next_token", "data=synthetic_tokens", "data.vocab_size=32", "data.context=16",
@@ -119,7 +119,7 @@ def test_consolidate_format_hf_writes_the_same_from_a_sharded_checkpoint_or_a_fi
 
 def test_a_model_not_from_transformers_is_refused_in_one_line(tmp_path, capsys):
     cfg = compose_config(["checkpoint.export=hf"])  # model=mlp
-    (found,) = export_problems(cfg, Plan(cfg))
+    (found,) = Plugin(cfg).check(cfg=cfg, plan=Plan(cfg))
     assert found.startswith("checkpoint.export=hf writes a transformers PreTrainedModel; the run's "
                             "model is tuneup.zoo.models.")  # fmt: skip
     assert "Allowed: model=custom or model=huggingface" in found
