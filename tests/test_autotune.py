@@ -22,7 +22,8 @@ from tests.report_tables import png_size
 from tuneup.autotune.batch import BatchSearch, MemoryModel, aligned
 from tuneup.autotune.guard import loss_gap, rejection
 from tuneup.autotune.interval import FASTER, NOISE, SLOWER, paired, t_quantile
-from tuneup.autotune.search import ACCEPTED, Budget, Search
+from tuneup.autotune.outcome import ACCEPTED
+from tuneup.autotune.search import Budget, Search
 from tuneup.autotune.settings import Settings
 from tuneup.autotune.space import Checks, Inspection
 from tuneup.autotune.trials import Trial, trial_settings

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from tuneup import TuneupError
 from tuneup.autotune import batch as batches
 from tuneup.autotune.interval import t_quantile
-from tuneup.autotune.search import ACCEPTED, BASELINE, NOT_TRIED, REJECTED, Outcome, Search, label
+from tuneup.autotune.outcome import ACCEPTED, BASELINE, NOT_TRIED, REJECTED, Outcome, label
+from tuneup.autotune.search import Search
 from tuneup.autotune.settings import BATCH
 from tuneup.autotune.space import Candidate
 from tuneup.autotune.trials import Trial, max_time

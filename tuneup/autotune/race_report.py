@@ -6,8 +6,8 @@ import dataclasses
 from pathlib import Path
 
 from tuneup.autotune.markdown import unlaunched_and_batch
+from tuneup.autotune.outcome import label
 from tuneup.autotune.record import outcome_dict, trial_dict
-from tuneup.autotune.search import label
 from tuneup.report.markdown import code, escape
 
 

@@ -34,80 +34,26 @@ from __future__ import annotations
 import re
 import statistics
 import time
-from dataclasses import dataclass, field
 
 from tuneup import TuneupError
 from tuneup.autotune import batch as batches
 from tuneup.autotune.guard import loss_gap, rejection
-from tuneup.autotune.interval import FASTER, NOISE, SLOWER, Interval, can_still_win, paired
+from tuneup.autotune.interval import NOISE, can_still_win
+from tuneup.autotune.outcome import (
+    ACCEPTED,
+    BASELINE,
+    NOT_TRIED,
+    REJECTED,
+    Contest,
+    Outcome,
+    label,
+    verdict,
+)
 from tuneup.autotune.settings import BATCH, Settings
 from tuneup.autotune.space import Candidate, Checks, half_weights, why_not
 from tuneup.autotune.trials import Lab, Trial
 
-BASELINE = "baseline"
 MIN_TRIAL_LIMIT_S = 60.0
-ACCEPTED, REJECTED, NOT_TRIED = "accepted", "rejected", "not tried"
-
-
-def label(overrides: tuple[str, ...]) -> str:
-    return " ".join(overrides) or BASELINE
-
-
-@dataclass
-class Outcome:
-    """What became of one candidate: the path's record."""
-
-    dimension: str
-    candidate: tuple[str, ...]  # its own overrides
-    against: str  # the recipe it was measured against (its label)
-    verdict: str  # accepted | rejected | refused | skipped | not tried
-    reason: str = ""
-    interval: Interval | None = None
-    trials: list[Trial] = field(default_factory=list)
-    loss_gap: float | None = None
-    reference_trials: list[Trial] = field(default_factory=list)
-
-    @property
-    def label(self) -> str:
-        return " ".join(self.candidate) or self.dimension
-
-    @property
-    def peak_memory_bytes(self) -> float | None:
-        return median_peak(self.trials)
-
-    @property
-    def reference_peak_memory_bytes(self) -> float | None:
-        """The recipe's peak in the same rounds: on a CPU under the basic launcher a trial's
-        peak resident set includes what earlier trials left in the process, so only trials
-        run side by side compare."""
-        return median_peak(self.reference_trials)
-
-
-@dataclass
-class Contest:
-    """One candidate's rounds against the recipe so far."""
-
-    candidate: Candidate
-    pairs: list[tuple[float, float]] = field(default_factory=list)  # (reference, candidate)
-    trials: list[Trial] = field(default_factory=list)
-    reference_trials: list[Trial] = field(default_factory=list)  # of the same rounds
-    failure: str | None = None
-    gap: float | None = None
-    cut_short: bool = False  # the budget ended its rounds
-    hopeless: bool = False  # no later rounds could have made it faster beyond the noise
-
-    def interval(self, confidence: float) -> Interval | None:
-        if not self.pairs:
-            return None
-        reference, candidate = zip(*self.pairs, strict=True)
-        return paired(list(reference), list(candidate), confidence)
-
-
-def median_peak(trials: list[Trial]) -> float | None:
-    peaks = [
-        t.figure("peak_memory_bytes") for t in trials if t.ok and t.figure("peak_memory_bytes")
-    ]
-    return statistics.median(peaks) if peaks else None
 
 
 class Budget:
@@ -187,7 +133,7 @@ class Search:
         contests = self.rounds(self.recipe, candidates, self.settings.max_rounds)
         winners = []
         for contest in contests:
-            outcome = self._outcome(contest, against)
+            outcome = verdict(contest, against, self.settings.confidence, self.settings.max_rounds)
             self.outcomes.append(outcome)
             if outcome.verdict == ACCEPTED:
                 winners.append((outcome, contest))
@@ -286,31 +232,6 @@ class Search:
         if base and curve:
             contest.gap = max(contest.gap or 0.0, loss_gap(base, curve)[0])
         return rejection(base, curve, self.settings.loss_tolerance)
-
-    def _outcome(self, contest: Contest, against: str) -> Outcome:
-        candidate = contest.candidate
-        outcome = Outcome(candidate.dimension, candidate.overrides, against, REJECTED,
-                          trials=contest.trials, loss_gap=contest.gap,
-                          reference_trials=contest.reference_trials)  # fmt: skip
-        outcome.interval = contest.interval(self.settings.confidence)
-        interval = outcome.interval
-        if contest.failure:
-            outcome.reason = contest.failure
-        elif interval is None:
-            outcome.verdict, outcome.reason = NOT_TRIED, "the budget ran out before its first round"
-        elif interval.verdict == FASTER:
-            outcome.verdict, outcome.reason = ACCEPTED, f"faster: {interval}"
-        elif interval.verdict == SLOWER:
-            outcome.reason = f"slower: {interval}"
-        elif contest.hopeless:
-            outcome.reason = (
-                f"{interval.estimate:.3g}x after {interval.repeats} round(s): no later rounds could "
-                f"make it faster beyond the noise within autotune.max_rounds={self.settings.max_rounds}"
-            )
-        else:
-            short = ", the budget ended its rounds" if contest.cut_short else ""
-            outcome.reason = f"not faster beyond the noise: {interval}{short}"
-        return outcome
 
     # -- the budget -------------------------------------------------------------------------
 
