@@ -54,8 +54,8 @@ def test_gpu_script_lists_every_step_and_refuses_unknown_ones():
 def test_memory_bench_parallel_layouts_compose_with_the_processes_and_mesh_they_name(make_config):
     """Each row of the model-parallel table is a run Hydra accepts (no group given twice),
     on CPU processes, with AdamW, fp32 but for the bf16 row."""
-    memory = bench_module("memory")
-    args = memory.parse(["--tables", "parallel", "--smoke"])
+    memory = bench_module("memory_parallel")
+    args = memory.parse(["--smoke"])
     assert args.steps == 2
     for layout, (processes, _) in memory.LAYOUTS.items():
         cfg = make_config(memory.parallel_overrides(args, layout, Path("run")), tiny=False)
@@ -67,11 +67,11 @@ def test_memory_bench_parallel_layouts_compose_with_the_processes_and_mesh_they_
             "1 process": ("auto", 1), "DDP x2": ("ddp", 1), "TP x2": ("fsdp", 2),
             "FSDP x2 over TP x2": ("fsdp", 2)}.get(layout, ("fsdp", 1))  # fmt: skip
     with pytest.raises(SystemExit):
-        memory.parse(["--tables", "parallel", "--layouts", "FSDP x3"])
+        memory.parse(["--layouts", "FSDP x3"])
 
 
 def test_memory_bench_parallel_table_shows_rank_zero_and_where_ranks_differ():
-    memory = bench_module("memory")
+    memory = bench_module("memory_parallel")
     mib = 2**20
     one = {"parameter_bytes": 4 * mib, "gradient_bytes": 4 * mib,
            "optimizer_state_bytes": 8 * mib, "peak_memory_bytes": 600 * mib}  # fmt: skip
@@ -98,10 +98,10 @@ def test_memory_bench_parallel_smoke_reads_each_ranks_figures_from_a_real_fsdp_r
     """The table's figures are the ones a real run's summary.json writes under per_rank."""
     from tests.conftest import python
 
-    memory = bench_module("memory")
+    memory = bench_module("memory_parallel")
     monkeypatch.setattr(memory, "PYTHON", python())
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    memory.main(["--tables", "parallel", "--smoke", "--layouts", "FSDP x2"])
+    memory.main(["--smoke", "--layouts", "FSDP x2"])
     row = next(line for line in capsys.readouterr().out.splitlines() if "| FSDP x2 |" in line)
     cells = [cell.strip() for cell in row.strip("|").split("|")]
     assert cells[1] == "2" and "failed" not in row and "ranks" not in row  # ranks hold alike

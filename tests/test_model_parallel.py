@@ -176,7 +176,7 @@ def test_gpt_under_fsdp_tp_and_2d_ends_as_one_process_on_the_same_batch(
     assert done["samples"] == done["samples_this_session"] == 64
     meta = torch.load(list_checkpoints(run_dir / "checkpoints")[0] / "meta.pt", weights_only=True)
     assert meta["tuneup"]["measure"]["samples"] == 64
-    assert strategy["sharded_blocks"] == 2
+    assert strategy["sharded_blocks"] == 2 and strategy["initialised_by"] == "broadcast"
     # 4 Linear per block; with sequence parallelism also 2 norms per block, and where the
     # sequence-sharded part begins and ends
     split = {"fsdp": 0, "2d": 8, "tp-sequence": 8 + 4 + 2}[name]
@@ -255,7 +255,9 @@ def test_own_model_with_accumulation_killed_and_resumed_ends_as_one_process(
     """grad_accum.steps=2 (half the batch): 8 micro-batches; SIGKILL every rank in micro-batch
     7, the first of step 4's window in epoch 2; resume=auto continues from step 3."""
     _, tp, batch = LAYOUTS[name]
-    args = [*OWN, *layout(name)[:-1], f"data.batch_size={batch // 2}", "grad_accum.steps=2"]
+    # its modules' reset_parameters, on the shards, in its order: the weights of one process
+    args = [*OWN, *layout(name)[:-1], f"data.batch_size={batch // 2}", "grad_accum.steps=2",
+            "strategy.init=reset_parameters"]  # fmt: skip
     args += [OWN_PLAN] if tp > 1 else []
     killed = train(tmp_path, *args, site=site, crash={"CRASH_AT_MICRO_BATCH": "7"}, ok=False)
     assert killed.returncode in (-signal.SIGKILL, 1, 137), killed.stderr[-3000:]
@@ -265,6 +267,7 @@ def test_own_model_with_accumulation_killed_and_resumed_ends_as_one_process(
     done = summary(tmp_path)
     assert done["status"] == "ok" and done["steps"] == 4
     assert done["resumed_from"].endswith("step00000003.ckpt")
+    assert done["plugins"]["strategy"]["initialised_by"] == "reset_parameters"
     assert (
         relative_difference(weights(tmp_path, tmp_path), weights(reference("own"), tmp_path)) < 1e-5
     )
@@ -408,11 +411,15 @@ def test_the_docs_gpt2_plan_splits_a_transformers_gpt2_and_ends_as_one_process(t
     for run_dir, args in ((one, ["data.batch_size=16"]),
                           (split, ["data.batch_size=16", "strategy=fsdp", "trainer.devices=2",
                                    f"strategy.tensor_parallel_size={strategy['tensor_parallel_size']}",
-                                   f"strategy.tp_plan={{{plan}}}"])):  # fmt: skip
+                                   f"strategy.tp_plan={{{plan}}}",
+                                   "strategy.init=broadcast"])):  # fmt: skip
         result = run_cli(f"hydra.run.dir={run_dir}", *gpt2, *args, tiny=False,
                          env={**ONE_THREAD, **env, "PYTHONPATH": f"{ROOT}:{site}"})  # fmt: skip
         assert result.returncode == 0, result.stderr[-3000:]
-    assert summary(split)["plugins"]["strategy"]["tensor_parallel_modules"] == 4  # 2 blocks x 2
+    described = summary(split)["plugins"]["strategy"]
+    assert described["tensor_parallel_modules"] == 4  # 2 blocks x 2
+    # transformers' init on the shards is not one process's draw: rank 0's build, broadcast, is
+    assert described["initialised_by"] == "broadcast"
     assert relative_difference(weights(split, tmp_path), weights(one, tmp_path)) < 1e-5
 
 

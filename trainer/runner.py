@@ -21,6 +21,7 @@ from tuneup.trainer import summary as run_summary
 from tuneup.trainer.bridge import Bridge
 from tuneup.trainer.checks import core_problems, mode_problems
 from tuneup.trainer.components import Plan
+from tuneup.trainer.empty_init import empty_parameters, wanted
 from tuneup.trainer.environment import Environment, threads_as_asked
 from tuneup.trainer.module import TrainingModule, with_batch_transforms
 from tuneup.trainer.plugin_manager import PluginManager
@@ -133,7 +134,8 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
         if console.process_rank() == "0" and sweep_job() is None:  # once per run; a sweep's
             console.say(plan_line(plan, env, run_dir), log)  # jobs: one line each, at the end
         summary.update(device=env.device_name, accelerator=env.accelerator)
-        trainer, module, data, run_state = build(cfg, plugins, plan, run_dir)
+        empty = wanted(cfg, resume_from is not None and weights_only) and not plan.lightning
+        trainer, module, data, run_state = build(cfg, plugins, plan, run_dir, empty)
         ckpt_path = None
         if resume_from is not None:
             path, checkpoint = resume_from
@@ -233,14 +235,17 @@ def _needs_final_validation(trainer, run_state: RunState) -> bool:
     return bool(limit) and run_state.validated_at_step != trainer.global_step
 
 
-def build(cfg, plugins: PluginManager, plan: Plan, run_dir: Path):
+def build(cfg, plugins: PluginManager, plan: Plan, run_dir: Path, empty: bool = False):
     """Seed, build data and model, let plugins transform them, and create the Trainer.
 
+    ``empty``: the model's parameters on the meta device (trainer/empty_init.py); the strategy
+    materialises and initialises them once sharded (``strategy.init``).
     Returns (trainer, the LightningModule, the data module, the run-state callback).
     """
     data = plan.data
     pl.seed_everything(cfg.seed, workers=True, verbose=False)  # the model's initial weights
-    model = plan.build_model()
+    with empty_parameters() if empty else nullcontext():
+        model = plan.build_model()
     model = plugins.pipeline("configure_model", "model", model, cfg=cfg)
     run_state = RunState(cfg, watches_outputs=plan.lightning)
     if not plan.lightning:

@@ -32,7 +32,7 @@ import logging
 import torch
 from omegaconf import OmegaConf
 
-from tuneup import hookimpl
+from tuneup import console, hookimpl
 from tuneup.plugins.measure.memory import peak_memory
 from tuneup.plugins.strategy import fsdp, memory, slurm
 from tuneup.plugins.strategy.build import (
@@ -42,6 +42,7 @@ from tuneup.plugins.strategy.build import (
     ddp_strategy,
     model_parallel_strategy,
 )
+from tuneup.plugins.strategy.materialize import INITS, reason
 from tuneup.trainer.environment import Environment, cpus_per_process, usable_cpus
 from tuneup.trainer.state.preemption import Preempted, SignalFlag
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problems
@@ -52,7 +53,8 @@ KEYS = {
     "ddp": COMMON | {"find_unused_parameters", "static_graph", "gradient_as_bucket_view",
                      "bucket_cap_mb", "comm_hook", "count_allreduces"},
     "fsdp": COMMON | {"shard_blocks", "reshard_after_forward", "cpu_offload",
-                      "tensor_parallel_size", "tp_plan", "sequence_parallel", "checkpoint"},
+                      "tensor_parallel_size", "tp_plan", "sequence_parallel", "checkpoint",
+                      "init"},
 }  # fmt: skip
 RULES = {
     "strategy.name": OneOf(tuple(KEYS)),
@@ -68,6 +70,7 @@ RULES = {
     "strategy.sequence_parallel": BOOL,
     "strategy.tensor_parallel_size": Integer(low=1),
     "strategy.checkpoint": OneOf(("sharded", "full")),
+    "strategy.init": OneOf(INITS),
 }
 #: What strategy=auto uses when the world has more than one process: strategy=ddp's defaults.
 DDP_DEFAULTS = {"comm_hook": "none", "find_unused_parameters": False, "static_graph": False,
@@ -104,11 +107,13 @@ def settings_problems(cfg, env: Environment, plan=None) -> list[str]:
     return found + slurm.task_problems(env.devices, env.num_nodes)
 
 
-def build_strategy(cfg, env: Environment, count: AllReduceCount | None, model_name: str = ""):
-    """The ``strategy`` Trainer argument: "auto" (one process) or a Lightning strategy object."""
+def build_strategy(cfg, env: Environment, count: AllReduceCount | None, model_name: str = "",
+                   build=None, weights=None):  # fmt: skip
+    """The ``strategy`` Trainer argument: "auto" (one process) or a Lightning strategy object;
+    ``build``: the model's builder, for ``strategy.init=broadcast`` (rank 0 builds it whole)."""
     node, name = cfg.strategy, cfg.strategy.name
     if name == "fsdp":
-        parallel = fsdp.settings(cfg, model_name)
+        parallel = fsdp.settings(cfg, model_name, build, weights)
         return model_parallel_strategy(node, env.accelerator, env.world_size, parallel)
     if name == "ddp":
         return ddp_strategy(node, env.accelerator, count=count)
@@ -162,20 +167,33 @@ class Plugin:
         self.held: dict | None = None
         self.per_rank: list[dict] | None = None
         self.first_step: int | None = None
+        self.plan = None
+        self.init: str | None = None  # strategy=fsdp: how the model is initialised, and why
 
     @hookimpl
     def check(self, cfg, env, plan):
         self.env = env
         self.model_name = plan.model_name if plan is not None else ""
+        self.plan = plan
         found = settings_problems(cfg, env, plan)
         if not found and (note := layout_note(cfg, env)):
             log.warning("%s", note)
+        model = plan.meta_model() if plan is not None and not found else None
+        if cfg.strategy.name == "fsdp" and model is not None:
+            self.init = reason(cfg.strategy.get("init", "auto"), model)
+            if plan.weights is not None:  # model=huggingface: its checkpoint, shard by shard
+                self.init = f"the pretrained weights of model.path={cfg.model.path}"
+            if console.process_rank() == "0":
+                console.say(f"strategy=fsdp: the model is built empty on each process and its "
+                            f"shards initialised by {self.init}", log)  # fmt: skip
         return found
 
     @hookimpl
     def configure_trainer(self, cfg, kwargs):
         env = self.env or Environment.from_config(cfg)
-        self.strategy = build_strategy(cfg, env, self.count, self.model_name)
+        build = self.plan.build_model if self.plan is not None else None
+        weights = self.plan.weights if self.plan is not None else None  # model=huggingface's
+        self.strategy = build_strategy(cfg, env, self.count, self.model_name, build, weights)
         kwargs["strategy"] = self.strategy
         kwargs["devices"] = env.devices  # "auto" resolved as tuneup means it (environment.py)
         environment = slurm.cluster_environment()
@@ -262,5 +280,6 @@ class Plugin:
                 "tensor_parallel_modules": len(layout.tensor_parallel),
                 "compiled_blocks": len(layout.compiled_blocks),
                 "mixed_precision": str(self.strategy.settings.param_dtype or "off"),
+                "initialised_by": layout.init or "a whole build on each process",
             }
         return described

@@ -32,6 +32,7 @@ from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from tuneup.plugins.strategy.launch import HydraJobLauncher
+from tuneup.plugins.strategy.materialize import materialize
 from tuneup.plugins.strategy.parallelize import Layout, Settings, parallelize
 from tuneup.trainer.state.changes import adopt_group
 
@@ -90,7 +91,8 @@ class ModelParallel(ModelParallelStrategy):
 
     - the model parallelised by tuneup (:func:`plugins.strategy.parallelize.parallelize`)
       when the strategy sets up, so the user's plain ``nn.Module`` needs no
-      ``configure_model`` of its own (a user's LightningModule keeps its own);
+      ``configure_model`` of its own (a user's LightningModule keeps its own); a model built
+      empty is then materialised shard by shard (:mod:`plugins.strategy.materialize`);
     - no gradient reduce-scatter on the micro-batches of an accumulation window before
       its last (FSDP2's ``set_requires_gradient_sync(False)``; Lightning blocks sync only
       for DDP): gradients then accumulate unsharded until the window ends;
@@ -124,6 +126,9 @@ class ModelParallel(ModelParallelStrategy):
         module = self.lightning_module
         if self.layout is None and isinstance(getattr(module, "model", None), nn.Module):
             self.layout = parallelize(module.model, self.device_mesh, self.settings)
+            s = self.settings  # a model built empty gets its values now, shard by shard
+            self.layout.init = materialize(module.model, self.root_device, s.init, s.seed,
+                                           s.weights, s.build)  # fmt: skip
         super().setup(trainer)
 
     @contextmanager

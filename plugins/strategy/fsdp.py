@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
+from tuneup.plugins.strategy.materialize import (
+    is_transformers_model,
+    seeded_build,
+    uninitialised,
+)
 from tuneup.plugins.strategy.parallelize import (
     STYLES,
     Settings,
@@ -102,6 +107,17 @@ def problems(cfg, env, plan) -> list[str]:
     model = plan.meta_model()
     if model is None:
         return found
+    if missing := uninitialised(cfg.strategy.get("init", "auto"), model):
+        found.append(
+            f"strategy.init=reset_parameters: {', '.join(missing)} of {plan.model_name} "
+            "has parameters but no reset_parameters() to initialise them; use "
+            "strategy.init=broadcast (rank 0 builds the model and sends each process its shards)"
+        )
+    if cfg.strategy.get("init") == "hf" and not is_transformers_model(model):
+        found.append(
+            f"strategy.init=hf: {plan.model_name} ({type(model).__name__}) is not a transformers "
+            "model (no _init_weights); use strategy.init=auto (broadcast for it)"
+        )
     if blocks is not None and not shard_block_names(model, list(blocks)):
         classes = sorted({type(m).__name__ for m in model.modules()})
         found.append(problem("strategy.shard_blocks", list(blocks),
@@ -121,8 +137,10 @@ def problems(cfg, env, plan) -> list[str]:
     return found
 
 
-def settings(cfg, model_name: str) -> Settings:
-    """What :func:`plugins.strategy.parallelize.parallelize` does for this config."""
+def settings(cfg, model_name: str, build=None, weights=None) -> Settings:
+    """What :func:`plugins.strategy.parallelize.parallelize` does for this config; ``build``:
+    the model's builder (``Plan.build_model``), called on rank 0 by ``strategy.init=broadcast``;
+    ``weights``: what fills the shards instead (``Plan.weights``: model=huggingface's)."""
     node = cfg.strategy
     blocks = node.get("shard_blocks")
     compile_node = cfg.get("compile") or {}
@@ -136,4 +154,8 @@ def settings(cfg, model_name: str) -> Settings:
         reshard_after_forward=bool(node.get("reshard_after_forward", True)),
         cpu_offload=bool(node.get("cpu_offload", False)),
         compile_options=compile_options,
+        init=str(node.get("init", "auto")),
+        seed=int(cfg.get("seed", 0)),
+        build=seeded_build(build, int(cfg.get("seed", 0))) if build is not None else None,
+        weights=weights,
     )

@@ -67,6 +67,9 @@ class Layout:
     tensor_parallel: dict[str, str] = field(default_factory=dict)  # module name -> style
     sharded_blocks: list[str] = field(default_factory=list)
     compiled_blocks: list[str] = field(default_factory=list)
+    #: How the empty parameters got their values (plugins/strategy/materialize.py); None: the
+    #: model was built whole (strategy.init=full, or weights loaded before training).
+    init: str | None = None
 
 
 # --------------------------------------------------------------------------------------
@@ -317,6 +320,7 @@ class Settings:
     #: How a model built empty (parameters on the meta device) is materialised and initialised
     #: once parallelised: ``strategy.init`` resolved (plugins/strategy/materialize.py).
     init: str = "broadcast"
+    seed: int = 0  # the run's seed: init=reset_parameters|hf draw from it as one process does
     #: Fills the materialised, parallelised model's parameters in place, e.g. from a pretrained
     #: checkpoint; None: initialise them as ``init`` says.
     weights: Callable[[nn.Module], None] | None = None
