@@ -165,3 +165,17 @@ def test_the_cadence_counts_optimizer_steps_under_accumulation(make_config):
     plugin.configure_trainer(kwargs)
     assert kwargs == {"accumulate_grad_batches": 3, "val_check_interval": 15,
                       "check_val_every_n_epoch": None}  # fmt: skip
+
+
+def test_a_long_runs_history_stays_within_its_limit_spanning_the_run():
+    from tuneup.plugins.target.race import HISTORY_LIMIT
+
+    race = Race("val/acc", 0.5, "max", clock=lambda: 0.0)
+    for step in range(1, 5 * HISTORY_LIMIT + 1):
+        race.validation_end(step=step, value=step / (5 * HISTORY_LIMIT))
+    history = race.figures(1)["target_history"]
+    steps = [entry["step"] for entry in history]
+    assert HISTORY_LIMIT // 2 <= len(history) <= HISTORY_LIMIT
+    assert steps[0] == 1 and steps[-1] == 5 * HISTORY_LIMIT and steps == sorted(steps)
+    figures = race.figures(1)  # the crossing and the best are exact, whatever was thinned
+    assert figures["steps_to_target"] == 5 * HISTORY_LIMIT // 2 and figures["target"]["best"] == 1.0

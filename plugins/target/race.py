@@ -25,6 +25,19 @@ def better(value: float, best: float | None, mode: str) -> bool:
     return value > best if mode == "max" else value < best
 
 
+#: The most validations ``target_history`` keeps: past it, every other older entry goes (the
+#: first and the newest stay; the crossing and the best are kept apart, whole), so a long run's
+#: summary and checkpoint stay small and the history still spans the whole run.
+HISTORY_LIMIT = 1000
+
+
+def thinned(history: list[dict], limit: int = HISTORY_LIMIT) -> list[dict]:
+    """``history`` as it is when within ``limit``, else every other entry and the newest."""
+    if len(history) <= limit:
+        return history
+    return [*history[:-1:2], history[-1]]
+
+
 class Race:
     """Wall time from the first step, validation time, samples seen and the metric's history.
 
@@ -74,6 +87,7 @@ class Race:
         entry = {"step": step, "samples": self.samples, "time_s": time_s,
                  "train_time_s": time_s - self.validation_s, "value": value}  # fmt: skip
         self.history.append(entry)
+        self.history = thinned(self.history)
         if better(value, self.best, self.mode):
             self.best, self.best_step = value, step
         if self.crossing is not None or self.value is None:
