@@ -31,7 +31,7 @@ GPT2 = ["model=custom", "model._target_=tests.hf_models.tiny_gpt2", "model.use_c
         "task=next_token", "data=synthetic_tokens", "data.vocab_size=32", "data.context=16",
         "data.train_samples=32", "data.val_samples=16", "data.batch_size=8",
         "trainer.max_epochs=1", "trainer.accelerator=cpu", "trainer.enable_progress_bar=false",
-        "strategy=fsdp", "trainer.devices=2", "strategy.init=full"]  # fmt: skip
+        "strategy=fsdp", "trainer.devices=2"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
