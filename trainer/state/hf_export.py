@@ -119,10 +119,11 @@ def file_plan(sizes: dict[str, int], at_least: int = 1) -> dict[str, int]:
     ``at_least`` (one per rank, so that every rank writes one) and none above
     :data:`MAX_FILE_BYTES` but for a tensor larger alone."""
     total = sum(sizes.values()) or 1
-    count = min(len(sizes), max(at_least, -(-total // MAX_FILE_BYTES)))
+    count = max(1, min(len(sizes), max(at_least, -(-total // MAX_FILE_BYTES))))
     target, plan, index, filled = total / count, {}, 1, 0
     for name, size in sizes.items():
-        if filled and (filled + size > target or filled + size > MAX_FILE_BYTES) and index < count:
+        more = filled + size > MAX_FILE_BYTES or (filled + size > target and index < count)
+        if filled and more:  # (uneven sizes may take a file more than count)
             index, filled = index + 1, 0
         plan[name], filled = index, filled + size
     return plan
