@@ -5,6 +5,8 @@
 - :mod:`.checkpoints`: a directory of them: names; the newest (by training progress, never file
   time); pruning; damaged files set aside
 - :mod:`.checkpoint_io`: the above behind Lightning's CheckpointIO
+- :mod:`.hf_export`: the model as a Hugging Face directory (``checkpoint.export=hf``,
+  ``tuneup-consolidate --format hf``)
 - :mod:`.progress`: how far a checkpoint had got; epoch-end checkpoints made resumable by
   Lightning; a resumed run that ends short of its limits says why
 - :mod:`.resume`: what ``resume=`` (and ``resume_weights_only``) means
