@@ -5,6 +5,9 @@
 - :mod:`.checkpoints`: a directory of them: names; the newest (by training progress, never file
   time); pruning; damaged files set aside
 - :mod:`.checkpoint_io`: the above behind Lightning's CheckpointIO
+- :mod:`.async_save`: ``checkpoint.async=true``: the state copied, written in the background,
+  one save at a time
+- :mod:`.checkpoint_space`: a checkpoint's size; the warning when the next will not fit
 - :mod:`.hf_export`: the model as a Hugging Face directory (``checkpoint.export=hf``,
   ``tuneup-consolidate --format hf``)
 - :mod:`.progress`: how far a checkpoint had got; epoch-end checkpoints made resumable by
