@@ -58,7 +58,9 @@ def build(settings, input_shape=None, num_classes=None) -> nn.Module:
         from transformers import AutoConfig
 
         return auto.from_config(AutoConfig.from_pretrained(directory), dtype=dtype)
-    return auto.from_pretrained(directory, dtype=dtype)
+    # in training mode, as from_config builds it (from_pretrained's is in eval mode: Lightning
+    # keeps a module's mode, so its dropout would be off for the whole training)
+    return auto.from_pretrained(directory, dtype=dtype).train()
 
 
 def resolve(path) -> Path:
