@@ -36,6 +36,7 @@ usage: {PROJECT} [group=option ...] [key=value ...]     train once
 
   model=custom model._target_=pkg.module.Net [model.<arg>=...]   your nn.Module
   model=lightning model._target_=pkg.module.LitNet               your LightningModule
+  model=huggingface model.path=DIR                               a pretrained transformers model
   data=custom data._target_=pkg.module.DataModule                your data (or Datasets)
 """
 
