@@ -12,7 +12,10 @@ metrics, ``summary.json`` as an artifact and the run's status. Its store is
 ``logger.tracking_uri`` (a server: ``http://host:5000``), else ``$MLFLOW_TRACKING_URI``,
 else ``mlflow.db`` in the run directory: an SQLite store, which MLflow 3 recommends (its
 file store, ``mlruns/``, refuses to open unless ``MLFLOW_ALLOW_FILE_STORE=true``), with the
-artifacts in ``mlartifacts/`` beside it.
+artifacts in ``mlartifacts/`` beside it. A resumed run (``resume=``, the same run directory)
+continues its MLflow run, found by its ``tuneup.run_dir`` tag: the metrics go on from the
+step it stopped at; a setting changed on resume keeps the first session's param (MLflow
+refuses to change one) and is named in the tag ``tuneup.changed_on_resume``.
 """
 
 from __future__ import annotations
@@ -114,14 +117,51 @@ def build_mlflow_logger(settings, save_dir: str):
         lambda record: "not found. Creating it." not in record.getMessage()
     )
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+    experiment = settings.get("experiment_name") or "tuneup"
     return MLFlowLogger(
-        experiment_name=settings.get("experiment_name") or "tuneup",
+        experiment_name=experiment,
         # MLflow's made-up names come from the seeded `random`: every run would get the same.
         run_name=settings.get("run_name") or "/".join(Path(save_dir).resolve().parts[-2:]),
         tracking_uri=uri,
         tags={"tuneup.run_dir": str(Path(save_dir).resolve())},
         artifact_location=artifacts,
+        run_id=earlier_run(uri, experiment, save_dir),
     )
+
+
+def earlier_run(uri: str, experiment: str, save_dir: str) -> str | None:
+    """The MLflow run of an earlier session of this run directory (a resumed run), or None."""
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        return None  # a new run directory's own store: nothing earlier (and no store to make)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    where = str(Path(save_dir).resolve())
+    # the filter's string cannot hold a quote: then the newest runs are read and matched here
+    query = "" if "'" in where else f"tags.`tuneup.run_dir` = '{where}'"
+    runs = [r for r in client.search_runs([found.experiment_id], query, max_results=1000,
+                                          order_by=["attributes.start_time DESC"])
+            if r.data.tags.get("tuneup.run_dir") == where][:1]  # fmt: skip
+    if not runs:
+        return None
+    client.update_run(runs[0].info.run_id, status="RUNNING")
+    return runs[0].info.run_id
+
+
+def log_params(logger, params: dict[str, str]) -> None:
+    """The params of the run; on a continued MLflow run, those it has not got yet, and the
+    changed ones named in the tag ``tuneup.changed_on_resume`` (MLflow keeps a param's first
+    value and refuses another)."""
+    client, run_id = logger.experiment, logger.run_id
+    earlier = client.get_run(run_id).data.params
+    changed = sorted(k for k, v in params.items() if k in earlier and earlier[k] != v[:250])
+    logger.log_hyperparams({k: v for k, v in params.items() if k not in earlier})
+    if changed:
+        client.set_tag(run_id, "tuneup.changed_on_resume",
+                       "; ".join(f"{k}: {earlier[k]} -> {params[k]}" for k in changed)[:5000])  # fmt: skip
 
 
 def flat_params(cfg) -> dict[str, str]:
@@ -237,7 +277,7 @@ class Plugin:
     @hookimpl
     def on_fit_start(self, cfg, trainer):
         if cfg.logger.name == "mlflow" and trainer.is_global_zero:
-            self.logger.log_hyperparams(flat_params(cfg))
+            log_params(self.logger, flat_params(cfg))
 
     @hookimpl(wrapper=True)  # around the others: their figures are in the summary after yield
     def report(self, cfg, summary):

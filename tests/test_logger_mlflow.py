@@ -102,3 +102,25 @@ def test_a_bad_setting_is_named():
     cfg = compose_config(["logger=mlflow", "logger.experiment_name=''"])
     (line,) = Plugin(cfg).check(cfg)
     assert line == "logger.experiment_name='' is not allowed: expected a non-empty string or null"
+
+
+def test_a_resumed_run_continues_its_mlflow_run(tmp_path):
+    """Two sessions of one run directory (the second resumed with a changed setting) are one
+    MLflow run: the metrics go on from where the first stopped, the first lr stays the param and
+    the change is named in a tag."""
+    run_dir = tmp_path / "run"
+    common = ["logger=mlflow", "data.train_samples=64", "data.val_samples=32",
+              "data.image_size=8", "data.batch_size=16", "trainer.max_epochs=2"]  # fmt: skip
+    tuneup.run(
+        compose_config([*common, "trainer.max_steps=2", "optimizer.lr=0.05"]), run_dir=run_dir
+    )
+    tuneup.run(compose_config([*common, "resume=auto", "optimizer.lr=0.02"]), run_dir=run_dir)
+    client = mlflow.MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
+    (found,) = client.search_runs([client.get_experiment_by_name("tuneup").experiment_id])
+    steps = [m.step for m in client.get_metric_history(found.info.run_id, "train/loss")]
+    assert steps[0] < 2 and steps[-1] >= 7  # both sessions' steps (8 in all), in one run
+    assert found.info.status == "FINISHED" and found.data.metrics["steps"] == 8
+    assert found.data.params["optimizer.lr"] == "0.05"
+    assert found.data.tags["tuneup.changed_on_resume"] == (
+        "optimizer.lr: 0.05 -> 0.02; resume: None -> auto; trainer.max_steps: 2 -> -1"
+    )
