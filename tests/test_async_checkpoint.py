@@ -24,6 +24,7 @@ from tests.test_resume import CRASH, ONE_THREAD
 from tuneup.consolidate import consolidate
 from tuneup.trainer.runner import ConfigError, run
 from tuneup.trainer.state import sharded
+from tuneup.trainer.state.async_save import BackgroundWriter
 from tuneup.trainer.state.checkpoint_read import load, verify
 from tuneup.trainer.state.checkpoints import checkpoint_name, list_checkpoints
 
@@ -99,6 +100,23 @@ def test_a_bad_async_value_is_named(make_config, tmp_path):
     assert "checkpoint.async='sometimes'" in str(info.value) and "one of True, False" in str(
         info.value
     )
+
+
+def test_a_failed_background_write_raises_where_training_waits_for_it():
+    """Not silent: the error of a write in the background (a full disk) is raised by the next
+    wait (the next save, the end of training); pruning queued behind it ran after it."""
+    writer, done = BackgroundWriter(), []
+
+    def write():
+        done.append("write")
+        raise OSError(28, "No space left on device")
+
+    writer.submit(write)
+    writer.then(done.append, "prune")
+    with pytest.raises(OSError, match="No space left"):
+        writer.wait()
+    assert done == ["write", "prune"]
+    writer.close()  # nothing left: the error was raised once
 
 
 def test_kill_9_during_a_background_save_leaves_the_last_complete_one_and_resumes_exactly(
