@@ -97,10 +97,6 @@ class BackgroundWriter:
         else:
             fn(*args)
 
-    @property
-    def busy(self) -> bool:
-        return any(not f.done() for f in self.pending)
-
     def wait(self) -> None:
         """Block until everything submitted is done; raise the first error one of them had."""
         pending, self.pending = self.pending, []
