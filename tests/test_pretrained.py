@@ -133,6 +133,12 @@ def test_a_missing_directory_or_files_are_one_line_naming_model_path(saved, tmp_
     (tmp_path / "config.json").write_text((saved / "gpt2" / "config.json").read_text())
     (no_weights,) = problems(tmp_path)
     assert no_weights.startswith(f"model.path='{tmp_path}' has no *.safetensors file")
+    (auto,) = problems(saved / "gpt2", "model.auto_class=AutoTokenizer")
+    assert auto.startswith("model.auto_class='AutoTokenizer' is not allowed: expected a "
+                           "transformers AutoModel class")  # fmt: skip
+    (architecture,) = problems(saved / "gpt2", "model.auto_class=AutoModelForSpeechSeq2Seq")
+    assert architecture.startswith(f"model.path='{saved / 'gpt2'}': AutoModelForSpeechSeq2Seq "
+                                   "cannot build the model of its config.json: ValueError: ")  # fmt: skip
     with pytest.raises(ConfigError, match=r"model.path is not set: model=huggingface needs"):
         run(compose_config(["model=huggingface", *TOKENS], tiny=False), run_dir=tmp_path / "r")
 

@@ -110,8 +110,12 @@ def problems(cfg) -> list[str]:
         return [f"model.path={str(node.path)!r} has no *.safetensors file: expected {EXPECTED} "
                 "(.bin checkpoints are not read: save the model again with save_pretrained, "
                 "whose default is safetensors)"]  # fmt: skip
-    with torch.device("meta"):
-        model = build(node)
+    try:
+        with torch.device("meta"):
+            model = build(node)
+    except Exception as exc:  # transformers' own words: an unknown architecture, a bad config
+        return [f"model.path={str(node.path)!r}: {node.auto_class} cannot build the model of its "
+                f"config.json: {type(exc).__name__}: {str(exc).splitlines()[0]}"]  # fmt: skip
     found = mismatch(model, stored_shapes(directory))
     return [f"model.path={str(node.path)!r} does not fit {type(model).__name__} "
             f"({node.auto_class} of its config.json): {found}"] if found else []  # fmt: skip
