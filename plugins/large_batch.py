@@ -8,7 +8,7 @@ Norms and biases (parameters with ndim <= 1) are excluded from weight decay and 
 
 Linear scaling: with ``optimizer.base_batch_size`` set, the learning rate is
 ``optimizer.lr * global_batch / base_batch_size``, the global batch being the run's effective
-batch size as plugins/grad_accum.py defines it for everything else (data.batch_size x
+batch size as plugins/grad_accum/ defines it for everything else (data.batch_size x
 accumulation x world size, however accumulation is set: ``grad_accum.steps`` or
 ``grad_accum.global_batch_size``); combine with ``scheduler.warmup_steps`` (see
 ``experiment=large_batch``). The summary says which implementation each step ran, and the

@@ -15,6 +15,10 @@ world size): the Trainer's k, the summary, ``describe`` and the linear learning-
 scaling of ``optimizer=lamb|lars`` (plugins/large_batch.py) all read it, so none of them
 can count accumulation its own way.
 
+``grad_accum.micro_batch_size=N|auto`` splits each DataLoader batch into micro-batches of N
+inside the training step (micro_batch.py): the same mathematics, less activation
+memory; ``auto`` finds N by halving on out-of-memory errors, and the checkpoint keeps it.
+
 Exact only for models without batch-dependent layers: BatchNorm normalises over
 each micro-batch, so k micro-batches of b are not one batch of k*b (use
 ``model=mlp`` to see the equality). If an epoch's batch count is not a multiple
@@ -25,13 +29,31 @@ micro-batches (each loss still divided by k).
 from __future__ import annotations
 
 from tuneup import TuneupError, hookimpl
+from tuneup.plugins.grad_accum.micro_batch import MicroBatcher
 from tuneup.trainer.environment import Environment
-from tuneup.trainer.validation import Integer, problems
+from tuneup.trainer.validation import Integer, problem, problems
 
 RULES = {
     "grad_accum.steps": Integer(low=1, also=(None,), note="null: 1, or from global_batch_size"),
     "grad_accum.global_batch_size": Integer(low=1, also=(None,)),
 }
+
+
+def micro_batch_problems(value, batch_size: int | None) -> list[str]:
+    """``grad_accum.micro_batch_size``: null, ``auto``, or a divisor of the batch per process."""
+    if value is None or value == "auto":
+        return []
+    divisors = [d for d in range(1, (batch_size or 0) + 1) if batch_size % d == 0]
+    positive = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+    if positive and (batch_size is None or value in divisors):
+        return []
+    allowed = "null (the whole batch at once), 'auto' (halved on out-of-memory errors)"
+    if batch_size is None:
+        allowed += " or an integer >= 1"
+    else:
+        shown = ", ".join(map(str, divisors[:12])) + (", ..." if len(divisors) > 12 else "")
+        allowed += f" or a divisor of data.batch_size={batch_size} ({shown})"
+    return [problem("grad_accum.micro_batch_size", value, allowed)]
 
 
 def accumulation_steps(steps, global_batch_size, batch_size: int, world_size: int) -> int:
@@ -87,6 +109,8 @@ class Plugin:
         self.world_size: int | None = None  # from check's Environment; what the run will use
         self.batch: int | None = cfg.data.get("batch_size")  # per process; a data module's own
         self.k: int | None = None  # as given to the Trainer
+        size = cfg.grad_accum.get("micro_batch_size")
+        self.micro = MicroBatcher(None if size == "auto" else size, auto=size == "auto")
 
     def processes(self) -> int:
         return self.world_size or Environment.from_config(self.cfg).world_size
@@ -111,6 +135,7 @@ class Plugin:
         if self.batch is None and plan is not None and plan.sound:
             self.batch = plan.data.batch_size  # the user's data module's, now it is set up
         found = problems(cfg, RULES)
+        found += micro_batch_problems(cfg.grad_accum.get("micro_batch_size"), self.batch)
         if found:
             return found
         try:
@@ -131,12 +156,32 @@ class Plugin:
         self.k = kwargs["accumulate_grad_batches"] = self.steps()
 
     @hookimpl
+    def on_fit_start(self, trainer, module):
+        if self.micro.auto or self.micro.size is not None:
+            self.micro.install(trainer, module)
+
+    @hookimpl
     def report(self, cfg, summary):
         world = summary.get("world_size") or self.processes()
         summary["effective_batch_size"] = effective_batch_size(cfg, world, self.batch)
+        if self.micro.auto or self.micro.size is not None:
+            summary["micro_batch_size"] = self.micro.size or self.batch
+            summary["micro_batch_oom_retries"] = self.micro.retries
+
+    def state_dict(self):
+        return {"micro_batch_size": self.micro.size, "oom_retries": self.micro.retries}
+
+    def load_state_dict(self, state):
+        """auto: the size the checkpointed run found (a resume does not search again)."""
+        if self.micro.auto and state.get("micro_batch_size") is not None:
+            self.micro.size, self.micro.retries = state["micro_batch_size"], state["oom_retries"]
 
     def describe(self):
         settings = {k: self.cfg.grad_accum.get(k) for k in ("steps", "global_batch_size")}
+        if self.micro.auto:
+            settings["micro_batch_size"] = f"auto (found: {self.micro.size or self.batch})"
+        elif self.micro.size is not None:
+            settings["micro_batch_size"] = self.micro.size
         try:
             k = self.steps()
             effective = effective_batch_size(self.cfg, self.processes(), self.batch)
