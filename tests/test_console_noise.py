@@ -56,9 +56,11 @@ SHORT = ["data.train_samples=128", "data.val_samples=16", "data.batch_size=16", 
 
 def test_a_plain_run_says_it_once_and_leaves_no_noise_behind(tmp_path):
     run_dir = tmp_path / "run"
-    result = run_cli(*SHORT, f"hydra.run.dir={run_dir}", cwd=tmp_path, tiny=False)
+    result = run_cli(*SHORT, "trainer.enable_progress_bar=auto", f"hydra.run.dir={run_dir}",
+                     cwd=tmp_path, tiny=False)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     log = (run_dir / "tuneup.log").read_text()
+    assert "Epoch 0" not in result.stdout + result.stderr  # no progress bar into a file (auto)
     assert result.stdout.count("tuneup: small_resnet on synthetic_images") == 1
     assert "smaller than the logging interval" not in result.stdout + result.stderr + log
     assert "Tip:" not in log and "litlogger" not in log  # Lightning's adverts: nowhere

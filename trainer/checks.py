@@ -35,7 +35,7 @@ TRAINER_RULES = {
     "trainer.gradient_clip_val": Number(ge=0),
     "trainer.deterministic": BOOL,
     "trainer.benchmark": BOOL,
-    "trainer.enable_progress_bar": BOOL,
+    "trainer.enable_progress_bar": OneOf((True, False, "auto")),
     "trainer.fast_dev_run": BOOL,
     "mode": OneOf(("fit", "validate")),
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import platform
+import sys
 import time
 from contextlib import nullcontext, suppress
 from pathlib import Path
@@ -155,7 +156,7 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
         if cfg.get("mode") != "validate" and _needs_final_validation(trainer, run_state):
             trainer.validate(module, datamodule=data, verbose=False)
         summary["status"] = "ok"
-        if ckpt_path is not None and (short := shortfall(trainer)):
+        if ckpt_path is not None and (short := shortfall(trainer, run_state.started_at)):
             summary["short_of_limits"] = short  # a resumed run never ends short without a word
         summary["fit_seconds"] = time.perf_counter() - started
     except BaseException as exc:
@@ -264,6 +265,8 @@ def trainer_kwargs(cfg, plugins: PluginManager, run_dir: Path) -> dict:
 
     kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
     kwargs["default_root_dir"] = str(run_dir)
+    if kwargs.get("enable_progress_bar") == "auto":  # a bar where someone watches it, not in logs
+        kwargs["enable_progress_bar"] = sys.stderr.isatty()
     kwargs["callbacks"] = [Bridge(cfg, plugins), *callbacks.build(cfg)]  # the user's: config
     if kwargs.get("log_every_n_steps") is None:  # null: fitted to the run once its length is known
         kwargs["log_every_n_steps"] = 1  # until then: no "smaller than the logging interval"
