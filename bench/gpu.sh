@@ -6,7 +6,7 @@
 #   bench/gpu.sh             all steps (about 20 minutes on one H100 or H200)
 #   bench/gpu.sh 1           part 1 of 3: gpu-tests, suite
 #   bench/gpu.sh 2           part 2 of 3: throughput, precision, syncs
-#   bench/gpu.sh 3           part 3 of 3: memory, kernels, dataloader
+#   bench/gpu.sh 3           part 3 of 3: memory, kernels, dataloader, micro-batch
 #   bench/gpu.sh kernels     named steps, in the order given
 #   bench/gpu.sh report      only rebuild gpu-report.md from the steps' files (no GPU needed)
 #   bench/gpu.sh --list      the steps and their commands
@@ -33,10 +33,10 @@ STEP_TIMEOUT=${GPU_STEP_TIMEOUT:-900}
 export PYTHONUNBUFFERED=1
 export PIP_NO_INDEX=1  # no registry here: the test that pip-installs an old Triton skips at once
 
-STEPS=(gpu-tests suite throughput precision memory kernels dataloader syncs)
+STEPS=(gpu-tests suite throughput precision memory kernels dataloader syncs micro-batch)
 PART_1=(gpu-tests suite)
 PART_2=(throughput precision syncs)
-PART_3=(memory kernels dataloader)
+PART_3=(memory kernels dataloader micro-batch)
 
 xdist() {  # pytest-xdist's "-n N" where it is installed (the GPU images have it); else no
   # addopts, whose "-n 2" (pyproject.toml) needs it
@@ -54,6 +54,8 @@ command_of() {  # the command of one step
     dataloader) echo "$PY bench/dataloader.py --model resnet50 --image-size 224 --steps 30" ;;
     # host-device syncs per step (set_sync_debug_mode): tuneup's must be 0 outside logging steps
     syncs) echo "$PY bench/syncs.py && $PY bench/syncs.py model=mlp precision=bf16" ;;
+    # grad_accum.micro_batch_size=auto: a GPT batch too large for the GPU, found by halving
+    micro-batch) echo "$PY bench/micro_batch.py --batch 512 --steps 4" ;;
   esac
 }
 

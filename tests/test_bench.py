@@ -45,7 +45,7 @@ def test_gpu_script_lists_every_step_and_refuses_unknown_ones():
                             capture_output=True, text=True, timeout=60)  # fmt: skip
     steps = [line.split(":")[0] for line in listed.stdout.splitlines()]
     assert steps == ["gpu-tests", "suite", "throughput", "precision", "memory", "kernels",
-                     "dataloader", "syncs"]  # fmt: skip
+                     "dataloader", "syncs", "micro-batch"]  # fmt: skip
     unknown = subprocess.run(["bash", str(ROOT / "bench" / "gpu.sh"), "nope"],
                              capture_output=True, text=True, timeout=60)  # fmt: skip
     assert unknown.returncode == 2 and "unknown step 'nope'" in unknown.stderr
