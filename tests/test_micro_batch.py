@@ -4,6 +4,7 @@ tests/oom_plugin.py), agreed by every process, and the checkpoint keeps what it 
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import sys
@@ -31,6 +32,11 @@ def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     loaded = [torch.load(p, map_location="cpu", weights_only=False)
               for p in (run_dir / "checkpoints").glob("*.ckpt")]  # fmt: skip
     return max(loaded, key=lambda checkpoint: checkpoint["global_step"])["state_dict"]
+
+
+def logged_losses(run_dir: Path) -> list[float]:
+    with open(run_dir / "metrics.csv") as rows:
+        return [float(row["train/loss"]) for row in csv.DictReader(rows) if row["train/loss"]]
 
 
 def largest_difference(a: dict, b: dict) -> float:
@@ -90,6 +96,8 @@ def test_auto_halves_on_out_of_memory_and_trains_the_whole_batchs_weights(runs):
     assert auto["samples"] == summaries["whole"]["samples"] == STEPS * 16  # data order untouched
     assert largest_difference(final_weights(root / "auto"), final_weights(root / "whole")) < 1e-6
     assert "micro_batch_size" not in summaries["whole"]  # off: nothing added
+    # metrics.csv logs the whole batch's loss, not the last chunk's
+    assert logged_losses(root / "auto") == pytest.approx(logged_losses(root / "whole"), rel=1e-5)
 
 
 def test_fixed_micro_batches_under_the_loss_scaler_train_the_whole_batchs_weights(runs):

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tuneup import TuneupError
+from tuneup.trainer.module import TrainingModule
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,8 @@ class MicroBatcher:
                     f"be retried: set grad_accum.micro_batch_size={self._half(total)}"
                 ) from exc
         loss = torch.stack(progress.losses).sum()
+        if isinstance(module, TrainingModule) and trainer._logger_connector.should_update_logs:
+            module.log("train/loss", loss)  # the batch's, over the last chunk's (as it logs)
         return {**output, "loss": loss} if isinstance(output, dict) else loss
 
     def _attempt(self, trainer, module, chunk_step, batch, total, progress, batch_idx) -> bool:
