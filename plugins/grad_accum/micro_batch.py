@@ -18,7 +18,11 @@ stay Lightning's.
   Lightning's manual optimization prepares it (``prepare_for_backward``).
 - FSDP2: every chunk's backward reduce-scatters into the sharded gradients (keeping an
   unsharded gradient across chunks would cost the memory micro-batching saves); inside an
-  accumulation window Lightning's ``set_requires_gradient_sync(False)`` holds for all.
+  accumulation window the strategy's ``set_requires_gradient_sync(False)`` holds for all.
+
+Hand-made because Lightning has none inside a step: its ``accumulate_grad_batches`` takes
+DataLoader batches as micro-batches, so a smaller one would change the data order, the sample
+counts and the resume position, and a failed step could not be run again.
 
 ``auto``: the first step tries the whole batch; an out-of-memory error in a chunk's forward
 halves the chunk and the step goes on from the failed chunk (what ran before it stands); one
