@@ -13,16 +13,25 @@ the ways run interleaved ``--repeats`` times and the median is reported.
     python bench/overhead.py                     # default small_resnet, and the tiny mlp
     python bench/overhead.py --models mlp --steps 400
     python bench/overhead.py --models mlp --per-plugin   # tuneup with each default plugin off
+    python bench/overhead.py --models mlp --calls        # Python calls a step, tuneup vs Lightning
 
 ``--per-plugin`` times tuneup again with each plugin of the default run left out in turn
 (unregistered after loading, as ``plugins.disable=[name]`` would, but also where the config
 names the plugin, which that setting refuses, and for the required ``measure``): a
 regression in the step time points to its plugin.
+
+``--calls`` counts Python function calls a step (cProfile, over the same measured steps) in
+bare Lightning and in tuneup, and lists the functions tuneup calls more often. Unlike the
+times, the counts do not depend on the machine's load: a regression shows on a busy machine.
+Measure a multiple of ``trainer.log_every_n_steps`` (20 by default) so that the logging steps
+count in their true proportion.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import statistics
 import tempfile
 import time
@@ -39,28 +48,34 @@ from tuneup.trainer.runner import build
 from tuneup.trainer.task import classification_loss as cross_entropy
 
 
-def config(model: str, steps: int, batch_size: int):
+def config(model: str, steps: int, batch_size: int, more: tuple[str, ...] = ()):
     overrides = [
         f"model={model}", f"trainer.max_steps={steps}", "trainer.max_epochs=-1",
         f"data.batch_size={batch_size}", "trainer.enable_progress_bar=false",
         "+trainer.limit_val_batches=0", "checkpoint=off",
-        "scheduler=constant",
+        "scheduler=constant", *more,
     ]  # fmt: skip
     return tuneup.compose(overrides)
 
 
 class StepClock(pl.Callback):
-    """Seconds from the start of micro-batch ``warmup`` to the end of the last one."""
+    """Seconds from the start of micro-batch ``warmup`` to the end of the last one; with a
+    ``profile``, cProfile runs over the same steps."""
 
-    def __init__(self, warmup: int) -> None:
+    def __init__(self, warmup: int, profile: cProfile.Profile | None = None) -> None:
         self.warmup, self.start, self.end = warmup, None, None
+        self.profile = profile
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         if trainer.global_step == self.warmup and self.start is None:
             self.start = time.perf_counter()
+            if self.profile is not None:
+                self.profile.enable()
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
         self.end = time.perf_counter()
+        if self.profile is not None and trainer.global_step == trainer.max_steps:
+            self.profile.disable()
 
     @property
     def seconds(self) -> float:
@@ -114,14 +129,16 @@ class BareModule(pl.LightningModule):
 
     def configure_optimizers(self):
         optimizer = sgd(self.cfg, self.model.parameters())
-        return {"optimizer": optimizer, "lr_scheduler": constant_schedule(optimizer)}
+        # stepped every step, as in the hand loop and in tuneup
+        schedule = {"scheduler": constant_schedule(optimizer), "interval": "step"}
+        return {"optimizer": optimizer, "lr_scheduler": schedule}
 
 
-def bare_lightning(cfg, warmup: int) -> float:
+def bare_lightning(cfg, warmup: int, profile: cProfile.Profile | None = None) -> float:
     pl.seed_everything(cfg.seed, verbose=False)
     plan = Plan(cfg)
     data, model = plan.data, plan.build_model()
-    clock = StepClock(warmup)
+    clock = StepClock(warmup, profile)
     trainer = pl.Trainer(
         accelerator="cpu", devices=1, max_steps=cfg.trainer.max_steps, max_epochs=-1,
         logger=False, enable_checkpointing=False, enable_progress_bar=False,
@@ -131,7 +148,9 @@ def bare_lightning(cfg, warmup: int) -> float:
     return clock.seconds
 
 
-def with_tuneup(cfg, warmup: int, without: str | None = None) -> float:
+def with_tuneup(
+    cfg, warmup: int, without: str | None = None, profile: cProfile.Profile | None = None
+) -> float:
     with tempfile.TemporaryDirectory() as run_dir:
         plugins = PluginManager.from_config(cfg)
         plan = Plan(cfg, plugins)
@@ -139,7 +158,7 @@ def with_tuneup(cfg, warmup: int, without: str | None = None) -> float:
         if without is not None:
             plugins.unregister(name=without)
         trainer, module, data, _ = build(cfg, plugins, plan, Path(run_dir))
-        clock = StepClock(warmup)
+        clock = StepClock(warmup, profile)
         trainer.callbacks.append(clock)
         trainer.fit(module, datamodule=data)
     return clock.seconds
@@ -157,7 +176,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--per-plugin", action="store_true",
                         help="tuneup with each default plugin left out in turn")  # fmt: skip
+    parser.add_argument("--calls", action="store_true",
+                        help="Python calls a step (cProfile), tuneup vs bare Lightning; no timing")  # fmt: skip
+    parser.add_argument("--top", type=int, default=25, help="--calls: functions listed")
     args = parser.parse_args()
+    if args.calls:
+        for model in args.models:
+            print_calls(model, config(model, args.steps, args.batch_size), args)
+        return
     import logging
 
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
@@ -193,6 +219,39 @@ def per_plugin(model: str, cfg, args) -> None:
     print(f"| none (all on) | {med[None]:.2f} | |")
     for name in names:
         print(f"| {name} | {med[name]:.2f} | {med[None] - med[name]:+.3f} ms |")
+
+
+def call_counts(way, cfg, warmup: int) -> tuple[float, dict]:
+    """(Python calls a step, {function: calls a step}) over the steps after ``warmup``."""
+    profile = cProfile.Profile()
+    way(cfg, warmup, profile=profile)
+    stats = pstats.Stats(profile).stats  # (file, line, name) -> (prim calls, calls, ...)
+    steps = cfg.trainer.max_steps - warmup
+    per_function = {where: calls / steps for where, (_, calls, *_) in stats.items()}
+    return sum(per_function.values()), per_function
+
+
+def tuneup_extra_calls(cfg, warmup: int) -> tuple[float, float, dict]:
+    """(bare Lightning's calls a step, tuneup's, {function: tuneup's extra calls a step})."""
+    bare, bare_functions = call_counts(bare_lightning, cfg, warmup)
+    ours, our_functions = call_counts(with_tuneup, cfg, warmup)
+    extra = {
+        where: calls - bare_functions.get(where, 0.0)
+        for where, calls in our_functions.items()
+        if calls - bare_functions.get(where, 0.0) > 0
+    }
+    return bare, ours, extra
+
+
+def print_calls(model: str, cfg, args) -> None:
+    bare, ours, extra = tuneup_extra_calls(cfg, args.warmup)
+    steps = args.steps - args.warmup
+    print(f"\n{model}: Python calls a step over {steps} steps (cProfile): bare Lightning "
+          f"{bare:.0f}, tuneup {ours:.0f} ({ours - bare:+.0f}, {ours / bare:.3f}x)")  # fmt: skip
+    print("\n| extra calls a step | function |\n|---|---|")
+    for (file, line, name), calls in sorted(extra.items(), key=lambda kv: -kv[1])[: args.top]:
+        where = f"{Path(file).parent.name}/{Path(file).name}:{line}" if line else file
+        print(f"| {calls:.1f} | {name} ({where}) |")
 
 
 if __name__ == "__main__":

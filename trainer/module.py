@@ -26,6 +26,7 @@ import pytorch_lightning as pl
 import torch
 
 from tuneup.trainer import task as tasks
+from tuneup.trainer.bridge import skip_no_op_hooks
 from tuneup.trainer.clip import GradNorm, clip_grad_norm_
 from tuneup.trainer.optim import build_optimizer, build_scheduler
 
@@ -49,6 +50,7 @@ class TrainingModule(pl.LightningModule):
         self.logits_fn = _identity
         self.clip = cfg.optimizer.get("clip_grad_norm")
         self.grad_norm = GradNorm()
+        skip_no_op_hooks(self, pl.LightningModule)  # plugins hook the loop through the bridge
 
     def forward(self, x):
         return tasks.forward(self.model, x)

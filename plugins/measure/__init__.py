@@ -177,9 +177,12 @@ class Plugin:
         self.micro_batches += 1
         self.samples += self._batch_size
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        if loss is not None:  # Lightning hands over loss / k under accumulation: undo that
-            self.last_loss = loss.detach() * trainer.accumulate_grad_batches
-            self.loss_curve.add(self.last_loss, self._batch_size)
+        if loss is not None:
+            loss = loss.detach()
+            if trainer.accumulate_grad_batches != 1:  # Lightning hands over loss / k: undo that
+                loss = loss * trainer.accumulate_grad_batches
+            self.last_loss = loss
+            self.loss_curve.add(loss, self._batch_size)
 
     @hookimpl
     def on_fit_end(self):

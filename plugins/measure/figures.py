@@ -1,7 +1,7 @@
 """The summary's figures made from what the measure plugin (plugins/measure/) recorded.
 
 Plain functions on plain lists: speed windows, step-time percentiles, validation metrics by
-short name, a batch's sample count, and the rounding the summary uses. No state, no torch.
+short name, a batch's sample count, and the rounding the summary uses. No state.
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import statistics
 from itertools import pairwise
+
+from tuneup.trainer.batches import first_tensor
 
 
 def speed_windows(intervals_ms: list[float], sizes: list[int], count: int, world: int = 1):
@@ -32,10 +34,8 @@ def rounded(value: float) -> float:
 
 def batch_size(batch) -> int:
     """Samples in a batch: the length of its first tensor (a tuple, list or dict batch)."""
-    from tuneup.trainer.batches import first_tensor
-
     first = first_tensor(batch)
-    return len(first) if first is not None else 0
+    return first.shape[0] if first is not None and first.dim() else 0
 
 
 def validation_metrics(metrics: dict) -> dict[str, float]:

@@ -1,0 +1,37 @@
+"""Per-step overhead over bare Lightning, counted in Python calls (bench/overhead.py --calls):
+unlike a step's time, the count does not depend on the machine's load, so a regression in
+tuneup's per-step work fails here on any machine."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.conftest import bench_module
+from tuneup.plugins.measure.loss_curve import FLUSH, LossCurve
+
+#: tuneup's Python calls a step beyond bare Lightning's outside logging steps, at most: ~40
+#: measured on the MLP, ~350 before the per-step hooks that do nothing were skipped (issue 32).
+#: A logging step adds Lightning's ``self.log`` of the loss and the gradient norm, ~1,900
+#: calls each: ~230 a step at the default interval of 20 (bench/overhead.py --calls).
+EXTRA_CALLS_A_STEP = 150
+
+
+def test_tuneup_adds_few_python_calls_a_step_to_bare_lightning():
+    overhead = bench_module("overhead")
+    more = ("data.train_samples=512", "data.val_samples=32", "trainer.log_every_n_steps=1000")
+    cfg = overhead.config("mlp", steps=16, batch_size=32, more=more)
+    bare, ours, extra = overhead.tuneup_extra_calls(cfg, warmup=6)
+    top = sorted(extra.items(), key=lambda kv: -kv[1])[:8]
+    assert bare > 1000  # the count saw Lightning's steps
+    assert ours - bare <= EXTRA_CALLS_A_STEP, f"{ours:.0f} calls a step vs {bare:.0f}: {top}"
+
+
+def test_the_loss_curve_sums_losses_kept_by_reference_across_flushes():
+    curve = LossCurve(2)  # buckets of 1, then 2, 4 ... micro-batches: one of 128 at the end
+    losses = [float(i % 7) for i in range(2 * FLUSH + 3)]
+    for loss in losses:
+        curve.add(torch.tensor(loss), 1)
+    values = curve.values()
+    assert values["samples"] == [128, 2 * FLUSH + 3]
+    assert values["loss"] == pytest.approx([sum(losses[:128]) / 128, sum(losses[128:]) / 3])
