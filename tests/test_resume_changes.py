@@ -208,16 +208,3 @@ def test_weights_only_needs_a_directory_without_checkpoints(checkpoint, train, t
     with pytest.raises(TuneupError, match=r"already holds .* continue that run with resume=auto"):
         train(*RUN, f"resume={path}", "resume_weights_only=true", tiny=False,
               run_dir=tmp_path / "first")  # fmt: skip
-
-
-def test_a_refused_mid_epoch_change_counts_the_epochs_samples_over_every_data_shard():
-    """The position a checkpoint records is one shard's; the message gives the epoch's."""
-    from tuneup.trainer.state import changes
-
-    # a 2x2 mesh (FSDP x tensor parallel): 4 processes, 2 data shards
-    saved = {"config": {"data.batch_size": 8}, "world_size": 4, "data_shards": 2}
-    current = {"config": {"data.batch_size": 4}, "world_size": 4, "data_shards": 2}
-    ctx = changes.Context(step=2, position=8, saved=saved, current=current,
-                          weights_problem=None, owns_optimizer=True)  # fmt: skip
-    (change,) = changes.review(ctx)
-    assert change.refused and "the checkpoint stopped 16 samples into an epoch" in change.note

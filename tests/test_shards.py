@@ -280,7 +280,8 @@ def test_ddp_ranks_share_each_epoch_without_a_sample_twice_and_resume_on_one_pro
 ):
     """2 processes x 2 epochs: each epoch's 96 samples once, split between the ranks; from the
     end of epoch 1 resumed on 1 process, epoch 2 is the same samples in the (seed, epoch) order
-    the ranks dealt between them; from mid-epoch on 1 process it is refused."""
+    the ranks dealt between them; from mid-epoch on 1 process, the rest of epoch 1 in the same
+    order, each sample once (trainer/state/layout.py)."""
     _, shards = text
     two = tmp_path / "two"
     (two / "seen").mkdir(parents=True)
@@ -308,10 +309,15 @@ def test_ddp_ranks_share_each_epoch_without_a_sample_twice_and_resume_on_one_pro
     assert result.returncode == 0, result.stderr[-3000:]
     assert seen(one / "seen") == {0: {1: order}}  # the ranks' epoch 2, interleaved as dealt
 
-    result = shard_run(tmp_path / "middle", shards, site, f"resume={saved_at(3)}")
-    assert result.returncode == 1 and "world size" in result.stderr
-    assert "resume with the old world size, or from a checkpoint saved at an epoch end" in (
-        result.stderr
+    middle = tmp_path / "middle"  # mid-epoch: the rest of epoch 1 resharded, each sample once
+    (middle / "seen").mkdir(parents=True)
+    result = shard_run(middle, shards, site, "trainer.max_epochs=1", f"resume={saved_at(3)}",
+                       env={"SEEN_DIR": str(middle / "seen")})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    first = ResumableSampler(96, seed=compose_config([], tiny=False).seed).permutation(0)
+    assert seen(middle / "seen") == {0: {0: first[48:]}}
+    assert "global batch changed from 16 to 8: the remaining 48 samples of epoch 0" in (
+        result.stdout + result.stderr
     )
 
 

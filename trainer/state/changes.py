@@ -18,9 +18,10 @@ and the run refuses, naming the key and what to do instead:
   ``optimizer.lr=0.5`` on resume was silently ignored);
 - ``scheduler.*``, ``trainer.max_steps``/``max_epochs``: take effect; the learning rate
   follows the new schedule from the resumed step on (trainer/optim.py ``set_lr_from_schedule``);
-- ``data.batch_size``, the world size and ``grad_accum.*``: take effect at an epoch
-  boundary; refused mid-epoch when they change which samples make up the rest of the
-  epoch;
+- ``data.batch_size``, the world size and ``grad_accum.*``: take effect, also mid-epoch:
+  the rest of the epoch's order is dealt in the new layout, and the warning says whether
+  the steps are the same (the same global batch) or the rest is seen once in steps of
+  the new one (trainer/state/layout.py);
 - ``seed``: no effect (the checkpoint's random states and data order continue);
 - everything else takes effect.
 
@@ -36,6 +37,7 @@ import torch
 from omegaconf import OmegaConf
 
 from tuneup import TuneupError
+from tuneup.trainer.state import layout
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +95,7 @@ class Context:
     current: dict  # this run's
     weights_problem: str | None  # why the checkpoint's weights do not fit the model now
     owns_optimizer: bool  # tuneup builds the optimizer from the config (not model=lightning)
+    order: dict | None = None  # the checkpoint's data order (trainer/state/data_order.py)
 
 
 def differences(saved: dict, current: dict) -> list[tuple[str, object, object]]:
@@ -120,7 +123,6 @@ def _number(value) -> bool:
 def judge(key: str, ctx: Context) -> tuple[str, bool]:
     """(what the change of ``key`` does, whether it is refused)."""
     section = key.split(".")[0]
-    mid_epoch = f"the checkpoint stopped {epoch_samples(ctx)} samples into an epoch"
     if key == "seed":
         return "no effect: the checkpoint's random states and data order continue", False
     if section in ("model", "task") and ctx.weights_problem:
@@ -139,33 +141,13 @@ def judge(key: str, ctx: Context) -> tuple[str, bool]:
     if section == "scheduler" or key in ("trainer.max_steps", "trainer.max_epochs"):
         return (f"takes effect from step {ctx.step}: the learning rate follows the new schedule "
                 "(and the new limits) from there"), False  # fmt: skip
-    if key == "data.batch_size" and ctx.position:
-        return (f"{mid_epoch}, and the rest of that epoch depends on it; resume with the old "
-                "value, or from a checkpoint saved at an epoch end"), True  # fmt: skip
-    if section == "grad_accum":
-        k = ctx.current.get("grad_accum")
-        batches = ctx.position // max(1, _int(ctx.saved.get("data.batch_size"), 1))
-        if ctx.position and isinstance(k, int) and batches % k:
-            return (f"{mid_epoch} ({batches} batches a process), not at a window boundary of "
-                    f"the new k={k} micro-batches per step; resume with the old value, or from a "
-                    "checkpoint saved at an epoch end"), True  # fmt: skip
-        return f"takes effect from step {ctx.step}: {k} micro-batch(es) per optimizer step", False
+    if key == "data.batch_size" or section == "grad_accum":
+        return layout.key_note(key, ctx), False
     if section == "precision":
         return f"takes effect from step {ctx.step}", False
     if section == "data":
         return f"takes effect from step {ctx.step}: training goes on with the new data", False
     return "takes effect", False
-
-
-def epoch_samples(ctx: Context) -> int:
-    """The samples of the checkpoint's epoch trained before it, over all its data shards (the
-    position is one shard's: one process's, or one tensor-parallel group's)."""
-    shards = ctx.saved.get("data_shards", ctx.saved.get("world_size"))
-    return ctx.position * _int(shards, 1)
-
-
-def _int(value, default: int) -> int:
-    return value if _number(value) and int(value) == value else default
 
 
 def review(ctx: Context) -> list[Change]:
@@ -181,41 +163,12 @@ def review(ctx: Context) -> list[Change]:
             if key in ctx.saved and not _same(ctx.saved[key], ctx.current[key]):
                 note, refused = judge(key, ctx)
                 changes.append(Change(key, ctx.saved[key], ctx.current[key], note, refused))
-    changes += _layout_changes(ctx)
+    changes += [Change(*row) for row in layout.rows(ctx)]
     named = any(c.refused and c.key.split(".")[0] in ("model", "task") for c in changes)
     if ctx.weights_problem and not named:  # no model key changed (e.g. compile, kernels)
         note = f"the checkpoint's weights do not fit ({ctx.weights_problem}); {START_FRESH}"
         changes.append(Change("model weights", "as saved", "as built now", note, True))
     return changes
-
-
-def _layout_changes(ctx: Context) -> list[Change]:
-    """A change of the number of processes, and whether it changes the data order.
-
-    Each epoch's order is its seeded permutation whatever the number of processes; the
-    number of data shards (processes, less tensor parallelism's groups, which share their
-    samples) only decides who trains which part of it. Mid-epoch, the samples a process has
-    still to see depend on that number, so a change there is refused.
-    """
-    old_world, world = ctx.saved.get("world_size"), ctx.current["world_size"]
-    old_shards = ctx.saved.get("data_shards", old_world)
-    shards = ctx.current.get("data_shards", world)
-    if old_world is None or (_same(old_world, world) and _same(old_shards, shards)):
-        return []
-    if _same(old_shards, shards):
-        note = (f"takes effect from step {ctx.step}: the model is laid out over {world} "
-                f"process(es); the data order is unchanged ({shards} data shard(s) as before)")  # fmt: skip
-        return [Change("world size", old_world, world, note, False)]
-    if ctx.position:
-        note = (f"the checkpoint stopped {epoch_samples(ctx)} samples into an epoch sharded over "
-                f"{old_shards!r} data shard(s); resume with the old world size, or from a "
-                "checkpoint saved at an epoch end")  # fmt: skip
-        return [Change("world size", old_world, world, note, True)]
-    note = (f"takes effect from step {ctx.step}: each epoch keeps its order (the seeded "
-            f"permutation), now split into {shards} data shard(s) instead of {old_shards}; the "
-            "samples of a step are the same if the global batch (data.batch_size x shards x "
-            "grad_accum.steps) is")  # fmt: skip
-    return [Change("world size", old_world, world, note, False)]
 
 
 def report(path, changes: list[Change]) -> None:

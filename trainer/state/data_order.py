@@ -8,7 +8,14 @@ RNGs, so the order does not depend on what else ran (a validation, a resume).
 
 Resuming mid-epoch needs the place in the epoch: :class:`ResumableSampler`'s
 state is ``epoch`` + ``position`` (samples of this rank's share already
-trained on), and it yields the epoch's order from ``position``. The position
+trained on), and it yields the epoch's order from ``position``. All shards
+advance in lockstep, so the epoch's samples trained so far are always a prefix of
+its permutation: ``start + position x num_replicas`` of them (:func:`epoch_samples`;
+``start``: those trained before the run changed its number of shards). That makes
+the resume *elastic*: on another number of shards the rest of the permutation,
+``permutation[consumed:]`` padded anew to a multiple of the new number, is dealt
+``rest[r::num_replicas]``, so the global sequence of samples goes on as it was
+(:meth:`ResumableSampler.load_state_dict`). The position
 is counted by :class:`ResumableLoader` as it hands batches to the loop, not as
 the sampler gives out indices: DataLoader workers fetch indices ahead of time.
 The loader has ``state_dict``/``load_state_dict``, which is how Lightning
@@ -46,59 +53,83 @@ class ResumableSampler(Sampler[int]):
         self.size, self.seed, self.shuffle = size, seed, shuffle
         self.rank, self.num_replicas = rank, num_replicas
         self.epoch = 0
+        self.start = 0  # the epoch's samples trained before this number of shards took over
         self.position = 0
 
     def __len__(self) -> int:
         """This rank's samples in a whole epoch (Lightning counts an epoch's batches from it)."""
         return math.ceil(self.size / self.num_replicas)
 
-    def order(self, epoch: int) -> list[int]:
-        """This rank's indices for ``epoch``, from the start."""
-        if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed + epoch)
-            indices = torch.randperm(self.size, generator=generator).tolist()
-        else:
-            indices = list(range(self.size))
-        padding = len(self) * self.num_replicas - self.size
-        indices += (indices * math.ceil(padding / max(1, self.size)))[:padding]
-        return indices[self.rank :: self.num_replicas]
+    def permutation(self, epoch: int) -> list[int]:
+        """The whole epoch's order, before it is dealt to the shards."""
+        if not self.shuffle:
+            return list(range(self.size))
+        generator = torch.Generator().manual_seed(self.seed + epoch)
+        return torch.randperm(self.size, generator=generator).tolist()
+
+    def order(self, epoch: int, start: int = 0) -> list[int]:
+        """This rank's indices for ``epoch``, from the epoch's sample ``start`` (over all
+        shards) on: the rest of the permutation, padded with its first indices to a multiple
+        of ``num_replicas`` (padding only at the end, as DistributedSampler's), dealt out."""
+        indices = self.permutation(epoch)
+        rest = indices[start:]
+        padding = -len(rest) % self.num_replicas
+        rest += (indices * math.ceil(padding / max(1, self.size)))[:padding]
+        return rest[self.rank :: self.num_replicas]
+
+    def share(self) -> int:
+        """This rank's samples in the current epoch from ``start`` (its whole length at 0)."""
+        return math.ceil((self.size - self.start) / self.num_replicas)
 
     def __iter__(self):
-        return iter(self.order(self.epoch)[self.position :])
+        return iter(self.order(self.epoch, self.start)[self.position :])
 
     def set_epoch(self, epoch: int) -> None:
         """Lightning calls this at every epoch start; a new epoch starts at its beginning."""
         if epoch != self.epoch:
-            self.epoch, self.position = epoch, 0
+            self.epoch, self.start, self.position = epoch, 0, 0
 
     def advance(self, samples: int) -> None:
-        self.position = min(len(self), self.position + samples)
+        self.position = min(self.share(), self.position + samples)
 
     def state_dict(self) -> dict:
         """Where the next sample comes from; a finished epoch is saved as the next one's start."""
-        epoch, position = self.epoch, self.position
-        if position >= len(self):
-            epoch, position = epoch + 1, 0
-        return {"epoch": epoch, "position": position, "seed": self.seed, "size": self.size,
-                "num_replicas": self.num_replicas}  # fmt: skip
+        epoch, start, position = self.epoch, self.start, self.position
+        if position >= self.share():
+            epoch, start, position = epoch + 1, 0, 0
+        return {"epoch": epoch, "start": start, "position": position, "seed": self.seed,
+                "size": self.size, "num_replicas": self.num_replicas}  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
-        if state["position"] and (state["size"], state["num_replicas"]) != (
-            self.size, self.num_replicas,
-        ):  # fmt: skip
+        """Continue where ``state`` stopped; on another number of shards, the rest of its
+        epoch is dealt anew (see the module's docstring). Other data mid-epoch is refused."""
+        consumed = epoch_samples(state)
+        if consumed and state["size"] != self.size:
             raise TuneupError(
-                f"cannot resume mid-epoch: the checkpoint stopped {epoch_samples(state)} samples into "
-                f"epoch {state['epoch']} of a dataset of {state['size']} samples over "
-                f"{state['num_replicas']} data shard(s); this run has {self.size} samples over "
-                f"{self.num_replicas}. Resume with the same data and world size, or from a "
-                "checkpoint saved at an epoch end"
+                f"cannot resume mid-epoch: the checkpoint stopped {consumed} samples into "
+                f"epoch {state['epoch']} of a dataset of {state['size']} samples; this run has "
+                f"{self.size}. Resume with the same data, or from a checkpoint saved at an "
+                "epoch end"
             )
-        self.epoch, self.position, self.seed = state["epoch"], state["position"], state["seed"]
+        self.epoch, self.seed = state["epoch"], state["seed"]
+        if state.get("num_replicas", 1) == self.num_replicas:
+            self.start, self.position = int(state.get("start", 0)), int(state["position"])
+        else:
+            self.start, self.position = consumed, 0
 
 
 def epoch_samples(state: dict) -> int:
-    """The samples of a saved epoch already trained, over all shards (``position`` is one's)."""
-    return int(state["position"]) * int(state.get("num_replicas") or 1)
+    """The samples of a saved epoch already trained, over all shards: a prefix of its
+    permutation (``position`` is one shard's; ``start`` those before a change of shards)."""
+    position, shards = int(state["position"]), int(state.get("num_replicas") or 1)
+    return int(state.get("start") or 0) + position * shards
+
+
+def batches_left(size: int, consumed: int, shards: int, batch_size: int) -> tuple[int, int]:
+    """(micro-batches of a whole epoch, those left after ``consumed`` samples) for one shard:
+    ``size`` samples dealt over ``shards`` in batches of ``batch_size``, the rest padded anew."""
+    whole = math.ceil(math.ceil(size / shards) / batch_size)
+    return whole, math.ceil(math.ceil((size - consumed) / shards) / batch_size)
 
 
 class ResumableLoader(DataLoader):
@@ -121,7 +152,8 @@ class ResumableLoader(DataLoader):
             yield batch
 
     def state_dict(self) -> dict:
-        return self.sampler.state_dict()
+        """The sampler's state and the batch size it was trained in."""
+        return {**self.sampler.state_dict(), "batch_size": self.batch_size}
 
     def load_state_dict(self, state: dict) -> None:
         self.sampler.load_state_dict(state)
@@ -164,8 +196,18 @@ def data_order(trainer) -> dict | None:
     return loader.state_dict() if isinstance(loader, ResumableLoader) else None
 
 
-def restore_data_order(trainer, state: dict | None) -> None:
-    """Put the training loader where :func:`data_order` found it; call before its first batch."""
+def restore_data_order(trainer, state: dict | None) -> int | None:
+    """Put the training loader where :func:`data_order` found it; call before its first batch.
+
+    Returns the micro-batches left in the epoch when it goes on in another layout (another
+    number of data shards or another batch size): Lightning counts the epoch's micro-batches
+    in the old layout's (trainer/state/progress.py ``continue_epoch``). None otherwise."""
     loader = trainer.train_dataloader
-    if state is not None and isinstance(loader, ResumableLoader):
-        loader.load_state_dict(state)
+    if state is None or not isinstance(loader, ResumableLoader):
+        return None
+    loader.load_state_dict(state)
+    sampler, consumed = loader.sampler, epoch_samples(state)
+    same_batch = state.get("batch_size", loader.batch_size) == loader.batch_size
+    if not consumed or (sampler.num_replicas == state.get("num_replicas", 1) and same_batch):
+        return None
+    return math.ceil((sampler.share() - sampler.position) / loader.batch_size)

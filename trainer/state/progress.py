@@ -135,6 +135,31 @@ def start_epoch_afresh(trainer) -> None:
     epoch_loop.val_loop.reset_restart_stage()
 
 
+def continue_epoch(trainer, left: int) -> tuple[int, int, int]:
+    """After a mid-epoch checkpoint restored in another layout (trainer/state/data_order.py
+    ``restore_data_order``): count the epoch's micro-batches so far as this run's epoch
+    length less the ``left`` ones still to come. Call in ``on_train_start``, before the epoch
+    loop's reset.
+
+    Lightning ends an epoch, and validates at its end, when its count of the epoch's
+    micro-batches reaches the epoch's length (``num_training_batches``, from the loader's
+    length); the restored count is the old layout's, so with 2 processes resumed on 1 the
+    epoch would end half-way, or the last batch would not be taken for the last. The count
+    also places the accumulation windows (a step where it is a multiple of k): they fall on
+    this run's grid of the epoch, as if it had trained the epoch from its start.
+
+    Returns where training starts (optimizer step, epoch, micro-batches of it done) for
+    :func:`shortfall`: the steps before were taken at the old global batch.
+    """
+    length = trainer.num_training_batches
+    current = trainer.fit_loop.epoch_loop.batch_progress.current
+    if math.isfinite(length):
+        shift = max(0, int(length) - left) - current.ready
+        for key in ("ready", "started", "processed", "completed"):
+            setattr(current, key, getattr(current, key) + shift)
+    return trainer.global_step, trainer.current_epoch, current.ready
+
+
 # --------------------------------------------------------------------------------------
 # the end of a resumed run
 # --------------------------------------------------------------------------------------
@@ -158,24 +183,35 @@ def limit_reached(checkpoint: dict, max_steps, max_epochs) -> tuple[str, int] | 
     return None
 
 
-def steps_asked(trainer) -> tuple[int, str] | None:
+def steps_asked(trainer, start: tuple[int, int, int] | None = None) -> tuple[int, str] | None:
     """The optimizer steps the run's limits ask for, and which limits say so; None when
-    they cannot be known (no limit, or an epoch of unknown length)."""
+    they cannot be known (no limit, or an epoch of unknown length).
+
+    ``start``: where a run resumed mid-epoch in another layout started (optimizer step,
+    epoch, micro-batches of it done on this run's grid: :func:`continue_epoch`). The steps
+    before it count as they were taken, at the old global batch; the epochs from there at
+    this run's steps per epoch."""
     asked = []
     if trainer.max_steps is not None and trainer.max_steps >= 0:
         asked.append((trainer.max_steps, f"trainer.max_steps={trainer.max_steps}"))
     epochs, batches = trainer.max_epochs, trainer.num_training_batches
     if epochs is not None and epochs >= 0 and math.isfinite(batches):
-        per_epoch = math.ceil(batches / trainer.accumulate_grad_batches)
+        k = trainer.accumulate_grad_batches
+        per_epoch = math.ceil(batches / k)
+        step, epoch, done = start or (0, 0, 0)
         text = f"trainer.max_epochs={epochs} x {per_epoch} steps per epoch"
-        asked.append((epochs * per_epoch, text))
+        if step:
+            text += f" (from step {step}, {done} micro-batches into epoch {epoch})"
+        done_steps = per_epoch if done >= batches else done // k
+        asked.append((step + (epochs - epoch) * per_epoch - done_steps, text))
     return min(asked) if asked else None
 
 
-def shortfall(trainer) -> str | None:
+def shortfall(trainer, start: tuple[int, int, int] | None = None) -> str | None:
     """Why a finished run has fewer optimizer steps than its limits ask for; None if it has
-    them all. Logged as a warning too: a resumed run must not end short without a word."""
-    asked = steps_asked(trainer)
+    them all (``start``: see :func:`steps_asked`). Logged as a warning too: a resumed run
+    must not end short without a word."""
+    asked = steps_asked(trainer, start)
     if asked is None or trainer.global_step >= asked[0]:
         return None
     steps, limit = asked

@@ -180,6 +180,7 @@ def check_config(path: Path, checkpoint: dict, cfg, trainer, module) -> None:
         current=run_facts(cfg, trainer),
         weights_problem=problem,
         owns_optimizer=isinstance(module, TrainingModule),
+        order=checkpoint.get(ORDER_KEY) if isinstance(checkpoint.get(ORDER_KEY), dict) else None,
     )
     changes.report(path, changes.review(context))
 

@@ -8,7 +8,9 @@ is trained by tuneup's TrainingModule or is the user's own LightningModule:
   come back when training starts, after everything that runs between loading and the first
   batch (setup, dataloaders, a sanity check), so those cannot shift the resumed stream;
 - on resume, a checkpoint written at an epoch's end starts the next epoch as a new one
-  (:mod:`.progress`: Lightning would skip it when ``max_steps`` is set), and the config's
+  (:mod:`.progress`: Lightning would skip it when ``max_steps`` is set), one written
+  mid-epoch and resumed on another number of data shards or batch size has the rest of its
+  epoch dealt anew and counted in the new layout's micro-batches, and the config's
   optimizer settings replace the saved ones (:mod:`.changes`), checked first: an optimizer
   state that does not fit this run's optimizer is refused, not loaded into a ``KeyError``;
 - a NaN/inf loss stops the run (:mod:`.divergence`): checked at once on one CPU process,
@@ -28,7 +30,11 @@ from tuneup.trainer.state import rng
 from tuneup.trainer.state.changes import adopt_optimizer_settings, optimizer_layout_problem
 from tuneup.trainer.state.data_order import data_order, restore_data_order
 from tuneup.trainer.state.divergence import Diverged, LossWatch, nonfinite_tensors
-from tuneup.trainer.state.progress import settle_epoch_boundary, start_epoch_afresh
+from tuneup.trainer.state.progress import (
+    continue_epoch,
+    settle_epoch_boundary,
+    start_epoch_afresh,
+)
 from tuneup.trainer.state.resume import ORDER_KEY, RNG_KEY, RUN_KEY, run_facts
 
 
@@ -54,6 +60,9 @@ class RunState(pl.Callback):
         self._resumed: dict | None = None  # the checkpoint being restored, until training starts
         self._between_epochs = False  # it was written at an epoch's end
         self.restored = False  # a checkpoint's state was restored, and training went on from it
+        #: (optimizer step, epoch, micro-batches of it done) where a run resumed mid-epoch in
+        #: another layout started (progress.py continue_epoch); None otherwise
+        self.started_at: tuple[int, int, int] | None = None
 
     def observe(self, loss, trainer, batch_idx: int, batch=None) -> None:
         """Note one micro-batch's loss (raises :class:`Diverged` at once when not deferred);
@@ -120,7 +129,9 @@ class RunState(pl.Callback):
 
     def on_train_start(self, trainer, pl_module):
         # The training DataLoader exists only now (data_order.py); iteration is lazy.
-        restore_data_order(trainer, self._resumed_order)
+        left = restore_data_order(trainer, self._resumed_order)
+        if left is not None:  # the epoch goes on in another layout: count it in this one's
+            self.started_at = continue_epoch(trainer, left)
         if self._resumed_rng is not None:
             rng.restore(self._resumed_rng)
         if self._between_epochs:

@@ -1,0 +1,141 @@
+"""What resuming on another layout does to the data order: another number of processes or
+data shards, batch size or gradient accumulation (trainer/state/changes.py asks it).
+
+Each epoch's order is its seeded permutation whatever the layout; the layout only decides
+who trains which part of it, in which steps (trainer/state/data_order.py). The samples of
+an epoch trained before a checkpoint are a prefix of that permutation, so a checkpoint cut
+mid-epoch goes on with the rest of it on any layout, and the warning says which of two
+things happens:
+
+- the global batch (``data.batch_size`` x data shards x ``grad_accum.steps``) is the same:
+  step k of the resumed run trains the very samples that step k of the uninterrupted run
+  trains ("same global batch: resumes the same sequence of steps"); the weights agree to
+  float rounding (the same gradient, summed in another order);
+- it changed: the remaining samples of the epoch are each seen once, in the same order,
+  in steps of the new global batch. The steps fall on the new layout's grid of the epoch
+  (as if it had trained the epoch from its start), so the first one is shorter when the
+  checkpoint's samples end inside one of them; the warning says so.
+
+A checkpoint is written only where an optimizer step has just finished, so no accumulated
+gradient is lost. A different dataset size mid-epoch is refused (by the sampler).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tuneup.trainer.state.data_order import batches_left, epoch_samples
+
+if TYPE_CHECKING:
+    from tuneup.trainer.state.changes import Context
+
+#: A changed key of the layout, with what its change does: (key, old, new, note).
+Row = tuple[str, object, object, str]
+#: Keys whose change mid-epoch is described by the "global batch" line.
+BATCH_KEYS = ("data.batch_size", "grad_accum")
+
+
+def consumed(ctx: Context) -> int:
+    """The samples of the checkpoint's epoch trained before it, over all its data shards."""
+    if ctx.order:
+        return epoch_samples(ctx.order)
+    return ctx.position * _int(ctx.saved.get("data_shards", ctx.saved.get("world_size")), 1)
+
+
+def shards(facts: dict) -> int:
+    return _int(facts.get("data_shards", facts.get("world_size")), 1)
+
+
+def batch_size(ctx: Context, saved: bool) -> int | None:
+    """One data shard's micro-batch: the loader's as saved, else the config's."""
+    recorded = (ctx.order or {}).get("batch_size")
+    old = _int(recorded, 0) or _int(ctx.saved.get("data.batch_size"), 0) or None
+    if saved:
+        return old
+    return _int(ctx.current.get("data.batch_size"), 0) or old  # null: the data module's own
+
+
+def global_batch(ctx: Context, saved: bool) -> int | None:
+    facts = ctx.saved if saved else ctx.current
+    batch, accumulate = batch_size(ctx, saved), _int(facts.get("grad_accum"), 0)
+    return batch * shards(facts) * accumulate if batch and accumulate else None
+
+
+def mid_epoch_change(ctx: Context) -> bool:
+    """Whether the checkpoint stopped mid-epoch and the rest of it is dealt in another layout."""
+    layout = (shards(ctx.saved), batch_size(ctx, True), ctx.saved.get("grad_accum"))
+    now = (shards(ctx.current), batch_size(ctx, False), ctx.current.get("grad_accum"))
+    return consumed(ctx) > 0 and layout != now
+
+
+def key_note(key: str, ctx: Context) -> str:
+    """What a change of ``data.batch_size`` or ``grad_accum.*`` does."""
+    if key.startswith("grad_accum"):
+        k = ctx.current.get("grad_accum")
+        note = f"takes effect from step {ctx.step}: {k} micro-batch(es) per optimizer step"
+    else:
+        note = f"takes effect from step {ctx.step}"
+    return note + ("; the rest of the epoch: see 'global batch'" if mid_epoch_change(ctx) else "")
+
+
+def rows(ctx: Context) -> list[Row]:
+    """The layout's changes: the number of processes, and a mid-epoch checkpoint's rest."""
+    found = []
+    old_world, world = ctx.saved.get("world_size"), ctx.current["world_size"]
+    old_shards, new_shards = shards(ctx.saved), shards(ctx.current)
+    if old_world is not None and (old_world, old_shards) != (world, new_shards):
+        if old_shards == new_shards:
+            note = (f"takes effect from step {ctx.step}: the model is laid out over {world} "
+                    f"process(es); the data order is unchanged ({new_shards} data shard(s) as "
+                    "before)")  # fmt: skip
+        else:
+            note = (f"takes effect from step {ctx.step}: each epoch keeps its order (the seeded "
+                    f"permutation), now split into {new_shards} data shard(s) instead of "
+                    f"{old_shards}; ")  # fmt: skip
+            note += ("the rest of the epoch: see 'global batch'" if mid_epoch_change(ctx) else
+                     "the samples of a step are the same if the global batch (data.batch_size x "
+                     "shards x grad_accum.steps) is")  # fmt: skip
+        found.append(("world size", old_world, world, note))
+    if old_world is not None and mid_epoch_change(ctx):
+        old, new = global_batch(ctx, True), global_batch(ctx, False)
+        found.append(("global batch", old, new, rest_of_epoch(ctx, old, new)))
+    return found
+
+
+def rest_of_epoch(ctx: Context, old: int | None, new: int | None) -> str:
+    """What the rest of the checkpoint's epoch is trained as, in this run's layout."""
+    order = ctx.order or {}
+    done, epoch, size = consumed(ctx), order.get("epoch", "?"), order.get("size")
+    where = f"epoch {epoch} goes on from its sample {done} over {shards(ctx.current)} data shard(s)"
+    if old is not None and old == new:
+        return f"same global batch: resumes the same sequence of steps ({where})"
+    left = f"the remaining {size - done}" if isinstance(size, int) else "the remaining"
+    text = f"{left} samples of epoch {epoch} are each seen once, in the same order"
+    if old is None or new is None:
+        return f"{text} ({where})"
+    text = f"global batch changed from {old} to {new}: {text}, in steps of {new}"
+    first = first_step(ctx, new)
+    if first is not None:
+        text += (f"; the first step takes {first}, to where a step of {new} ends in this "
+                 "layout's grid of the epoch")  # fmt: skip
+    return text
+
+
+def first_step(ctx: Context, new: int) -> int | None:
+    """The samples of the resumed run's first step when fewer than a whole step's (the
+    windows fall on the new layout's grid of the epoch: trainer/state/progress.py
+    ``continue_epoch``), else None."""
+    size, batch = (ctx.order or {}).get("size"), batch_size(ctx, False)
+    k = ctx.current.get("grad_accum")
+    if not (isinstance(size, int) and batch and isinstance(k, int) and k > 0):
+        return None
+    n, done = shards(ctx.current), consumed(ctx)
+    whole, left = batches_left(size, done, n, batch)
+    into_window = (whole - left) % k
+    samples = min(size - done, (k - into_window) * batch * n)
+    return samples if into_window and samples < new else None
+
+
+def _int(value, default: int) -> int:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return int(value) if number and int(value) == value else default
