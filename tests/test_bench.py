@@ -108,3 +108,22 @@ def test_memory_bench_parallel_smoke_reads_each_ranks_figures_from_a_real_fsdp_r
     assert all(cell.endswith("KiB") for cell in cells[2:5] + cells[7:9])  # held; gathered, reduced
     assert cells[5] == "-" and cells[9] == "0"  # no 1-process row; FSDP all-reduces nothing
     assert len(cells[6].split(" / ")) == 2  # both ranks' peak RSS
+
+
+def test_memory_startup_bench_says_whether_the_sum_is_within_one_copy_and_the_shards():
+    """The goal of issue 31: the processes' peaks, less the runtime's, at most two copies of
+    the model (one whole, plus the shards); the model's size is the full run's parameters."""
+    startup = bench_module("memory_startup")
+    gib = 2**30
+
+    def row(variant, *peaks, params=gib // 8):  # fp32: a model of 0.5 GiB
+        return {"variant": variant, "seconds": 1.0, "ranks": [
+            {"rank": r, "peak_rss_bytes": p, "parameters": params} for r, p in enumerate(peaks)]}  # fmt: skip
+
+    rows = [row("runtime", gib // 2, gib // 2), row("before (full)", gib, gib),
+            row("broadcast", gib + gib // 4, gib // 2 + gib // 4 + 1)]  # fmt: skip
+    text, note = startup.table(rows)
+    lines = text.splitlines()
+    assert "0.50 GiB in fp32" in note and "<= 1.00 GiB" in note
+    assert lines[3].split(" | ")[1:5] == ["1.00 / 1.00", "2.00", "1.00", "yes"]
+    assert lines[4].split(" | ")[4] == "no (0.00 GiB over)"  # one byte over is over

@@ -183,9 +183,11 @@ class Plugin:
             self.init = reason(cfg.strategy.get("init", "auto"), model)
             if plan.weights is not None:  # model=huggingface: its checkpoint, shard by shard
                 self.init = f"the pretrained weights of model.path={cfg.model.path}"
+            said = (f"the model is built empty on each process and its shards initialised by "
+                    f"{self.init}" if not self.init.startswith("full") else
+                    "every process builds the whole model (strategy.init=full)")  # fmt: skip
             if console.process_rank() == "0":
-                console.say(f"strategy=fsdp: the model is built empty on each process and its "
-                            f"shards initialised by {self.init}", log)  # fmt: skip
+                console.say(f"strategy=fsdp: {said}", log)
         return found
 
     @hookimpl
