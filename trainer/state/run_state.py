@@ -25,6 +25,7 @@ from __future__ import annotations
 import pytorch_lightning as pl
 
 from tuneup import TuneupError
+from tuneup.trainer.bridge import skip_no_op_hooks
 from tuneup.trainer.optim import set_lr_from_schedule
 from tuneup.trainer.state import rng
 from tuneup.trainer.state.changes import adopt_optimizer_settings, optimizer_layout_problem
@@ -53,6 +54,7 @@ class RunState(pl.Callback):
         LightningModule); tuneup's TrainingModule calls :meth:`observe` itself, before backward."""
         self.cfg = cfg
         self.watches_outputs = watches_outputs
+        skip_no_op_hooks(self, pl.Callback)  # of the per-step hooks, it has on_train_batch_end
         self.loss_watch = LossWatch()
         self.validated_at_step: int | None = None
         self._resumed_rng: dict | None = None
