@@ -173,6 +173,18 @@ def test_synthetic_tokens_are_next_token_pairs_and_reproducible():
     assert max(Counter(a for a, _ in pairs).values()) <= 4  # at most 4 next tokens each
 
 
+def test_a_gpt2_sized_vocabulary_draws_distinct_successors_without_a_table_per_token():
+    """50,304 tokens: a permutation per token would draw 2.5e9 numbers and hold 20 GB."""
+    from tuneup.zoo.data.tokens import successor_table
+
+    table = successor_table(50_304, torch.Generator().manual_seed(0))
+    assert table.shape == (50_304, 4) and int(table.min()) >= 0 and int(table.max()) < 50_304
+    ordered = table.sort(dim=1).values
+    assert not (ordered[:, 1:] == ordered[:, :-1]).any()  # four distinct successors each
+    again = successor_table(50_304, torch.Generator().manual_seed(0))
+    assert torch.equal(table, again)
+
+
 def text_config(path, *overrides):
     return compose_config(["data=textfile", f"data.path={path}", "data.context=8",
                            "data.batch_size=2", *overrides], tiny=False)  # fmt: skip

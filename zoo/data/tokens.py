@@ -70,12 +70,31 @@ class SyntheticTokens(DataModule):
             return
         s = self.settings
         generator = torch.Generator().manual_seed(s.seed)
-        successors = torch.stack(
-            [torch.randperm(s.vocab_size, generator=generator)[: len(BRANCHING)]
-             for _ in range(s.vocab_size)]
-        )  # fmt: skip
+        successors = successor_table(s.vocab_size, generator)
         self.train_set = _chain(successors, s.train_samples, s.context, generator)
         self.val_set = _chain(successors, s.val_samples, s.context, generator)
+
+
+#: Up to this vocabulary the successors are the first of a permutation per token (the chain
+#: every seed has always drawn); above it a permutation per token is O(vocab^2): GPT-2's 50,304
+#: tokens would draw 2.5e9 numbers.
+PERMUTATION_UP_TO = 4096
+
+
+def successor_table(vocab_size: int, generator) -> torch.Tensor:
+    """``[vocab_size, len(BRANCHING)]``: each token's distinct successors, uniformly drawn."""
+    k = len(BRANCHING)
+    if vocab_size <= PERMUTATION_UP_TO:
+        return torch.stack(
+            [torch.randperm(vocab_size, generator=generator)[:k] for _ in range(vocab_size)]
+        )
+    table = torch.randint(vocab_size, (vocab_size, k), generator=generator)
+    while True:  # rows with a repeated successor drawn again (about k^2/2 / vocab of them)
+        ordered = table.sort(dim=1).values
+        repeated = (ordered[:, 1:] == ordered[:, :-1]).any(dim=1).nonzero().flatten()
+        if not len(repeated):
+            return table
+        table[repeated] = torch.randint(vocab_size, (len(repeated), k), generator=generator)
 
 
 def _chain(successors, count: int, context: int, generator) -> TensorDataset:
