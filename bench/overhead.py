@@ -177,7 +177,7 @@ def main() -> None:
     parser.add_argument("--per-plugin", action="store_true",
                         help="tuneup with each default plugin left out in turn")  # fmt: skip
     parser.add_argument("--calls", action="store_true",
-                        help="Python calls a step, tuneup vs bare Lightning (no timing)")  # fmt: skip
+                        help="Python calls a step vs bare Lightning (no timing)")  # fmt: skip
     parser.add_argument("--top", type=int, default=25, help="--calls: functions listed")
     args = parser.parse_args()
     if args.calls:
