@@ -118,7 +118,8 @@ def build_mlflow_logger(settings, save_dir: str):
     )
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
     experiment = settings.get("experiment_name") or "tuneup"
-    return MLFlowLogger(
+    previous = os.environ.get("MLFLOW_TRACKING_URI")
+    logger = MLFlowLogger(
         experiment_name=experiment,
         # MLflow's made-up names come from the seeded `random`: every run would get the same.
         run_name=settings.get("run_name") or "/".join(Path(save_dir).resolve().parts[-2:]),
@@ -127,6 +128,14 @@ def build_mlflow_logger(settings, save_dir: str):
         artifact_location=artifacts,
         run_id=earlier_run(uri, experiment, save_dir),
     )
+    # Lightning points MLflow at the store when it makes the run, with mlflow.set_tracking_uri,
+    # which also sets $MLFLOW_TRACKING_URI: the next job of a sweep in this process would read
+    # it as the user's and log into this run's store. Made now, then MLflow's default put back.
+    if logger.experiment is not None and os.environ.get("MLFLOW_TRACKING_URI") != previous:
+        import mlflow
+
+        mlflow.set_tracking_uri(previous)
+    return logger
 
 
 def earlier_run(uri: str, experiment: str, save_dir: str) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -115,6 +116,9 @@ def test_a_resumed_run_continues_its_mlflow_run(tmp_path):
         compose_config([*common, "trainer.max_steps=2", "optimizer.lr=0.05"]), run_dir=run_dir
     )
     tuneup.run(compose_config([*common, "resume=auto", "optimizer.lr=0.02"]), run_dir=run_dir)
+    # each run its own store, as a sweep's jobs in one process (MLflow's set_tracking_uri would
+    # leave $MLFLOW_TRACKING_URI pointing at the first run's: the next would log there)
+    assert "MLFLOW_TRACKING_URI" not in os.environ
     client = mlflow.MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
     (found,) = client.search_runs([client.get_experiment_by_name("tuneup").experiment_id])
     steps = [m.step for m in client.get_metric_history(found.info.run_id, "train/loss")]
