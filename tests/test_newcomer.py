@@ -62,7 +62,7 @@ def test_hydras_could_not_override_says_what_was_meant(cli, tmp_path):
     assert result.stderr.splitlines() == [
         "error: precision=fp61 is not an option of precision; its options are: amp, bf16, "
         "bf16-true, fp16, fp16-true, fp32, fp8, tf32; did you mean precision=fp16?",
-        "error: model=resnet is not an option of model; its options are: custom, gpt, lightning, "
+        "error: model=resnet is not an option of model; its options are: custom, gpt, huggingface, lightning, "
         "mlp, resnet18, resnet34, resnet50, small_resnet; did you mean model=resnet50?",
     ]
     assert not (tmp_path / "run").exists()
