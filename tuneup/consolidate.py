@@ -28,6 +28,7 @@ being written (at most ``hf_export.MAX_FILE_BYTES`` of them at once), never the 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -174,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch: one state dict file (default); hf: a Hugging Face "
                         "directory for from_pretrained (a transformers model's run)")  # fmt: skip
     args = parser.parse_args(argv)
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # the user's model and data code, as `tuneup` sees it
     if args.ema and args.format == "hf":
         parser.error("--ema writes --format torch only")
     try:
