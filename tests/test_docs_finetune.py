@@ -11,7 +11,6 @@ plugin that sends the run's processes SIGTERM after step 3 (what a scheduler doe
 from __future__ import annotations
 
 import json
-import random
 import re
 import runpy
 import shlex
@@ -38,7 +37,6 @@ class Plugin:
         if Plugin.steps == int(os.environ.get("PREEMPT_AT_STEP", "0")):
             os.kill(os.getpid(), signal.SIGTERM)
 """
-WORDS = ["the", "a", "cat", "dog", "sat", "ran", "on", "under", "mat", "log", "and", "then"]
 
 
 def block(name: str) -> str:
@@ -65,11 +63,9 @@ def walked(tmp_path_factory):
     (project / "my_project" / "__init__.py").write_text("")
     for name in ("make_tiny.py", "my_project/data.py", "load.py"):
         (project / name).write_text(block(name))
-    rng = random.Random(0)  # 72 rows of 64 tokens: 64 to train (4 steps of 16), 8 to validate
-    (project / "corpus.txt").write_text(" ".join(rng.choice(WORDS) for _ in range(72 * 64)))
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(project)
-        runpy.run_path("make_tiny.py", run_name="__main__")
+        runpy.run_path("make_tiny.py", run_name="__main__")  # and corpus.txt: 4 steps of 16
     env = {"PYTHONPATH": str(site), "OMP_NUM_THREADS": "1"}
     train = run_cli(*command("train"), cwd=project, tiny=False,
                     env={**env, "PREEMPT_AT_STEP": "3"})  # fmt: skip
@@ -81,6 +77,7 @@ def test_the_tiny_model_is_a_save_pretrained_directory(walked):
     project, _ = walked
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"):
         assert (project / "tiny-llama" / name).is_file()
+    assert len((project / "corpus.txt").read_text().split()) == 72 * 64
 
 
 def test_fsdp_run_starts_from_the_files_and_a_preemption_saves_mid_epoch(walked):
