@@ -111,8 +111,11 @@ def one_process(rank: int, store: str, out: str) -> None:
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
+    import torch.distributed as dist
     import torch.multiprocessing as mp
 
+    if dist.is_initialized():  # an earlier in-process run's (tuneup closes it at the next launch):
+        dist.destroy_process_group()  # forked children must not inherit a live process group
     folder = tmp_path_factory.mktemp("materialize")
     mp.start_processes(one_process, args=(str(folder / "store"), str(folder)), nprocs=2,
                        start_method="fork")  # fmt: skip
