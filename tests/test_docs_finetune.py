@@ -115,17 +115,22 @@ def test_resume_on_one_process_says_what_the_doc_says_and_exports(walked):
         assert (hf / name).is_file(), name
 
 
+def forget_my_project() -> None:
+    for name in [m for m in sys.modules if m.split(".")[0] == "my_project"]:
+        del sys.modules[name]
+
+
 def test_consolidate_and_from_pretrained_as_printed(walked, monkeypatch, capsys):
     project, _ = walked
     monkeypatch.chdir(project)
     monkeypatch.setattr(sys, "path", list(sys.path))  # the command puts the project's on it
     words = shlex.split(block("consolidate"))
     assert words[0] == "tuneup-consolidate"
+    forget_my_project()  # another test's project (tests/own_project.py) may have imported its own
     try:  # from the project's directory, as typed: the run's data code imports from there
         assert consolidate(words[1:]) == 0
-    finally:  # another test's project may have a my_project of its own
-        for name in [m for m in sys.modules if m.split(".")[0] == "my_project"]:
-            del sys.modules[name]
+    finally:
+        forget_my_project()
     out_dir = project / words[-1]
     index = json.loads((out_dir / "model.safetensors.index.json").read_text())
     assert {(out_dir / f).is_file() for f in index["weight_map"].values()} == {True}
