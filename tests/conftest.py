@@ -200,7 +200,8 @@ LONGEST_FIRST = (
     "test_run.py", "test_autotune.py", "test_sweeps.py", "test_optuna.py", "test_shards.py",
     "test_resume.py", "test_ddp.py", "test_multinode.py", "test_resume_every_checkpoint.py",
     "test_ema.py", "test_async_checkpoint.py", "test_autotune_race.py", "test_pretrained.py",
-    "test_huggingface.py", "test_sweep_presets.py", "test_compile.py", "test_docs_finetune.py",
+    "test_docs_finetune.py", "test_micro_batch.py", "test_hf_export.py", "test_elastic_resume.py",
+    "test_huggingface.py", "test_sweep_presets.py", "test_materialize.py", "test_compile.py",
 )  # fmt: skip
 
 
