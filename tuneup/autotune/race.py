@@ -31,7 +31,6 @@ import statistics
 from dataclasses import dataclass, field
 
 from tuneup import TuneupError
-from tuneup.autotune import batch as batches
 from tuneup.autotune.interval import t_quantile
 from tuneup.autotune.outcome import ACCEPTED, BASELINE, NOT_TRIED, REJECTED, Outcome, label
 from tuneup.autotune.search import Search
@@ -156,24 +155,18 @@ class RaceSearch(Search):
                 f"{self.baseline.directory}; the race needs a command that reaches its target "
                 "(lower target.value or train longer)"
             )
-        for index, dimension in enumerate(self.settings.race_dimensions):
-            self.dimension_index = index
-            if not self.budget.allows(sum(t.seconds for t in self.best.trials)):
-                self.not_tried(dimension, "the budget ran out before this dimension")
-                continue
-            if dimension == BATCH:
-                lab, self.lab = self.lab, Probes(self.lab)
-                try:
-                    candidates = batches.BatchSearch(self).candidates()
-                finally:
-                    self.lab = lab
-            else:
-                space = self.settings.space[dimension]
-                candidates = [Candidate(dimension, overrides) for overrides in space]
-            kept = self.prune(candidates)
-            if kept:
-                self.decide(kept)
+        self.walk(self.settings.race_dimensions, lambda: sum(t.seconds for t in self.best.trials))
         return self
+
+    def candidates(self, dimension: str) -> list[Candidate]:
+        """As the search's; the batch size's probes run as probes (:class:`Probes`)."""
+        if dimension != BATCH:
+            return super().candidates(dimension)
+        lab, self.lab = self.lab, Probes(self.lab)
+        try:
+            return super().candidates(dimension)
+        finally:
+            self.lab = lab
 
     def race(self, overrides: tuple[str, ...], limit: bool = True) -> Entry:
         """``overrides`` trained to the target, seed after seed, until a seed misses."""

@@ -87,21 +87,26 @@ class Search:
                 f"the baseline trial (your command as it is) failed: {self.baseline.error}; "
                 f"see {self.baseline.directory}; the autotune needs a command that trains"
             )
-        for index, dimension in enumerate(self.settings.dimensions):
-            self.dimension_index = index
-            if not self.budget.allows(self._reserve() + self.estimate(self.recipe)):
-                self.not_tried(dimension, "the budget ran out before this dimension")
-                continue
-            if dimension == BATCH:
-                candidates = batches.BatchSearch(self).candidates()
-            else:
-                space = self.settings.space[dimension]
-                candidates = [Candidate(dimension, overrides) for overrides in space]
-            kept = self.prune(candidates)
-            if kept:
-                self.decide(kept)
+        self.walk(self.settings.dimensions, lambda: self._reserve() + self.estimate(self.recipe))
         self.confirm()
         return self
+
+    def walk(self, dimensions, cost) -> None:
+        """Each dimension in turn, while the budget allows ``cost()`` more: its candidates
+        pruned, the rest decided."""
+        for index, dimension in enumerate(dimensions):
+            self.dimension_index = index
+            if not self.budget.allows(cost()):
+                self.not_tried(dimension, "the budget ran out before this dimension")
+                continue
+            kept = self.prune(self.candidates(dimension))
+            if kept:
+                self.decide(kept)
+
+    def candidates(self, dimension: str) -> list[Candidate]:
+        if dimension == BATCH:
+            return batches.BatchSearch(self).candidates()
+        return [Candidate(dimension, overrides) for overrides in self.settings.space[dimension]]
 
     def prune(self, candidates: list[Candidate]) -> list[Candidate]:
         """The candidates that may be launched; the others are recorded with the reason."""
