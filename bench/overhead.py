@@ -15,7 +15,7 @@ between repeats cancels in it).
     python bench/overhead.py                     # default small_resnet, and the tiny mlp
     python bench/overhead.py --models mlp --steps 400
     python bench/overhead.py --models mlp --per-plugin   # tuneup with each default plugin off
-    python bench/overhead.py --models mlp --calls        # Python calls a step, tuneup vs Lightning
+    python bench/overhead.py --models mlp --calls        # Python calls and torch ops a step
 
 ``--per-plugin`` times tuneup again with each plugin of the default run left out in turn
 (unregistered after loading, as ``plugins.disable=[name]`` would, but also where the config
@@ -23,7 +23,9 @@ names the plugin, which that setting refuses, and for the required ``measure``):
 regression in the step time points to its plugin.
 
 ``--calls`` counts Python function calls a step (cProfile, over the same measured steps) in
-bare Lightning and in tuneup, and lists the functions tuneup calls more often. Unlike the
+bare Lightning and in tuneup, and lists the functions tuneup calls more often; then the torch
+ops a step (aten operators, forward and backward, through a ``TorchDispatchMode``) and
+the ops tuneup dispatches more often. Unlike the
 times, the counts do not depend on the machine's load: a regression shows on a busy machine.
 Measure a multiple of ``trainer.log_every_n_steps`` (20 by default) so that the logging steps
 count in their true proportion.
@@ -32,6 +34,7 @@ count in their true proportion.
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
 import pstats
 import statistics
@@ -64,7 +67,7 @@ class StepClock(pl.Callback):
     """Seconds from the start of micro-batch ``warmup`` to the end of the last one; with a
     ``profile``, cProfile runs over the same steps."""
 
-    def __init__(self, warmup: int, profile: cProfile.Profile | None = None) -> None:
+    def __init__(self, warmup: int, profile: cProfile.Profile | OpCounter | None = None) -> None:
         self.warmup, self.start, self.end = warmup, None, None
         self.profile = profile
 
@@ -136,7 +139,7 @@ class BareModule(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": schedule}
 
 
-def bare_lightning(cfg, warmup: int, profile: cProfile.Profile | None = None) -> float:
+def bare_lightning(cfg, warmup: int, profile: cProfile.Profile | OpCounter | None = None) -> float:
     pl.seed_everything(cfg.seed, verbose=False)
     plan = Plan(cfg)
     data, model = plan.data, plan.build_model()
@@ -151,7 +154,10 @@ def bare_lightning(cfg, warmup: int, profile: cProfile.Profile | None = None) ->
 
 
 def with_tuneup(
-    cfg, warmup: int, without: str | None = None, profile: cProfile.Profile | None = None
+    cfg,
+    warmup: int,
+    without: str | None = None,
+    profile: cProfile.Profile | OpCounter | None = None,
 ) -> float:
     with tempfile.TemporaryDirectory() as run_dir:
         plugins = PluginManager.from_config(cfg)
@@ -244,6 +250,43 @@ def call_counts(way, cfg, warmup: int) -> tuple[float, dict]:
     return sum(per_function.values()), per_function
 
 
+class OpCounter:
+    """Counts the torch operators dispatched (aten ops, forward and backward) between
+    ``enable`` and ``disable``: StepClock starts and stops it as it does cProfile. Like the call
+    counts, the counts do not depend on the machine's load; each op costs ~3-10 us on CPU, and
+    on CUDA it is a kernel launch."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        counts = self.counts = collections.Counter()
+
+        class Count(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                counts[str(func)] += 1
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Count()
+
+    def enable(self) -> None:
+        self.mode.__enter__()
+
+    def disable(self) -> None:
+        self.mode.__exit__(None, None, None)
+
+
+def tuneup_extra_ops(cfg, warmup: int) -> tuple[float, float, dict]:
+    """(bare Lightning's torch ops a step, tuneup's, {op: tuneup's extra ops a step})."""
+    steps, found = cfg.trainer.max_steps - warmup, []
+    for way in (bare_lightning, with_tuneup):
+        counter = OpCounter()
+        way(cfg, warmup, profile=counter)
+        found.append({op: n / steps for op, n in counter.counts.items()})
+    bare, ours = found
+    extra = {op: n - bare.get(op, 0.0) for op, n in ours.items() if n - bare.get(op, 0.0) > 0}
+    return sum(bare.values()), sum(ours.values()), extra
+
+
 def tuneup_extra_calls(cfg, warmup: int) -> tuple[float, float, dict]:
     """(bare Lightning's calls a step, tuneup's, {function: tuneup's extra calls a step})."""
     bare, bare_functions = call_counts(bare_lightning, cfg, warmup)
@@ -265,6 +308,12 @@ def print_calls(model: str, cfg, args) -> None:
     for (file, line, name), calls in sorted(extra.items(), key=lambda kv: -kv[1])[: args.top]:
         where = f"{Path(file).parent.name}/{Path(file).name}:{line}" if line else file
         print(f"| {calls:.1f} | {name} ({where}) |")
+    bare, ours, extra = tuneup_extra_ops(cfg, args.warmup)
+    print(f"\n{model}: torch ops a step (aten, forward and backward): bare Lightning "
+          f"{bare:.1f}, tuneup {ours:.1f} ({ours - bare:+.1f})")  # fmt: skip
+    print("\n| extra ops a step | op |\n|---|---|")
+    for op, count in sorted(extra.items(), key=lambda kv: -kv[1])[: args.top]:
+        print(f"| {count:.2f} | {op} |")
 
 
 if __name__ == "__main__":
