@@ -23,24 +23,24 @@ EXTRA_CALLS_A_STEP = 50
 EXTRA_OPS_A_STEP = 9
 
 
-def test_tuneup_adds_few_python_calls_a_step_to_bare_lightning():
+#: (what is counted, bench/overhead.py's function, the least bare Lightning makes a step (the
+#: count saw its steps), the most tuneup may add)
+COUNTS = {
+    "python calls": ("tuneup_extra_calls", 1000, EXTRA_CALLS_A_STEP),
+    "torch ops": ("tuneup_extra_ops", 100, EXTRA_OPS_A_STEP),
+}
+
+
+@pytest.mark.parametrize("counted", COUNTS)
+def test_tuneup_adds_few_calls_and_ops_a_step_to_bare_lightning(counted):
+    function, least, most = COUNTS[counted]
     overhead = bench_module("overhead")
     more = ("data.train_samples=512", "data.val_samples=32", "trainer.log_every_n_steps=1000")
     cfg = overhead.config("mlp", steps=16, batch_size=32, more=more)
-    bare, ours, extra = overhead.tuneup_extra_calls(cfg, warmup=6)
+    bare, ours, extra = getattr(overhead, function)(cfg, warmup=6)
     top = sorted(extra.items(), key=lambda kv: -kv[1])[:8]
-    assert bare > 1000  # the count saw Lightning's steps
-    assert ours - bare <= EXTRA_CALLS_A_STEP, f"{ours:.0f} calls a step vs {bare:.0f}: {top}"
-
-
-def test_tuneup_adds_few_torch_ops_a_step_to_bare_lightning():
-    overhead = bench_module("overhead")
-    more = ("data.train_samples=512", "data.val_samples=32", "trainer.log_every_n_steps=1000")
-    cfg = overhead.config("mlp", steps=16, batch_size=32, more=more)
-    bare, ours, extra = overhead.tuneup_extra_ops(cfg, warmup=6)
-    top = sorted(extra.items(), key=lambda kv: -kv[1])[:8]
-    assert bare > 100  # the count saw the forward, backward and optimizer step
-    assert ours - bare <= EXTRA_OPS_A_STEP, f"{ours:.1f} ops a step vs {bare:.1f}: {top}"
+    assert bare > least
+    assert ours - bare <= most, f"{ours:.1f} {counted} a step vs {bare:.1f}: {top}"
 
 
 def test_the_loss_curve_sums_losses_kept_by_reference_across_flushes():
