@@ -28,6 +28,7 @@ Nothing here imports torch: ``tuneup --help`` and config errors stay fast.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import sys
@@ -66,7 +67,15 @@ def user_dir(cwd: Path | None = None) -> Path | None:
 
 def is_builtin(ep: importlib.metadata.EntryPoint) -> bool:
     """Whether an entry point of group ``tuneup`` is one of tuneup's own plugins."""
-    return ep.dist is not None and ep.dist.name.lower() == PROJECT
+    return ep.dist is not None and _name(ep.dist) == PROJECT
+
+
+@functools.lru_cache(maxsize=256)
+def _name(dist: importlib.metadata.Distribution) -> str:
+    """A distribution's name, lower-cased, read once per ``Distribution``: its ``name`` parses
+    the METADATA file at every read, and the entry points of one ``entry_points()`` call share
+    their distribution (tuneup's 23 cost 10 ms a look, two looks a compose)."""
+    return dist.name.lower()
 
 
 def plugin_dir(ep: importlib.metadata.EntryPoint) -> Path | None:
@@ -113,9 +122,10 @@ def groups(folder: Path) -> dict[str, list[str]]:
 
 def installed_defaults() -> list[dict]:
     """The defaults-list entries of the installed plugins' groups (see module docstring)."""
-    builtin = groups(builtin_dir())
+    folders = plugin_dirs().values()
+    builtin = groups(builtin_dir()) if folders else {}  # a walk of conf/: only when needed
     entries: list[dict] = []
-    for folder in plugin_dirs().values():
+    for folder in folders:
         declared = folder / "defaults.yaml"
         if declared.is_file():
             listed = OmegaConf.to_container(OmegaConf.load(declared)).get("defaults") or []
