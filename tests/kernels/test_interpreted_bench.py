@@ -14,7 +14,7 @@ from tests.conftest import bench_module
 
 def test_smoke_run_prints_every_row_and_target(capsys):
     """Every code path of the GPU run: Liger's kernels and ours under Triton's interpreter,
-    torch.compile with aot_eager."""
+    torch.compile with the eager backend."""
     assert os.environ["TRITON_INTERPRET"] == "1"
     bench_module("kernels").main(["--smoke"])
     out = capsys.readouterr().out
