@@ -48,3 +48,29 @@ def test_the_masked_half_is_half_of_what_flop_counter_counted(needs_grad):
         F.scaled_dot_product_attention(q, k, v).sum().backward()  # unmasked: not corrected
     unmasked_total = counter.get_total_flops() / 2
     assert calls.masked_flops() == unmasked_total / 2
+
+
+def test_an_architecture_is_counted_once_a_process_and_another_afresh(monkeypatch):
+    """A sweep's jobs (and the suite's runs) share a process: the same zoo model on the same
+    data shape is counted once; another width, data shape or the user's own model is not
+    taken from the cache."""
+    from tuneup.trainer import flops
+
+    counted = []
+    once = flops.count_flops_once
+    monkeypatch.setattr(flops, "_counted", {})
+    monkeypatch.setattr(flops, "count_flops_once", lambda plan: counted.append(plan) or once(plan))
+
+    def count(*overrides):
+        return flops.count_flops(Plan(compose_config(["model=mlp", *overrides], tiny=False)))
+
+    first = count("data.image_size=8")
+    assert count("data.image_size=8", "optimizer.lr=0.5", "seed=3") == first  # the same model
+    assert len(counted) == 1 and first[0] > 0
+    wider = count("data.image_size=8", "model.hidden=[64]")
+    bigger = count("data.image_size=16")
+    assert len(counted) == 3 and len({first[0], wider[0], bigger[0]}) == 3
+    own = ["model=custom", "model._target_=tuneup.zoo.models.small.MLP", "model.in_features=192",
+           "model.num_classes=10", "model.hidden=[32]", "data.image_size=8"]  # fmt: skip
+    assert count(*own) == count(*own) and count(*own)[0] > 0
+    assert len(counted) == 6  # the user's code: counted each time

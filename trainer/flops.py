@@ -89,7 +89,39 @@ def flops_per_sample(plan) -> float | None:
     return count_flops(plan)[0]
 
 
+#: Counts made in this process, by :func:`architecture`: a sweep's jobs, an autotune's trials
+#: and a test suite's runs train one architecture on one shape again and again, and a count
+#: costs 60-120 ms on a CPU (FlopCounterMode dispatches every op in Python), a fifth of a tiny
+#: run.
+_counted: dict[str, tuple[float | None, str | None]] = {}
+
+
+def architecture(plan) -> str | None:
+    """What a zoo model's count depends on: its config, the data's shape and classes, the
+    task; None (never cached) for the user's own model, whose code may change in a process,
+    and for a model read from disk (``model=huggingface``)."""
+    from omegaconf import OmegaConf
+
+    from tuneup.zoo.models import MODELS
+
+    if plan.user_model or MODELS[plan.cfg.model.name].loader is not None:
+        return None
+    model = OmegaConf.to_yaml(plan.cfg.model, resolve=True)
+    data = f"{plan.input_shape}|{plan.num_classes}|{plan.inputs}"
+    return f"{model}|{data}|{plan.task.name}|{plan.task.class_dim}"
+
+
 def count_flops(plan) -> tuple[float | None, str | None]:
+    """:func:`count_flops_once`, counted once per :func:`architecture` in a process."""
+    key = architecture(plan) if plan.sound else None
+    if key is None:
+        return count_flops_once(plan)
+    if key not in _counted:
+        _counted[key] = count_flops_once(plan)
+    return _counted[key]
+
+
+def count_flops_once(plan) -> tuple[float | None, str | None]:
     """(model FLOPs of one training sample, None) or (None, why they could not be counted).
 
     ``plan`` is the run's :class:`~tuneup.trainer.components.Plan`. Counted on its model on
