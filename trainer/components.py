@@ -71,6 +71,16 @@ class Plan:
         return is_user(self.cfg.data)
 
     @property
+    def config_made(self) -> bool:
+        """Whether the model is wholly given by its config: the zoo's, with no weights read
+        from disk (not the user's code, not ``model=huggingface``)."""
+        if self.user_model:
+            return False
+        from tuneup.zoo.models import MODELS
+
+        return MODELS[self.cfg.model.name].loader is None
+
+    @property
     def model_name(self) -> str:
         return self._name(self.cfg.model, self.user_model)
 

@@ -102,9 +102,7 @@ def architecture(plan) -> str | None:
     and for a model read from disk (``model=huggingface``)."""
     from omegaconf import OmegaConf
 
-    from tuneup.zoo.models import MODELS
-
-    if plan.user_model or MODELS[plan.cfg.model.name].loader is not None:
+    if not plan.config_made:
         return None
     model = OmegaConf.to_yaml(plan.cfg.model, resolve=True)
     data = f"{plan.input_shape}|{plan.num_classes}|{plan.inputs}"
