@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 from tuneup import PROJECT, TuneupError
+from tuneup.mode_probe import without_needless_probe
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,8 @@ def main() -> None:
         sys.path.insert(0, os.getcwd())  # the user's own modules, as `python -m tuneup` sees them
     held = _held_stderr()  # Hydra's own error, until a run starts: ours may replace it
     try:
-        _hydra_main()
+        with without_needless_probe(argv):  # one composition, not two (tuneup/mode_probe.py)
+            _hydra_main()
     except (SystemExit, Exception) as exc:  # Hydra reports its own errors, then exits 1
         if not _started and (not isinstance(exc, SystemExit) or exc.code == 1):
             try:  # a typo'd option ("Could not find") or key ("Could not override"): what was meant
