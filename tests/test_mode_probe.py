@@ -92,9 +92,8 @@ def test_no_built_in_config_sets_hydra_mode():
         group = path.parent.relative_to(CONF).as_posix().replace("/", ".")
         header = next((line.split("@package", 1)[1].strip() for line in text.splitlines()
                        if line.startswith("# @package")), None)  # fmt: skip
+        # the primary config's folder is "." (the root): no package but its header's
         package = (header if header is not None else group).removeprefix("_global_").strip(".")
-        if path.parent == CONF:  # the primary config: at the root
-            package = header.removeprefix("_global_").strip(".") if header else ""
         node = yaml.safe_load(text) or {}
         for part in [p for p in package.split(".") if p]:
             node = {part: node}
