@@ -135,11 +135,13 @@ def nonfinite_parts(data) -> list[str]:
     return found
 
 
-def nonfinite_tensors(state_dict: dict) -> list[str]:
+def nonfinite_tensors(state_dict: dict, device: torch.device | None = None) -> list[str]:
     """Names of floating-point tensors in ``state_dict`` holding NaN or inf (one sync in all).
 
     A sharded tensor (DTensor, under strategy=fsdp) is judged by this process's shard; the
-    processes then agree (one all-reduce), so a bad shard anywhere is named everywhere."""
+    processes then agree (one all-reduce on ``device``, the strategy's root device: NCCL
+    reduces CUDA tensors only, and Lightning's sharded state dict is offloaded to the CPU), so a
+    bad shard anywhere is named everywhere."""
     floats = [(k, t) for k, t in state_dict.items() if torch.is_tensor(t) and t.is_floating_point()]
     sharded = any(hasattr(t, "to_local") for _, t in floats)
     local = [(k, t.to_local() if hasattr(t, "to_local") else t) for k, t in floats]
@@ -147,7 +149,7 @@ def nonfinite_tensors(state_dict: dict) -> list[str]:
         return []
     finite = torch.stack([torch.isfinite(t).all() for _, t in local])
     if sharded and torch.distributed.is_initialized():
-        finite = finite.to(torch.int32)
+        finite = finite.to(device=device, dtype=torch.int32)
         torch.distributed.all_reduce(finite, op=torch.distributed.ReduceOp.MIN)
     if bool(finite.all()):
         return []

@@ -95,7 +95,7 @@ class RunState(pl.Callback):
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint):
         self.check_loss(trainer)
-        bad = nonfinite_tensors(checkpoint["state_dict"])
+        bad = nonfinite_tensors(checkpoint["state_dict"], trainer.strategy.root_device)
         if bad:
             raise Diverged(
                 f"not saving step {trainer.global_step}: weights {', '.join(bad[:5])} hold "
