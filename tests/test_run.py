@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from tests.conftest import compose_config
+from tuneup.trainer.checks import TRAINER_RULES
 from tuneup.trainer.runner import ConfigError, run
+from tuneup.trainer.validation import problems
 
 REQUIRED_KEYS = {
     "samples_per_s", "step_time_ms", "data_wait_fraction", "peak_memory_bytes", "device",
@@ -67,6 +69,18 @@ def test_bad_value_exits_1_naming_key_value_and_allowed(cli, tmp_path, override,
 def test_gpu_requested_without_cuda_is_a_clear_error(tmp_path):
     with pytest.raises(ConfigError, match=r"trainer.accelerator=gpu but this machine has no CUDA"):
         run(compose_config(["trainer.accelerator=gpu"]), run_dir=tmp_path)
+
+
+def test_trainer_deterministic_and_benchmark_take_lightnings_own_choices():
+    """trainer.deterministic=warn (deterministic kernels where torch has them) and null are
+    Lightning's; anything else is refused naming them."""
+    cfg = compose_config(["+trainer.deterministic=warn", "+trainer.benchmark=null"])
+    assert problems(cfg, TRAINER_RULES) == []
+    cfg.trainer.deterministic, cfg.trainer.benchmark = "maybe", "warn"
+    assert problems(cfg, TRAINER_RULES) == [
+        "trainer.deterministic='maybe' is not allowed: expected one of True, False, 'warn', None",
+        "trainer.benchmark='warn' is not allowed: expected one of True, False, None",
+    ]
 
 
 def test_all_problems_are_reported_together(tmp_path):

@@ -33,8 +33,10 @@ TRAINER_RULES = {
     "trainer.num_sanity_val_steps": Integer(low=-1),
     "trainer.accumulate_grad_batches": Integer(low=1),
     "trainer.gradient_clip_val": Number(ge=0),
-    "trainer.deterministic": BOOL,
-    "trainer.benchmark": BOOL,
+    # Lightning's own choices: "warn" picks deterministic kernels where torch has them and
+    # warns where it has none; null leaves torch's setting alone
+    "trainer.deterministic": OneOf((True, False, "warn", None)),
+    "trainer.benchmark": OneOf((True, False, None)),
     "trainer.enable_progress_bar": OneOf((True, False, "auto")),
     "trainer.fast_dev_run": BOOL,
     "mode": OneOf(("fit", "validate")),
