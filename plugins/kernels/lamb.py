@@ -41,6 +41,12 @@ class Lamb(TrustRatioOptimizer):
 
     `implementation` holds what the last step ran ("triton" or "reference").
 
+    Half-precision parameters (fp16-true, bf16-true): the moments are kept in fp32 and the step
+    computed in fp32, the weights rounded once. In fp16, (1 - b2) g^2 of a typical gradient
+    (g ~ 0.03) is about 1e-6, a subnormal with a few bits left or zero, and sqrt(v) + eps then
+    blows single elements' updates up by orders of magnitude (measured: weights 300x off
+    fp32 arithmetic after 5 steps; tests/kernels). The moments cost 8 bytes per parameter.
+
     AMP: when `grad_scale` / `found_inf` tensors are set on the optimizer (GradScaler does so
     for fused optimizers, which advertise `_step_supports_amp_scaling`), gradients are unscaled
     inside the update and the step, step count included, is skipped when found_inf != 0:
@@ -76,10 +82,14 @@ class Lamb(TrustRatioOptimizer):
         state = self.state[param]
         if not state:
             state["step"] = torch.zeros((), dtype=torch.float32, device=param.device)
-            state["exp_avg"] = torch.zeros_like(param)
-            state["exp_avg_sq"] = torch.zeros_like(param)
-        elif state["step"].device != param.device:  # as loaded from a state dict
-            state["step"] = state["step"].to(param.device, torch.float32)
+            state["exp_avg"] = torch.zeros_like(param, dtype=torch.float32)
+            state["exp_avg_sq"] = torch.zeros_like(param, dtype=torch.float32)
+        else:  # as loaded from a state dict (the moments of an older run: in the param's dtype)
+            if state["step"].device != param.device:
+                state["step"] = state["step"].to(param.device, torch.float32)
+            for key in ("exp_avg", "exp_avg_sq"):
+                if state[key].dtype != torch.float32:
+                    state[key] = state[key].float()
         return state
 
 
@@ -89,12 +99,15 @@ def trust_ratio(weight_norm: Tensor, update_norm: Tensor, clip: float | None) ->
 
 
 def _step_reference(group, params, states, grad_scale, found_inf):
-    """One tensor at a time in plain PyTorch (syncs on found_inf to skip the step)."""
+    """One tensor at a time in plain PyTorch, in fp32 (syncs on found_inf to skip the step)."""
     if found_inf is not None and found_inf.item() != 0:
         return
     beta1, beta2 = group["betas"]
     for param, state in zip(params, states, strict=True):
-        grad = param.grad if grad_scale is None else param.grad / grad_scale.to(param.device)
+        grad = param.grad.float()
+        if grad_scale is not None:
+            grad = grad / grad_scale.to(param.device)
+        weight = param.float()  # param itself where it is fp32
         state["step"] += 1
         exp_avg, exp_avg_sq = state["exp_avg"], state["exp_avg_sq"]
         exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1)
@@ -103,9 +116,9 @@ def _step_reference(group, params, states, grad_scale, found_inf):
         exp_avg_sq_hat = exp_avg_sq / (1 - beta2 ** state["step"])
         update = exp_avg_hat / (exp_avg_sq_hat.sqrt() + group["eps"])
         if not is_excluded(group, param):
-            update.add_(param, alpha=group["weight_decay"])
-            update.mul_(trust_ratio(param.norm(), update.norm(), group["trust_clip"]))
-        param.sub_(group["lr"] * update)
+            update.add_(weight, alpha=group["weight_decay"])
+            update.mul_(trust_ratio(weight.norm(), update.norm(), group["trust_clip"]))
+        param.copy_(weight - group["lr"] * update)  # one rounding to a half-precision param
 
 
 def _step_triton(group, params, states, grad_scale, found_inf):
@@ -191,8 +204,8 @@ if triton is not None:
         index, start, numel = program_chunk(chunks, numels, found_inf_ptr, HAS_FOUND_INF)
         param_ptr = tl.load(addresses + 5 * index).to(param_like.dtype)
         grad_ptr = tl.load(addresses + 5 * index + 1).to(grad_like.dtype)
-        exp_avg_ptr = tl.load(addresses + 5 * index + 2).to(param_like.dtype)
-        exp_avg_sq_ptr = tl.load(addresses + 5 * index + 3).to(param_like.dtype)
+        exp_avg_ptr = tl.load(addresses + 5 * index + 2).to(tl.pointer_type(tl.float32))
+        exp_avg_sq_ptr = tl.load(addresses + 5 * index + 3).to(tl.pointer_type(tl.float32))
         step = tl.load(tl.load(addresses + 5 * index + 4).to(tl.pointer_type(tl.float32)))
         bias1 = 1.0 - tl.exp2(step * tl.log2(beta1))
         bias2 = 1.0 - tl.exp2(step * tl.log2(beta2))
@@ -206,14 +219,12 @@ if triton is not None:
             mask = elements < numel
             param = tl.load(param_ptr + elements, mask=mask, other=0.0).to(tl.float32)
             grad = tl.load(grad_ptr + elements, mask=mask, other=0.0).to(tl.float32) * inv_scale
-            exp_avg = tl.load(exp_avg_ptr + elements, mask=mask, other=0.0).to(tl.float32)
-            exp_avg_sq = tl.load(exp_avg_sq_ptr + elements, mask=mask, other=0.0).to(tl.float32)
+            exp_avg = tl.load(exp_avg_ptr + elements, mask=mask, other=0.0)
+            exp_avg_sq = tl.load(exp_avg_sq_ptr + elements, mask=mask, other=0.0)
             exp_avg = beta1 * exp_avg + (1.0 - beta1) * grad
             exp_avg_sq = beta2 * exp_avg_sq + (1.0 - beta2) * grad * grad
-            tl.store(exp_avg_ptr + elements, exp_avg.to(param_like.dtype.element_ty), mask=mask)
-            tl.store(
-                exp_avg_sq_ptr + elements, exp_avg_sq.to(param_like.dtype.element_ty), mask=mask
-            )
+            tl.store(exp_avg_ptr + elements, exp_avg, mask=mask)  # fp32 moments (see Lamb)
+            tl.store(exp_avg_sq_ptr + elements, exp_avg_sq, mask=mask)
             update = _lamb_update_direction(param, exp_avg, exp_avg_sq, bias1, bias2, eps, decay)
             weight_sq += param * param
             update_sq += tl.where(mask, update * update, 0.0)
@@ -246,8 +257,8 @@ if triton is not None:
     ):
         index, start, numel = program_chunk(chunks, numels, found_inf_ptr, HAS_FOUND_INF)
         param_ptr = tl.load(addresses + 5 * index).to(param_like.dtype)
-        exp_avg_ptr = tl.load(addresses + 5 * index + 2).to(param_like.dtype)
-        exp_avg_sq_ptr = tl.load(addresses + 5 * index + 3).to(param_like.dtype)
+        exp_avg_ptr = tl.load(addresses + 5 * index + 2).to(tl.pointer_type(tl.float32))
+        exp_avg_sq_ptr = tl.load(addresses + 5 * index + 3).to(tl.pointer_type(tl.float32))
         step = tl.load(tl.load(addresses + 5 * index + 4).to(tl.pointer_type(tl.float32)))
         bias1 = 1.0 - tl.exp2(step * tl.log2(beta1))
         bias2 = 1.0 - tl.exp2(step * tl.log2(beta2))
@@ -267,8 +278,8 @@ if triton is not None:
             elements = start + offset + tl.arange(0, BLOCK)
             mask = elements < numel
             param = tl.load(param_ptr + elements, mask=mask, other=0.0).to(tl.float32)
-            exp_avg = tl.load(exp_avg_ptr + elements, mask=mask, other=0.0).to(tl.float32)
-            exp_avg_sq = tl.load(exp_avg_sq_ptr + elements, mask=mask, other=0.0).to(tl.float32)
+            exp_avg = tl.load(exp_avg_ptr + elements, mask=mask, other=0.0)
+            exp_avg_sq = tl.load(exp_avg_sq_ptr + elements, mask=mask, other=0.0)
             update = _lamb_update_direction(param, exp_avg, exp_avg_sq, bias1, bias2, eps, decay)
             param = param - step_size * update
             tl.store(param_ptr + elements, param.to(param_like.dtype.element_ty), mask=mask)

@@ -236,6 +236,9 @@ def test_fused_step_handles_mixed_dtypes_amp_scale_and_skips(oracles, optimizer_
     for g, w in zip(got, want, strict=True):
         tolerance = dict(atol=1e-6, rtol=0) if g.dtype == torch.float32 else dict(atol=2e-3, rtol=0)
         torch.testing.assert_close(g, w, **tolerance)
+    if optimizer_class is Lamb:  # the kernels' fp32 moments, fp16 parameters too
+        moments = [s[k] for s in optimizer.state.values() for k in ("exp_avg", "exp_avg_sq")]
+        assert {m.dtype for m in moments} == {torch.float32}
 
     optimizer.found_inf = torch.tensor(1.0)
     state_before = [{k: v.clone() for k, v in s.items()} for s in optimizer.state.values()]
