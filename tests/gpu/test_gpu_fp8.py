@@ -51,7 +51,11 @@ def gpt() -> GPT:
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 def test_float8_matmuls_run_on_tensor_cores_and_agree_with_the_emulation(recipe):
     """Three float8 matmuls per converted layer and step (output, input and weight gradients),
-    giving what the emulated casts give up to the matmuls' accumulation order."""
+    giving what the emulated casts give up to the matmuls' accumulation order. That order
+    compounds: each layer's output is cast to float8 again, where a last-bit difference can
+    move a value by one float8 step (2^-3 relative), so the logits of two layers differ by a
+    few percent (H200, torchao 0.17, 2026-11-27: 3.0% tensorwise, 2.5% rowwise; a missing or
+    wrong scale gives errors of order 1)."""
     real, emulated = gpt(), gpt()
     convert_to_fp8(real, fp8_layers(real), recipe)
     convert_to_fp8(emulated, fp8_layers(emulated), recipe, emulate=True)
@@ -65,7 +69,7 @@ def test_float8_matmuls_run_on_tensor_cores_and_agree_with_the_emulation(recipe)
     (got, scaled_mms), (want, emulated_mms) = outputs
     assert scaled_mms == 3 * len(fp8_layers(real).converted) and emulated_mms == 0
     error = (got - want).norm() / want.norm()
-    assert error < 2e-2
+    assert error < 5e-2
     for p_real, p_emulated in zip(real.parameters(), emulated.parameters(), strict=True):
         relative = (p_real.grad - p_emulated.grad).norm() / p_emulated.grad.norm().clamp_min(1e-12)
         assert relative < 5e-2
