@@ -44,10 +44,11 @@ class Plugin:
     def check(self, cfg, env):
         self.accelerator = env.accelerator
         trainer = cfg.trainer
-        if trainer.get("deterministic"):
+        if deterministic := trainer.get("deterministic"):  # True or Lightning's "warn"
             return [
-                "cudnn_benchmark=on conflicts with trainer.deterministic=True: autotuning picks "
-                "algorithms by timing, so results are not reproducible; choose one of the two"
+                f"cudnn_benchmark=on conflicts with trainer.deterministic={deterministic}: "
+                "autotuning picks algorithms by timing, so results are not reproducible; choose "
+                "one of the two"
             ]
         if trainer.get("benchmark") is False:
             return [

@@ -58,6 +58,10 @@ def test_off_leaves_the_flag_alone(train, spy):
             "+trainer.deterministic=true",
             "cudnn_benchmark=on conflicts with trainer.deterministic=True",
         ),
+        (
+            "+trainer.deterministic=warn",
+            "cudnn_benchmark=on conflicts with trainer.deterministic=warn",
+        ),
         ("+trainer.benchmark=false", "cudnn_benchmark=on conflicts with trainer.benchmark=False"),
     ],
 )
