@@ -7,6 +7,10 @@
 #   bench/gpu.sh 1           part 1 of 3: gpu-tests, suite
 #   bench/gpu.sh 2           part 2 of 3: throughput, precision, syncs
 #   bench/gpu.sh 3           part 3 of 3: memory, kernels, dataloader, micro-batch
+#   bench/gpu.sh quick       one call of 8 to 10 minutes, for a 15-minute device budget: gpu-tests,
+#                            syncs, kernels (ce, lce, fp8) and throughput (amp, amp+channels_last;
+#                            30 steps), each step bounded (200, 60, 150, 180 s; GPU_STEP_TIMEOUT
+#                            sets one bound for all)
 #   bench/gpu.sh kernels     named steps, in the order given
 #   bench/gpu.sh report      only rebuild gpu-report.md from the steps' files (no GPU needed)
 #   bench/gpu.sh --list      the steps and their commands
@@ -37,6 +41,8 @@ STEPS=(gpu-tests suite throughput precision memory kernels dataloader syncs micr
 PART_1=(gpu-tests suite)
 PART_2=(throughput precision syncs)
 PART_3=(memory kernels dataloader micro-batch)
+PART_QUICK=(gpu-tests syncs kernels throughput)
+QUICK=0  # 1: the quick part's shorter throughput and kernels commands
 
 xdist() {  # pytest-xdist's "-n N" where it is installed (the GPU images have it); else no
   # addopts, whose "-n 2" (pyproject.toml) needs it
@@ -47,16 +53,28 @@ command_of() {  # the command of one step
   case $1 in
     gpu-tests) echo "$PY -m pytest tests -m gpu -q -rfEs -p no:cacheprovider $(xdist 8)" ;;
     suite) echo "$PY -m pytest tests -m 'not gpu' -q -rfEs $(xdist 14)" ;;
-    throughput) echo "$PY bench/throughput.py --steps 40 --warmup 15" ;;
+    throughput)
+      if [[ $QUICK == 1 ]]; then
+        echo "$PY bench/throughput.py --configs amp,amp+channels_last --data loader,on_device --steps 30 --warmup 10"
+      else
+        echo "$PY bench/throughput.py --steps 40 --warmup 15"
+      fi ;;
     precision) echo "$PY bench/precision.py --steps 30 --warmup 10" ;;
     memory) echo "$PY bench/memory.py --device cuda --steps 10 --warmup 2" ;;
-    kernels) echo "$PY bench/kernels.py" ;;
+    kernels)  # the optim section alone took more than a minute on an H200 (2026-11-27)
+      if [[ $QUICK == 1 ]]; then echo "$PY bench/kernels.py --only ce,lce,fp8"; else echo "$PY bench/kernels.py"; fi ;;
     dataloader) echo "$PY bench/dataloader.py --model resnet50 --image-size 224 --steps 30" ;;
     # host-device syncs per step (set_sync_debug_mode): tuneup's must be 0 outside logging steps
     syncs) echo "$PY bench/syncs.py && $PY bench/syncs.py model=mlp precision=bf16" ;;
     # grad_accum.micro_batch_size=auto: a GPT batch too large for the GPU, found by halving
     micro-batch) echo "$PY bench/micro_batch.py --batch 512 --steps 4" ;;
   esac
+}
+
+timeout_of() {  # seconds a step may run: GPU_STEP_TIMEOUT, else the quick part's own, else 900
+  if [[ -n ${GPU_STEP_TIMEOUT:-} || $QUICK != 1 ]]; then echo "$STEP_TIMEOUT"; return; fi
+  case $1 in gpu-tests) echo 200 ;; syncs) echo 60 ;; kernels) echo 150 ;; throughput) echo 180 ;;
+    *) echo "$STEP_TIMEOUT" ;; esac
 }
 
 number_of() {  # 1-based position of a step in STEPS, for the files' order
@@ -101,7 +119,7 @@ run_step() {
   out="$LOGS/$step.out"
   echo "== $step: $command" >&2
   started=$(date +%s)
-  timeout "$STEP_TIMEOUT" bash -c "$command" >"$out" 2>"$LOGS/$step.err"
+  timeout "$(timeout_of "$step")" bash -c "$command" >"$out" 2>"$LOGS/$step.err"
   code=$?
   seconds=$(($(date +%s) - started))
   {
@@ -167,13 +185,14 @@ main() {
       1) requested+=("${PART_1[@]}") ;;
       2) requested+=("${PART_2[@]}") ;;
       3) requested+=("${PART_3[@]}") ;;
+      quick) QUICK=1; requested+=("${PART_QUICK[@]}") ;;
       report) ;;
       --list)
         for step in "${STEPS[@]}"; do echo "$step: $(command_of "$step")"; done
         return 0 ;;
       *)
         if [[ -z $(number_of "$arg") ]]; then
-          echo "bench/gpu.sh: unknown step '$arg'; steps: ${STEPS[*]}, parts: 1 2 3, all, report" >&2
+          echo "bench/gpu.sh: unknown step '$arg'; steps: ${STEPS[*]}, parts: 1 2 3 quick, all, report" >&2
           return 2
         fi
         requested+=("$arg") ;;

@@ -46,6 +46,11 @@ def test_gpu_script_lists_every_step_and_refuses_unknown_ones():
     steps = [line.split(":")[0] for line in listed.stdout.splitlines()]
     assert steps == ["gpu-tests", "suite", "throughput", "precision", "memory", "kernels",
                      "dataloader", "syncs", "micro-batch"]  # fmt: skip
+    quick = subprocess.run(["bash", str(ROOT / "bench" / "gpu.sh"), "quick", "--list"],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    commands = dict(line.split(": ", 1) for line in quick.stdout.splitlines())
+    assert commands["kernels"].endswith("bench/kernels.py --only ce,lce,fp8")  # no optim section
+    assert "--configs amp,amp+channels_last" in commands["throughput"]
     unknown = subprocess.run(["bash", str(ROOT / "bench" / "gpu.sh"), "nope"],
                              capture_output=True, text=True, timeout=60)  # fmt: skip
     assert unknown.returncode == 2 and "unknown step 'nope'" in unknown.stderr
