@@ -198,9 +198,14 @@ def _(hidden, weight, target, bias, chunk_size, label_smoothing, ignore_index, c
 def _setup_context(ctx, inputs, output):
     ctx.has_bias = inputs[3] is not None
     ctx.save_for_backward(*output[1:])
+    # The gradient outputs are never differentiated: without this autograd fills tensors of the
+    # hidden states', weight's and bias' sizes with zeros for them in every backward
+    ctx.set_materialize_grads(False)
 
 
 def _backward(ctx, grad_loss, *_grads_of_grads):
+    if grad_loss is None:  # undefined: nothing flows back (grads are not materialized)
+        return None, None, None, None, *[None] * 4
     grad_hidden, grad_weight, grad_bias = (
         grad * grad_loss.to(grad.dtype) for grad in ctx.saved_tensors
     )

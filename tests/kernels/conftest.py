@@ -13,6 +13,7 @@ import types
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 INTERPRETED_TESTS = ("test_interpreted_kernels.py", "test_interpreted_bench.py")
 
@@ -150,3 +151,15 @@ def oracles():
         run_optimizer=run_optimizer,
         training_losses=training_losses,
     )
+
+
+class OpNames(TorchDispatchMode):
+    """The aten ops run while it is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.name())
+        return func(*args, **(kwargs or {}))

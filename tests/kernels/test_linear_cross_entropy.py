@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from tests.kernels.conftest import OpNames
 from tuneup.plugins.kernels import linear_cross_entropy
 
 lce_module = importlib.import_module("tuneup.plugins.kernels.linear_cross_entropy")
@@ -145,3 +146,13 @@ def test_default_chunk_size_keeps_a_chunk_of_logits_about_four_times_hidden():
     assert lce_module.default_chunk_size(10, 64, 32) == 10
     with pytest.raises(ValueError, match="chunk_size"):
         linear_cross_entropy(*make_inputs(), chunk_size=-1)
+
+
+def test_backward_scales_the_saved_gradients_and_fills_nothing():
+    """No zeros for the never-differentiated gradient outputs (autograd made tensors of the
+    hidden states', weight's and bias' sizes for them each backward)."""
+    hidden, weight, target, bias = make_inputs()
+    loss = linear_cross_entropy(hidden, weight, target, bias=bias)
+    with OpNames() as ops:
+        loss.backward()
+    assert not [name for name in ops.names if "zero" in name or "fill" in name], ops.names
