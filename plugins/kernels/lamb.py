@@ -45,7 +45,8 @@ class Lamb(TrustRatioOptimizer):
     computed in fp32, the weights rounded once. In fp16, (1 - b2) g^2 of a typical gradient
     (g ~ 0.03) is about 1e-6, a subnormal with a few bits left or zero, and sqrt(v) + eps then
     blows single elements' updates up by orders of magnitude (measured: weights 300x off
-    fp32 arithmetic after 5 steps; tests/kernels). The moments cost 8 bytes per parameter.
+    fp32 arithmetic after 5 steps; tests/kernels). The moments cost 8 bytes per parameter, and
+    stay fp32 through ``load_state_dict`` (which casts state to each parameter's dtype).
 
     AMP: when `grad_scale` / `found_inf` tensors are set on the optimizer (GradScaler does so
     for fused optimizers, which advertise `_step_supports_amp_scaling`), gradients are unscaled
@@ -77,6 +78,9 @@ class Lamb(TrustRatioOptimizer):
             trust_clip=trust_clip,
         )
         super().__init__(params, defaults, fused)
+        self._loaded_moments: dict[Tensor, dict[str, Tensor]] = {}
+        self.register_load_state_dict_pre_hook(_keep_loaded_moments)
+        self.register_load_state_dict_post_hook(_restore_fp32_moments)
 
     def _state(self, param: Tensor) -> dict:
         state = self.state[param]
@@ -84,13 +88,32 @@ class Lamb(TrustRatioOptimizer):
             state["step"] = torch.zeros((), dtype=torch.float32, device=param.device)
             state["exp_avg"] = torch.zeros_like(param, dtype=torch.float32)
             state["exp_avg_sq"] = torch.zeros_like(param, dtype=torch.float32)
-        else:  # as loaded from a state dict (the moments of an older run: in the param's dtype)
-            if state["step"].device != param.device:
-                state["step"] = state["step"].to(param.device, torch.float32)
-            for key in ("exp_avg", "exp_avg_sq"):
-                if state[key].dtype != torch.float32:
-                    state[key] = state[key].float()
+        elif state["step"].device != param.device:  # as loaded from a state dict
+            state["step"] = state["step"].to(param.device, torch.float32)
         return state
+
+
+MOMENTS = ("exp_avg", "exp_avg_sq")
+
+
+def _keep_loaded_moments(optimizer: Lamb, state_dict: dict) -> None:
+    """Before ``load_state_dict``: the saved moments, by parameter. torch casts every state
+    tensor to its parameter's dtype, which would round fp32 moments to fp16."""
+    saved = [i for group in state_dict["param_groups"] for i in group["params"]]
+    live = [p for group in optimizer.param_groups for p in group["params"]]
+    optimizer._loaded_moments = {
+        param: {k: state_dict["state"][i][k] for k in MOMENTS if k in state_dict["state"][i]}
+        for i, param in zip(saved, live, strict=False)
+        if i in state_dict["state"]
+    }
+
+
+def _restore_fp32_moments(optimizer: Lamb) -> None:
+    """After it: those moments in fp32 on each parameter's device (an older run's fp16 ones too)."""
+    for param, moments in optimizer._loaded_moments.items():
+        for key, value in moments.items():
+            optimizer.state[param][key] = value.to(param.device, torch.float32)
+    optimizer._loaded_moments = {}
 
 
 def trust_ratio(weight_norm: Tensor, update_norm: Tensor, clip: float | None) -> Tensor:
