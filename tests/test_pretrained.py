@@ -92,6 +92,7 @@ def test_first_loss_is_from_pretrained_s_own_loss_in_one_process_and_from_the_sh
     assert first_loss(gpt2_runs["fsdp"]) == pytest.approx(expected, abs=1e-6)
     described = json.loads((gpt2_runs["fsdp"] / "summary.json").read_text())["plugins"]
     assert described["strategy"]["initialised_by"] == "weights"
+    assert described["strategy"]["used"] == "fsdp"  # sharded over a mesh of one, not plain
 
 
 def test_llama_on_a_2x2_mesh_reads_its_shards_and_starts_at_from_pretrained_s_loss(saved, tmp_path):

@@ -123,10 +123,13 @@ def build_strategy(cfg, env: Environment, count: AllReduceCount | None, model_na
 
 
 def resolved(name: str, world_size: int) -> str:
-    """What ``strategy=<name>`` runs with this many processes: single process, ddp or fsdp."""
-    if name == "auto" or world_size == 1:
-        return "ddp" if world_size > 1 else "single process"
-    return name
+    """What ``strategy=<name>`` runs with this many processes: single process, ddp or fsdp.
+    strategy=fsdp is fsdp in one process too: its model is sharded over a mesh of one, computes
+    in the strategy's mixed precision and saves sharded checkpoints; ddp in one process is
+    plain training."""
+    if name == "fsdp":
+        return name
+    return "ddp" if world_size > 1 else "single process"
 
 
 def layout_note(cfg, env: Environment) -> str | None:
