@@ -9,7 +9,7 @@
 #   bench/gpu.sh 3           part 3 of 3: memory, kernels, dataloader, micro-batch
 #   bench/gpu.sh quick       one call of 8 to 10 minutes, for a 15-minute device budget: gpu-tests,
 #                            syncs, kernels (ce, lce, fp8) and throughput (amp, amp+channels_last;
-#                            30 steps), each step bounded (200, 60, 150, 180 s; GPU_STEP_TIMEOUT
+#                            30 steps), each step bounded (240, 50, 120, 165 s; GPU_STEP_TIMEOUT
 #                            sets one bound for all)
 #   bench/gpu.sh kernels     named steps, in the order given
 #   bench/gpu.sh report      only rebuild gpu-report.md from the steps' files (no GPU needed)
@@ -73,7 +73,7 @@ command_of() {  # the command of one step
 
 timeout_of() {  # seconds a step may run: GPU_STEP_TIMEOUT, else the quick part's own, else 900
   if [[ -n ${GPU_STEP_TIMEOUT:-} || $QUICK != 1 ]]; then echo "$STEP_TIMEOUT"; return; fi
-  case $1 in gpu-tests) echo 200 ;; syncs) echo 60 ;; kernels) echo 150 ;; throughput) echo 180 ;;
+  case $1 in gpu-tests) echo 240 ;; syncs) echo 50 ;; kernels) echo 120 ;; throughput) echo 165 ;;
     *) echo "$STEP_TIMEOUT" ;; esac
 }
 
