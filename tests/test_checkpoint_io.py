@@ -228,6 +228,29 @@ def test_prune_keeps_the_k_furthest_trained_and_best_whatever_the_file_times(tmp
     assert (tmp_path / BEST).exists() and (tmp_path / "damaged" / "damaged.ckpt").exists()
 
 
+def test_pruning_after_each_save_reads_each_file_once_and_a_file_written_anew_again(
+    tmp_path, monkeypatch
+):
+    """Pruning runs after every save: it unpickled every kept checkpoint each time (40 % of a
+    small run that saves every step). A file is now read once per process; one written anew
+    under the same name (a new file renamed into place) is read again, its new progress used."""
+    from tuneup.trainer.state import checkpoints
+
+    reads = []
+    real_load = checkpoints.load
+    monkeypatch.setattr(checkpoints, "load", lambda path, **kw: reads.append(path.name)
+                        or real_load(path, **kw))  # fmt: skip
+    for step in range(1, 5):  # a save, then the prune that follows it
+        write(tmp_path, checkpoint_name(0, step), step=step)
+        prune(tmp_path, keep=2)
+    assert reads == [checkpoint_name(0, step) for step in range(1, 5)]  # each one once
+    assert [p.name for p in list_checkpoints(tmp_path)] == [checkpoint_name(0, 4),
+                                                            checkpoint_name(0, 3)]  # fmt: skip
+    write(tmp_path, checkpoint_name(0, 3), step=9)  # rewritten: now the furthest trained
+    assert list_checkpoints(tmp_path)[0].name == checkpoint_name(0, 3)
+    assert reads[-1] == checkpoint_name(0, 3)
+
+
 # -- the data order -----------------------------------------------------------------------
 
 

@@ -77,29 +77,61 @@ class Candidate:
     """A checkpoint file and what reading it (without the checksum) found."""
 
     path: Path
-    contents: dict | None = None  # tensors memory-mapped
+    contents: dict | None = None  # tensors memory-mapped; None where only its progress was kept
     problem: TuneupError | None = None  # UnreadableCheckpoint or UnsafeCheckpoint
+    recorded: tuple[int, int, int] | None = None  # its progress, read before (see _READ)
 
     @property
     def progress(self) -> tuple[int, int, int]:
-        return progress(self.contents) if self.contents is not None else (-1, -1, -1)
+        if self.contents is not None:
+            return progress(self.contents)
+        return self.recorded if self.recorded is not None else (-1, -1, -1)
 
 
-def scan(directory: str | Path) -> list[Candidate]:
+#: What reading each checkpoint file found (its progress, or its problem), by the file's
+#: identity: a file is unpickled once per process, not again at every save's pruning (the
+#: weights-only unpickler took 40 % of a small run that saves every step). A file written
+#: anew (saves rename a new file into place) or changed in place is another identity.
+#: Sharded checkpoints (directories) are read each time: a change inside one can leave the
+#: directory's own times as they were.
+_READ: dict[tuple, tuple[tuple[int, int, int] | None, TuneupError | None]] = {}
+
+
+def _identity(path: Path) -> tuple | None:
+    if not path.is_file():
+        return None
+    st = path.stat()
+    return (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def scan(directory: str | Path, contents: bool = True) -> list[Candidate]:
     """Every candidate in ``directory``, newest first by the progress recorded in it (name
-    breaks ties); the files that cannot be read, each with its problem, come last."""
+    breaks ties); the files that cannot be read, each with its problem, come last.
+    ``contents=False``: each candidate's progress and problem only, a file read before (by
+    this process, unchanged since) not read again."""
     found = []
     for path in checkpoint_files(directory):
+        key = None if contents else _identity(path)
+        if key is not None and key in _READ:
+            recorded, problem = _READ[key]
+            found.append(Candidate(path, problem=problem, recorded=recorded))
+            continue
         try:
-            found.append(Candidate(path, load(path, mmap=True, verify_checksum=False)))
+            candidate = Candidate(path, load(path, mmap=True, verify_checksum=False))
         except (UnreadableCheckpoint, UnsafeCheckpoint) as exc:
-            found.append(Candidate(path, problem=exc))
+            candidate = Candidate(path, problem=exc)
+        key = key or _identity(path)
+        if key is not None:
+            _READ[key] = (None if candidate.problem else candidate.progress, candidate.problem)
+        if not contents and candidate.contents is not None:
+            candidate = Candidate(path, recorded=candidate.progress)  # the mapping let go
+        found.append(candidate)
     return sorted(found, key=lambda c: (c.progress, c.path.name), reverse=True)
 
 
 def list_checkpoints(directory: str | Path) -> list[Path]:
     """The readable checkpoints in ``directory``, newest (furthest trained) first."""
-    return [c.path for c in scan(directory) if c.problem is None]
+    return [c.path for c in scan(directory, contents=False) if c.problem is None]
 
 
 def newest_valid(directory: str | Path) -> tuple[Path, dict] | None:
@@ -141,7 +173,7 @@ def prune(directory: str | Path, keep: int, protect: str | Path | None = None) -
 
     Files that cannot be read are set aside (:func:`set_aside`), not deleted and not counted:
     their progress is unknown, and a damaged file is evidence for whoever looks into it."""
-    candidates = scan(directory)
+    candidates = scan(directory, contents=False)
     for candidate in candidates:
         if candidate.problem is not None:
             set_aside(candidate.path)
@@ -175,7 +207,7 @@ def set_aside_skipped(directory: str | Path, resumed: str | Path) -> list[Path]:
     """After resume=auto chose ``resumed`` (:func:`newest_valid`): set aside what it skipped,
     the files that cannot be read and those further trained than ``resumed`` (their bytes
     failed their checksum); return where they went."""
-    candidates = scan(directory)
+    candidates = scan(directory, contents=False)
     chosen = [i for i, c in enumerate(candidates) if c.path.resolve() == Path(resumed).resolve()]
     if not chosen:
         return []  # resumed from elsewhere: this directory's files were not judged
@@ -188,7 +220,8 @@ def set_aside_newer(directory: str | Path, resumed: str | Path) -> list[Path]:
     ``resumed`` into ``superseded/`` (kept, never resumed, counted or pruned), saying so;
     return where they went."""
     reached = progress(load(resumed, mmap=True, verify_checksum=False))
-    newer = [c.path for c in scan(directory) if c.problem is None and c.progress > reached]
+    newer = [c.path for c in scan(directory, contents=False)
+             if c.problem is None and c.progress > reached]  # fmt: skip
     moved = [set_aside(path, SUPERSEDED) for path in reversed(newer)]  # oldest first
     if moved:
         log.warning(
