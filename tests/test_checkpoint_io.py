@@ -249,6 +249,13 @@ def test_pruning_after_each_save_reads_each_file_once_and_a_file_written_anew_ag
     write(tmp_path, checkpoint_name(0, 3), step=9)  # rewritten: now the furthest trained
     assert list_checkpoints(tmp_path)[0].name == checkpoint_name(0, 3)
     assert reads[-1] == checkpoint_name(0, 3)
+    # what training saves (through its CheckpointIO) is known by what it wrote: never read back
+    count, path = len(reads), tmp_path / checkpoint_name(0, 5)
+    checkpoint_io.AtomicCheckpointIO().save_checkpoint(
+        {"w": torch.ones(3), "global_step": 10}, path
+    )
+    assert prune(tmp_path, keep=2) and len(reads) == count
+    assert list_checkpoints(tmp_path)[0] == path
 
 
 # -- the data order -----------------------------------------------------------------------

@@ -13,6 +13,14 @@ from tuneup.trainer.state import sharded
 from tuneup.trainer.state.async_save import BackgroundWriter
 from tuneup.trainer.state.checkpoint_read import load, verify
 from tuneup.trainer.state.checkpoint_write import atomic_save
+from tuneup.trainer.state.checkpoints import remember_written
+
+
+def save_and_remember(checkpoint: dict, path) -> None:
+    """:func:`atomic_save`, then its progress noted for the pruning that follows the save
+    (:func:`.checkpoints.remember_written`): the file is not read back to learn it."""
+    atomic_save(checkpoint, path)
+    remember_written(path, checkpoint)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -28,9 +36,9 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO takes no storage_options")
         if self.writer is None:
-            atomic_save(checkpoint, path)
+            save_and_remember(checkpoint, path)
         else:  # copied now, before the next step changes the tensors; written meanwhile
-            self.writer.submit(atomic_save, self.writer.snapshot(checkpoint), path)
+            self.writer.submit(save_and_remember, self.writer.snapshot(checkpoint), path)
 
     def teardown(self) -> None:
         """The end of fit (also after an exception, once the callbacks waited and said why):

@@ -104,6 +104,14 @@ def _identity(path: Path) -> tuple | None:
     return (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
+def remember_written(path: str | Path, checkpoint: dict) -> None:
+    """A file this process has just written from ``checkpoint``: its progress is known
+    without reading it back (the next prune's scan would otherwise unpickle it)."""
+    key = _identity(Path(path))
+    if key is not None:
+        _READ[key] = (progress(checkpoint), None)
+
+
 def scan(directory: str | Path, contents: bool = True) -> list[Candidate]:
     """Every candidate in ``directory``, newest first by the progress recorded in it (name
     breaks ties); the files that cannot be read, each with its problem, come last.
