@@ -17,7 +17,7 @@ from tuneup.trainer.state.preemption import EXIT_CODE
 
 #: No BatchNorm and no momentum: a batch's update does not depend on how it is split.
 RUN = [
-    "model=mlp", "data.train_samples=256", "data.val_samples=64", "data.batch_size=16",
+    "model=mlp", "data.train_samples=128", "data.val_samples=64", "data.batch_size=16",
     "trainer.max_epochs=2", "trainer.enable_progress_bar=false", "trainer.accelerator=cpu",
     "strategy=ddp", "optimizer.momentum=0.0", "optimizer.nesterov=false",
     "checkpoint.every_n_steps=1",
@@ -80,11 +80,11 @@ def test_two_nodes_of_two_train_like_one_process_on_their_batch_and_preempt_toge
     assert one_node.returncode == 0, one_node.stderr[-3000:]
 
     two = tmp_path / "two"
-    results = finish(launch(two, site=site, TERM_NODE="1", TERM_AT="5"))
+    results = finish(launch(two, site=site, TERM_NODE="1", TERM_AT="3"))
     assert [code for code, _ in results] == [EXIT_CODE, EXIT_CODE], results[0][1][-3000:]
     assert all("preempted: received" in err for _, err in results)
     saved = sorted(p.name for p in (two / "checkpoints").glob("*.ckpt"))
-    assert saved[-1].endswith("step00000005.ckpt")  # every process stopped after step 5
+    assert saved[-1].endswith("step00000003.ckpt")  # every process stopped after step 3
     summary = json.loads((two / "summary.json").read_text())
     assert summary["status"] == "preempted" and summary["world_size"] == 4
 
