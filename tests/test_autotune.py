@@ -16,7 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import tuneup
-from tests.conftest import TINY, run_cli
+from tests.conftest import compose_config, run_cli
 from tests.plugin_dists import make_distribution
 from tests.report_tables import png_size
 from tuneup.autotune.batch import BatchSearch, MemoryModel, aligned
@@ -230,7 +230,8 @@ def _batch(overrides) -> int:
 
 def test_the_checks_prune_before_launching_on_this_cpu():
     def compose(overrides):
-        return tuneup.compose([*TINY, *trial_settings(8), "trainer.accelerator=cpu", *overrides])
+        # TINY, then these overrides; memoised per process (tests/conftest.py)
+        return compose_config([*trial_settings(8), "trainer.accelerator=cpu", *overrides])
 
     space = {
         "precision": ["precision=bf16", "precision=tf32", "precision=amp"],
@@ -355,20 +356,52 @@ SMALL = ["data.train_samples=256", "data.val_samples=32", "data.image_size=8", "
          "data.batch_size=16", "trainer.enable_progress_bar=false"]  # fmt: skip
 
 
+PROCESS = """
+import os
+from tuneup import hookimpl
+
+
+class Plugin:
+    @hookimpl
+    def report(self, summary):
+        summary["test_parent_pid"] = os.getppid()
+"""
+
+
+def autotune_site(tmp_path):
+    """known_speeds (channels_last 3x) and a plugin that records the trial's parent process."""
+    return make_distribution(tmp_path / "site", "autotune-probes",
+                             {"known_speeds": KNOWN_SPEEDS, "process_probe": PROCESS},
+                             {"known_speeds": "known_speeds:Plugin",
+                              "process_probe": "process_probe:Plugin"})  # fmt: skip
+
+
 def test_autotune_end_to_end_prunes_interleaves_guards_and_answers(tmp_path):
-    site = make_distribution(tmp_path / "site", "known-speeds", {"known_speeds": KNOWN_SPEEDS},
-                             {"known_speeds": "known_speeds:Plugin"})  # fmt: skip
+    """One real search, run through hydra/launcher=joblib as docs/autotune.md gives it, so
+    that it also holds the launcher's promises: every trial in a worker process of the sweep,
+    not in the sweep's own (a basic-launcher trial's parent would be this test), one at a time,
+    with the threads the shell gave. The basic launcher's real search: test_autotune_race.py."""
     sweep_dir = tmp_path / "sweep"
     done = run_cli(
         "-m", "experiment=autotune", f"hydra.sweep.dir={sweep_dir}", *SMALL,
         "autotune.trial_steps=6", "autotune.max_rounds=2", "autotune.budget_minutes=20",
         "autotune.dimensions=[precision,memory_format,diverge,kernels,fused_optimizer]",
         "autotune.space.precision=['precision=tf32']", "+autotune.space.diverge=['optimizer.lr=1000']",
-        cwd=tmp_path, tiny=False, env={"PYTHONPATH": str(site)},
+        "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+        cwd=tmp_path, tiny=False,
+        env={"PYTHONPATH": str(autotune_site(tmp_path)), "OMP_NUM_THREADS": "2"},
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     record = json.loads((sweep_dir / "autotune.json").read_text())
     path = {o["label"]: o for o in record["path"]}
+
+    # joblib: each trial in a worker process (not this test's child), with the shell's threads
+    parents = {json.loads((sweep_dir / t["job"] / "summary.json").read_text())["test_parent_pid"]
+               for t in record["trials"]}  # fmt: skip
+    assert len(record["trials"]) >= 5 and os.getpid() not in parents
+    for trial in record["trials"]:
+        summary = json.loads((sweep_dir / trial["job"] / "summary.json").read_text())
+        assert "2 threads" in summary["device"], summary["device"]
 
     # Pruned by the checks (or by no effect here): never launched.
     assert path["precision=tf32"]["verdict"] == "skipped"
@@ -416,49 +449,11 @@ def test_autotune_end_to_end_prunes_interleaves_guards_and_answers(tmp_path):
     assert json.loads((tmp_path / "full" / "summary.json").read_text())["status"] == "ok"
 
 
-PROCESS = """
-import os
-from tuneup import hookimpl
-
-
-class Plugin:
-    @hookimpl
-    def report(self, summary):
-        summary["test_parent_pid"] = os.getppid()
-"""
-
-
-def autotune_site(tmp_path):
-    """known_speeds (channels_last 3x) and a plugin that records the trial's parent process."""
-    return make_distribution(tmp_path / "site", "autotune-probes",
-                             {"known_speeds": KNOWN_SPEEDS, "process_probe": PROCESS},
-                             {"known_speeds": "known_speeds:Plugin",
-                              "process_probe": "process_probe:Plugin"})  # fmt: skip
-
-
-#: The smallest search that still decides: channels_last against the baseline, two rounds.
+#: The smallest search that still decides: channels_last against the baseline, two rounds
+#: (tests/test_slurm.py runs it).
 ONE_DIMENSION = ["-m", "experiment=autotune", *SMALL, "autotune.trial_steps=4",
                  "autotune.min_rounds=2", "autotune.max_rounds=2",
                  "autotune.dimensions=[memory_format]"]  # fmt: skip
-
-
-def test_the_trials_run_through_the_joblib_launcher(tmp_path):
-    """hydra/launcher=joblib as docs/autotune.md gives it: every trial in a worker process of
-    the sweep, not in the sweep's own (a basic-launcher trial's parent would be this test),
-    one at a time, with the threads the shell gave; the same answer."""
-    sweep_dir = tmp_path / "sweep"
-    done = run_cli(*ONE_DIMENSION, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-                   f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path, tiny=False,
-                   env={"PYTHONPATH": str(autotune_site(tmp_path)), "OMP_NUM_THREADS": "2"})  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    record = json.loads((sweep_dir / "autotune.json").read_text())
-    assert record["recipe"]["found"] == ["memory_format=channels_last"]
-    parents = {json.loads((sweep_dir / t["job"] / "summary.json").read_text())["test_parent_pid"]
-               for t in record["trials"]}  # fmt: skip
-    assert len(record["trials"]) >= 5 and os.getpid() not in parents
-    for trial in record["trials"]:
-        summary = json.loads((sweep_dir / trial["job"] / "summary.json").read_text())
-        assert "2 threads" in summary["device"], summary["device"]
 
 
 def test_a_sweep_of_values_is_refused(tmp_path):

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-import tuneup
-from tests.conftest import TINY, run_cli
+from tests.conftest import compose_config, run_cli
 from tuneup.autotune.race import RaceSearch
 from tuneup.autotune.search import Budget, Search
 from tuneup.autotune.settings import Settings
@@ -24,7 +23,8 @@ from tuneup.autotune.trials import Trial, trial_settings
 
 def _pruned(allow_half_weights: bool) -> dict:
     def compose(overrides):
-        return tuneup.compose([*TINY, *trial_settings(8), "trainer.accelerator=cpu", *overrides])
+        # TINY, then these overrides; memoised per process (tests/conftest.py)
+        return compose_config([*trial_settings(8), "trainer.accelerator=cpu", *overrides])
 
     settings = Settings(allow_half_weights=allow_half_weights)
     pruner = Search(settings, lab=None, checks=Checks(compose), budget=Budget(1e9))
@@ -114,7 +114,7 @@ def test_autotune_time_to_target_returns_a_recipe_that_reached_the_target(tmp_pa
     done = run_cli(
         "-m", "experiment=autotune", "autotune.objective=time_to_target",
         f"hydra.sweep.dir={sweep_dir}", *RACE,
-        "autotune.race_dimensions=[label_smoothing,slow,batch_size,precision]",
+        "autotune.race_dimensions=[label_smoothing,batch_size,slow,precision]",
         "+autotune.space.slow=['optimizer.lr=0.0001']",
         "autotune.space.precision=['precision=fp16','precision=bf16-true']",
         cwd=tmp_path, tiny=False,

@@ -27,14 +27,17 @@ LEVERS = [
     "precision=fp16", "memory_format=channels_last", "grad_accum.steps=2",
     "activation_checkpointing=blocks", "checkpoint.every_n_steps=1", "trainer.max_epochs=2",
 ]  # fmt: skip
+#: (overrides, the micro-batch the kill comes at): 128 samples / 32 = 4 micro-batches, 2 steps
+#: per epoch; killed in the 2nd epoch at micro-batch 7 (step 4's first), resumed from step 3's
+#: checkpoint: mid-epoch, after an epoch boundary.
 KINDS = {
-    # nn.Module + LightningDataModule (its train_samples argument given through the config):
-    # 256 samples / 32 = 8 micro-batches per epoch
-    "module+datamodule": (["experiment=mine", "data.train_samples=256"], 11),
-    # LightningModule + a function returning Datasets: 256 / 32 = 8 micro-batches per epoch
+    # nn.Module + LightningDataModule (its train_samples argument given through the config)
+    "module+datamodule": (["experiment=mine", "data.train_samples=128"], 7),
+    # LightningModule + a function returning Datasets (its train_samples argument too)
     "lightning+datasets": (["experiment=mine", "model=lightning",
                             "model._target_=my_project.lit.LitNet",
-                            "data._target_=my_project.extra.make_datasets"], 11),
+                            "data._target_=my_project.extra.make_datasets",
+                            "data.train_samples=128"], 7),
 }  # fmt: skip
 
 
@@ -64,8 +67,8 @@ def test_documented_commands_train_and_sweep(project):
     assert trained["plugins"]["memory_format"]["converted_4d_tensors"] > 0
     assert trained["val"]["acc"] > 0.6  # chance is 0.25: the model learned the quadrants
 
-    sweep = blocks()["sweep"].split()
-    result = tuneup(project, *sweep[1:])
+    sweep = blocks()["sweep"].split()  # one epoch a job: the run above trained the 3 of mine.yaml
+    result = tuneup(project, *sweep[1:], "trainer.max_epochs=1")
     assert result.returncode == 0, result.stderr[-3000:]
     sweep_dir = max((project / "multirun").glob("*/*"), key=lambda p: p.stat().st_mtime)
     runs = [summary(sweep_dir / str(job)) for job in range(4)]
@@ -96,7 +99,7 @@ def test_every_lever_on_and_exact_resume_after_a_kill(project, kind):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     again = summary(cut)
     assert again["resumed_from"].endswith(f"step{(kill_at - 1) // 2:08d}.ckpt")
-    assert again["steps"] == done["steps"]
+    assert again["steps"] == done["steps"] == 4
     whole_weights, resumed_weights = final_weights(runs / "whole"), final_weights(cut)
     assert whole_weights.keys() == resumed_weights.keys()
     for name, tensor in whole_weights.items():

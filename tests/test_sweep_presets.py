@@ -43,9 +43,9 @@ def features_on(summary: dict) -> set[str]:
 
 
 def test_ablation_runs_baseline_then_each_feature_alone_then_all(tmp_path):
-    # 256 samples at 64 per optimizer step: 4 steps are one whole epoch, so the last is validated
+    # 128 samples at 64 per optimizer step: 2 steps are one whole epoch, so the last is validated
     done, sweep_dir = sweep(
-        tmp_path, "experiment=ablation", "data.train_samples=256", "trainer.max_steps=4", *FAST
+        tmp_path, "experiment=ablation", "data.train_samples=128", "trainer.max_steps=2", *FAST
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     expected = [set(), *({f} for f in FEATURES), set(FEATURES)]
@@ -55,7 +55,7 @@ def test_ablation_runs_baseline_then_each_feature_alone_then_all(tmp_path):
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["status"] == "ok"
         assert features_on(summary) == features, option
-        assert (summary["steps"], summary["effective_batch_size"]) == (4, 64)  # fixed steps
+        assert (summary["steps"], summary["effective_batch_size"]) == (2, 64)  # fixed steps
         assert summary["val"]["acc"] is not None
         assert OmegaConf.load(run_dir / ".hydra" / "config.yaml").seed == 0
     rows = read_table((sweep_dir / "report.md").read_text())

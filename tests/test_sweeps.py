@@ -43,16 +43,29 @@ def overrides(run_dir) -> list[str]:
     return list(OmegaConf.load(run_dir / ".hydra" / "overrides.yaml"))
 
 
-def test_grid_sweep_ends_with_a_report_that_matches_every_run(tmp_path):
-    done, sweep_dir = sweep(
-        tmp_path,
-        *SMALL,
-        "data.batch_size=16",
-        "precision=fp32,bf16",
-        "memory_format=contiguous,channels_last",
-    )
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    """A 2x2 grid sweep through the joblib launcher, 2 jobs at a time, with the threads joblib
+    gives (no OMP_NUM_THREADS): one sweep for the report's test and the launcher's."""
+    tmp_path = tmp_path_factory.mktemp("grid")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("OMP_NUM_THREADS", raising=False)  # joblib then sets cores // n_jobs
+        done, sweep_dir = sweep(
+            tmp_path,
+            *SMALL,
+            "data.batch_size=16",
+            "trainer.accelerator=cpu",  # threads are a CPU run's figure (the device name says them)
+            "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2",
+            "precision=fp32,bf16",
+            "memory_format=contiguous,channels_last",
+        )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    markdown = (sweep_dir / "report.md").read_text()
+    return sweep_dir, (sweep_dir / "report.md").read_text()
+
+
+def test_grid_sweep_ends_with_a_report_that_matches_every_run(grid):
+    sweep_dir, markdown = grid
     rows = read_table(markdown)
     assert sorted(run_name(r) for r in rows) == ["0", "1", "2", "3"]
     for row in rows:
@@ -97,28 +110,17 @@ def test_a_failed_run_is_reported_and_the_sweep_exits_1(tmp_path):
     assert_row_matches(rows["1"], sweep_dir / "1", sweep_dir / "1")
 
 
-def test_joblib_launcher_runs_jobs_in_parallel_with_threads_split(tmp_path, monkeypatch):
+def test_joblib_launcher_runs_jobs_in_parallel_with_threads_split(request):
     pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
     joblib = pytest.importorskip("joblib")
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # joblib then sets cores // n_jobs
-    done, sweep_dir = sweep(
-        tmp_path,
-        *SMALL,
-        "data.batch_size=16",
-        "trainer.accelerator=cpu",  # threads are a CPU run's figure (the device name says them)
-        "hydra/launcher=joblib",
-        "hydra.launcher.n_jobs=2",
-        "optimizer.lr=0.05,0.1",
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    sweep_dir, markdown = request.getfixturevalue("grid")  # the sweep runs through joblib
     threads = max(joblib.cpu_count() // 2, 1)
-    for job in ("0", "1"):
+    for job in ("0", "1", "2", "3"):
         summary = json.loads((sweep_dir / job / "summary.json").read_text())
         assert summary["status"] == "ok"
         assert summary["device"].endswith(f", {threads} threads)")
-    markdown = (sweep_dir / "report.md").read_text()
     rows = read_table(markdown)
-    assert sorted(run_name(r) for r in rows) == ["0", "1"]
+    assert sorted(run_name(r) for r in rows) == ["0", "1", "2", "3"]
     for row in rows:
         assert_row_matches(row, sweep_dir / run_name(row), sweep_dir / "0")
     assert "ran in parallel (hydra.launcher.n_jobs=2)" in markdown
