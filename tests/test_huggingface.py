@@ -27,9 +27,17 @@ TOKENS = ["data=synthetic_tokens", "data.vocab_size=32", "data.context=16",
 OWN_TOKENS = ["data=custom", "data._target_=tests.hf_models.token_data", "data.batch_size=16"]
 
 
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory) -> dict:
+    """The summary of the run with activation checkpointing off, that both ways must equal."""
+    run_dir = tmp_path_factory.mktemp("off") / "run"
+    run(compose_config([*GPT2, *TOKENS, "task=next_token"]), run_dir=run_dir)
+    return summary(run_dir)
+
+
 @pytest.mark.parametrize("how", ["blocks", "selective"])
-def test_activation_checkpointing_trains_gpt2_as_off_does_with_its_cache_off(train, how, tmp_path):
-    plain, _ = train(*GPT2, *TOKENS, "task=next_token", run_dir=tmp_path / "off")
+def test_activation_checkpointing_trains_gpt2_as_off_does_with_its_cache_off(train, how, plain,
+                                                                             tmp_path):  # fmt: skip
     checkpointed, _ = train(*GPT2, *TOKENS, "task=next_token", f"activation_checkpointing={how}",
                             "activation_checkpointing.block_types=[GPT2Block]",
                             run_dir=tmp_path / how)  # fmt: skip

@@ -13,6 +13,8 @@ import shutil
 import pytest
 import torch
 
+import tuneup
+from tests.conftest import compose_config
 from tuneup import TuneupError, hookimpl
 from tuneup.trainer.state.checkpoint_read import load
 from tuneup.trainer.state.checkpoints import checkpoint_name
@@ -46,15 +48,18 @@ class StartingWeights:
         self.weights = {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    """The step-5 checkpoint of the module's one run of RUN (read by the tests, never changed)."""
+    run_dir = tmp_path_factory.mktemp("first") / "run"
+    tuneup.run(compose_config(RUN, tiny=False), run_dir=run_dir)
+    return run_dir / "checkpoints" / checkpoint_name(0, STEP)
+
+
 @pytest.fixture
-def checkpoint(train, tmp_path):
-    """``checkpoint(*overrides)``: the step-5 checkpoint of a run with these overrides."""
-
-    def _checkpoint(*overrides):
-        _, run_dir = train(*RUN, *overrides, tiny=False, run_dir=tmp_path / "first")
-        return run_dir / "checkpoints" / checkpoint_name(0, STEP)
-
-    return _checkpoint
+def checkpoint(first_run):
+    """``checkpoint()``: the step-5 checkpoint of the run of RUN."""
+    return lambda: first_run
 
 
 @pytest.fixture
@@ -204,7 +209,9 @@ def test_weights_only_refusals(checkpoint, train, tmp_path, overrides, expected)
 
 
 def test_weights_only_needs_a_directory_without_checkpoints(checkpoint, train, tmp_path):
-    path = checkpoint()
+    path = tmp_path / "first" / "checkpoints" / checkpoint().name  # a run's own directory
+    path.parent.mkdir(parents=True)
+    shutil.copy(checkpoint(), path)
     with pytest.raises(TuneupError, match=r"already holds .* continue that run with resume=auto"):
         train(*RUN, f"resume={path}", "resume_weights_only=true", tiny=False,
               run_dir=tmp_path / "first")  # fmt: skip

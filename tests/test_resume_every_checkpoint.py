@@ -36,19 +36,27 @@ BASE = ["model=mlp", "model.hidden=[8]", "data.image_size=8", "data.train_sample
 
 SHAPES = {
     # k=3 does not divide 10: steps of 3+3+3+1 micro-batches, 4 per epoch; max_steps set, so
-    # Lightning trains "iteration-based" (the case that lost an epoch).
+    # Lightning trains "iteration-based" (the case that lost an epoch): step 4 ends epoch 0 in
+    # on_train_epoch_end (every_n_steps=3).
     "max_steps, k=3": [
-        "trainer.max_epochs=3", "trainer.max_steps=100", "grad_accum.steps=3",
+        "trainer.max_epochs=2", "trainer.max_steps=100", "grad_accum.steps=3",
         "checkpoint.every_n_steps=3",
     ],
-    # k=2 divides 10: step 10 ends epoch 1 inside on_train_batch_end (every_n_steps=2).
-    "max_epochs, k=2": ["trainer.max_epochs=3", "grad_accum.steps=2", "checkpoint.every_n_steps=2"],
-    # A step limit that ends mid-epoch (step 25 of 10 per epoch), by global_batch_size.
+    # 24 samples, 6 micro-batches per epoch: k=2 divides 6: step 6 ends epoch 1 inside
+    # on_train_batch_end (every_n_steps=2), steps 3 and 9 in on_train_epoch_end.
+    "max_epochs, k=2": [
+        "data.train_samples=24", "trainer.max_epochs=3", "grad_accum.steps=2",
+        "checkpoint.every_n_steps=2",
+    ],
+    # A step limit that ends mid-epoch (step 25 of 10 per epoch), by global_batch_size; steps
+    # 10 and 20 end epochs inside on_train_batch_end (every_n_steps=5) under max_steps.
     "max_steps mid-epoch, global batch": [
         "trainer.max_epochs=5", "trainer.max_steps=25", "grad_accum.global_batch_size=4",
-        "checkpoint.every_n_steps=4",
+        "checkpoint.every_n_steps=5",
     ],
 }  # fmt: skip
+#: The k=3 shape over 3 epochs (12 steps), for the tests below that stop and resume it.
+K3 = [*SHAPES["max_steps, k=3"], "trainer.max_epochs=3"]
 
 
 def final(run_dir):
@@ -99,7 +107,7 @@ def make_times_backwards(paths):
 def test_a_copied_run_resumes_and_prunes_by_progress_whatever_the_file_times(train, tmp_path):
     """``cp -r`` gives every file a new time, in no particular order. resume=auto and pruning
     go by the progress recorded in the files, so neither resumes nor keeps the step-3 file."""
-    overrides = [*BASE, *SHAPES["max_steps, k=3"]]
+    overrides = [*BASE, *K3]
     _, run_dir = train(*overrides, "trainer.max_steps=9", tiny=False, run_dir=tmp_path / "run")
     folder = run_dir / "checkpoints"
     files = list_checkpoints(folder)  # newest first
@@ -121,7 +129,7 @@ def test_a_chain_of_resumes_across_epoch_ends_matches_one_run(train, tmp_path):
     """Each leg stops at a step limit (an epoch's end, mid-epoch, a window inside an epoch)
     and the next resumes the file it left: the progress a settled checkpoint gives Lightning
     must hold up for the resumes after it. A constant schedule, so the limit alone changes."""
-    overrides = [*BASE, *SHAPES["max_steps, k=3"], "scheduler=constant"]
+    overrides = [*BASE, *K3, "scheduler=constant"]
     whole, whole_dir = train(*overrides, "trainer.max_steps=12", tiny=False,
                              run_dir=tmp_path / "whole")  # fmt: skip
     run_dir = tmp_path / "legs"
@@ -147,7 +155,7 @@ class EpochInflater:
 
 
 def test_a_resumed_run_that_ends_short_of_its_limits_says_why(train, tmp_path, add_plugin):
-    overrides = [*BASE, *SHAPES["max_steps, k=3"]]
+    overrides = [*BASE, *K3]
     _, run_dir = train(*overrides, "trainer.max_steps=6", tiny=False, run_dir=tmp_path / "run")
     add_plugin(EpochInflater())
     resumed, _ = train(*overrides, "resume=auto", tiny=False, run_dir=run_dir)
