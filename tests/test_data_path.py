@@ -8,6 +8,7 @@ ahead but never trained is not counted, so that a mid-epoch resume stays exact.
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -15,12 +16,15 @@ import pytest
 import torch
 from PIL import Image
 
+import tuneup
 from tests.conftest import compose_config
 from tests.test_data import make_image_folder
 from tuneup import hookimpl
 from tuneup.plugins.data_path import data_advice
+from tuneup.trainer import runner
 from tuneup.trainer.components import Plan
 from tuneup.trainer.datamodule import ResumablePrefetchLoader, Staged
+from tuneup.trainer.plugin_manager import PluginManager
 from tuneup.trainer.state.checkpoint_read import load
 from tuneup.trainer.state.checkpoints import checkpoint_name
 from tuneup.zoo.data import check_data
@@ -63,6 +67,26 @@ def read_batches(train, add_plugin):
     return _read
 
 
+@pytest.fixture(scope="module")
+def images_batches(tmp_path_factory):
+    """(the batches the model read, the summary) of one run of IMAGES, shared by the tests
+    that compare another path's batches with it."""
+    spy = BatchSpy()
+
+    class WithSpy(PluginManager):
+        @classmethod
+        def from_config(cls, cfg):
+            pm = super().from_config(cfg)
+            pm.register(spy, name="test-batch-spy")
+            return pm
+
+    run_dir = tmp_path_factory.mktemp("images")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runner, "PluginManager", WithSpy)
+        tuneup.run(compose_config(IMAGES, tiny=False), run_dir=run_dir)
+    return spy.batches, json.loads((run_dir / "summary.json").read_text())
+
+
 def assert_same_batches(got, expected, atol=1e-6):
     assert len(got) == len(expected) > 0
     for (x, y), (x0, y0) in zip(got, expected, strict=True):
@@ -74,8 +98,8 @@ def assert_same_batches(got, expected, atol=1e-6):
 # --- the device path gives the model what the worker path gave it -------------------------
 
 
-def test_synthetic_uint8_batches_become_the_worker_paths_floats(read_batches, tmp_path):
-    device, summary = read_batches(*IMAGES)
+def test_synthetic_uint8_batches_become_the_worker_paths_floats(read_batches, images_batches):
+    device, summary = images_batches
     worker, _ = read_batches(*IMAGES, "data.preprocess=worker")
     assert_same_batches(device, worker)
     path = summary["data_path"]
@@ -212,8 +236,8 @@ def float_data():
 # --- synthetic data on the device ----------------------------------------------------------
 
 
-def test_on_device_data_cut_on_the_device_are_the_loaders_batches(read_batches):
-    loaded, _ = read_batches(*IMAGES)
+def test_on_device_data_cut_on_the_device_are_the_loaders_batches(read_batches, images_batches):
+    loaded, _ = images_batches
     resident, summary = read_batches(*IMAGES, "data.on_device=true", "dataloader=workers")
     assert_same_batches(resident, loaded, atol=0)
     path = summary["data_path"]

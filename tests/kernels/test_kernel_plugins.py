@@ -75,7 +75,8 @@ def test_fused_optimizer_on_cpu_is_a_check_error_not_a_fallback(tmp_path):
 
 
 def test_large_batch_preset_scales_the_learning_rate_linearly(train):
-    summary, _ = train("experiment=large_batch", "data.batch_size=128", "data.train_samples=512",
+    # one step of the batch of 128: the learning rate is decided before it
+    summary, _ = train("experiment=large_batch", "data.batch_size=128", "data.train_samples=128",
                        "trainer.max_epochs=1")  # fmt: skip
     assert summary["optimizer"]["lr"] == pytest.approx(2.0e-3 * 128 / 256)
     assert summary["plugins"]["large_batch"]["name"] == "lamb"
