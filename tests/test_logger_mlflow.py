@@ -20,11 +20,16 @@ mlflow = pytest.importorskip("mlflow", reason="the tuneup[mlflow] extra is not i
 
 @pytest.fixture(scope="module")
 def logged(tmp_path_factory):
-    """One TINY run with logger=mlflow; its summary, its MLflow run and the store's client."""
+    """One TINY run with logger=mlflow in two sessions of its run directory (the second resumed
+    with a changed setting; one MLflow store, whose creation is most of the cost): its summary,
+    its MLflow run and the store's client."""
     run_dir = tmp_path_factory.mktemp("mlflow") / "run"
-    overrides = ["logger=mlflow", "optimizer.lr=0.05", "checkpoint=off", "data.train_samples=64",
-                 "data.val_samples=32", "data.image_size=8"]  # fmt: skip
-    tuneup.run(compose_config(overrides), run_dir=run_dir)
+    common = ["logger=mlflow", "data.train_samples=64", "data.val_samples=32",
+              "data.image_size=8", "data.batch_size=16", "trainer.max_epochs=2"]  # fmt: skip
+    tuneup.run(
+        compose_config([*common, "trainer.max_steps=2", "optimizer.lr=0.05"]), run_dir=run_dir
+    )
+    tuneup.run(compose_config([*common, "resume=auto", "optimizer.lr=0.02"]), run_dir=run_dir)
     client = mlflow.MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("tuneup")
     (found,) = client.search_runs([experiment.experiment_id])
@@ -43,7 +48,7 @@ def test_metrics_are_the_runs_and_the_summarys(logged):
     assert metrics["val/loss"] == pytest.approx(summary["val"]["loss"], rel=1e-6)
     assert client.get_metric_history(found.info.run_id, "train/loss")  # logged as it trained
     assert metrics["fit_seconds"] == pytest.approx(summary["fit_seconds"])
-    assert metrics["samples"] == summary["samples"] == 64
+    assert metrics["samples"] == summary["samples"] == 128  # 2 epochs of 64
     assert metrics["steps"] == summary["steps"]
 
 
@@ -105,22 +110,14 @@ def test_a_bad_setting_is_named():
     assert line == "logger.experiment_name='' is not allowed: expected a non-empty string or null"
 
 
-def test_a_resumed_run_continues_its_mlflow_run(tmp_path):
+def test_a_resumed_run_continues_its_mlflow_run(logged):
     """Two sessions of one run directory (the second resumed with a changed setting) are one
     MLflow run: the metrics go on from where the first stopped, the first lr stays the param and
     the change is named in a tag."""
-    run_dir = tmp_path / "run"
-    common = ["logger=mlflow", "data.train_samples=64", "data.val_samples=32",
-              "data.image_size=8", "data.batch_size=16", "trainer.max_epochs=2"]  # fmt: skip
-    tuneup.run(
-        compose_config([*common, "trainer.max_steps=2", "optimizer.lr=0.05"]), run_dir=run_dir
-    )
-    tuneup.run(compose_config([*common, "resume=auto", "optimizer.lr=0.02"]), run_dir=run_dir)
+    _, found, client, _ = logged
     # each run its own store, as a sweep's jobs in one process (MLflow's set_tracking_uri would
     # leave $MLFLOW_TRACKING_URI pointing at the first run's: the next would log there)
     assert "MLFLOW_TRACKING_URI" not in os.environ
-    client = mlflow.MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
-    (found,) = client.search_runs([client.get_experiment_by_name("tuneup").experiment_id])
     steps = [m.step for m in client.get_metric_history(found.info.run_id, "train/loss")]
     assert steps[0] < 2 and steps[-1] >= 7  # both sessions' steps (8 in all), in one run
     assert found.info.status == "FINISHED" and found.data.metrics["steps"] == 8

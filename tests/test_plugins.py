@@ -45,18 +45,6 @@ def site(tmp_path, monkeypatch):
     return path
 
 
-def test_installed_entry_point_plugin_runs_and_is_listed(cli, tmp_path):
-    site = make_distribution(
-        tmp_path / "site", "tuneup-counter", {"tuneup_counter": COUNTER},
-        {"counter": "tuneup_counter:Plugin"},
-    )  # fmt: skip
-    result = cli(env={"PYTHONPATH": str(site)})
-    assert result.returncode == 0, result.stderr[-2000:]
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["plugins"]["counter"] == {"counts": "train batches"}
-    assert summary["counted_batches"] == summary["micro_batches"] == 256 // 32
-
-
 def test_entry_point_plugin_can_be_disabled(site, tmp_path, monkeypatch):
     make_distribution(
         site, "tuneup-counter", {"tuneup_counter": COUNTER}, {"counter": "tuneup_counter:Plugin"}
@@ -177,11 +165,14 @@ def test_configure_model_order_is_declared_not_registration_order(site):
     assert model.seen_by_last == "Sequential" and model.order == ["middle"]
 
 
-def test_plugin_state_is_saved_in_the_checkpoint_and_restored(site, tmp_path):
+def test_installed_entry_point_plugin_runs_is_listed_and_its_state_restored(site, tmp_path):
     make_distribution(
         site, "tuneup-counter", {"tuneup_counter": COUNTER}, {"counter": "tuneup_counter:Plugin"}
     )
     run(compose_config(["trainer.max_epochs=2"]), run_dir=tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["plugins"]["counter"] == {"counts": "train batches"}  # listed: describe()
+    assert summary["counted_batches"] == summary["micro_batches"] == 2 * 256 // 32  # its hooks
     checkpoints = sorted((tmp_path / "checkpoints").glob("*.ckpt"))
     assert checkpoints, "Lightning's checkpoint at epoch end"
     state = torch.load(checkpoints[-1], weights_only=True)

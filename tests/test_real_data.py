@@ -13,7 +13,7 @@ from tuneup.zoo.data import digits as digits_module
 from tuneup.zoo.data.python_source import PythonSource, source_files, stdlib
 
 DIGITS = ["data=digits", "data.image_size=16", "data.batch_size=32", "model.width=8",
-          "trainer.max_epochs=2", "trainer.enable_progress_bar=false", "checkpoint=off",
+          "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "checkpoint=off",
           "optimizer.lr=0.2"]  # fmt: skip
 
 
