@@ -234,18 +234,22 @@ NO_CUDA = (
 
 
 #: The files whose tests take longest (real clusters, kills and resumes, several processes),
-#: longest first (``pytest -n 0 --durations=0 FILE``): collected first, so that under
+#: longest first (their CPU-seconds in a sequential run, 2026-11-27): collected first, so that under
 #: pytest-xdist (``-n 2 --dist loadfile`` in pyproject.toml; files handed out in collection
 #: order: :func:`pytest_configure`) they start first and the run does not end with one of
 #: them alone on one worker. test_triton_kernels.py after test_slurm.py: the oldest Triton's
 #: download, started with the session, is done by then.
 LONGEST_FIRST = (
-    "test_model_parallel.py", "test_slurm.py", "test_triton_kernels.py", "test_own_project.py",
-    "test_run.py", "test_autotune.py", "test_sweeps.py", "test_optuna.py", "test_shards.py",
-    "test_resume.py", "test_ddp.py", "test_multinode.py", "test_resume_every_checkpoint.py",
-    "test_ema.py", "test_async_checkpoint.py", "test_autotune_race.py", "test_pretrained.py",
-    "test_docs_finetune.py", "test_micro_batch.py", "test_hf_export.py", "test_elastic_resume.py",
-    "test_huggingface.py", "test_sweep_presets.py", "test_materialize.py", "test_compile.py",
+    "test_model_parallel.py", "test_slurm.py", "test_triton_kernels.py", "test_run.py",
+    "test_own_project.py", "test_shards.py", "test_huggingface.py", "test_autotune.py",
+    "test_autotune_race.py", "test_sweeps.py", "test_pretrained.py", "test_precision.py",
+    "test_run_dirs.py", "test_resume.py", "test_optuna.py", "test_ema.py",
+    "test_async_checkpoint.py", "test_data_path.py", "test_resume_every_checkpoint.py",
+    "test_sweep_presets.py", "test_docs_commands.py", "test_activation_checkpointing.py",
+    "test_ddp.py", "test_kernel_plugins.py", "test_grad_accum.py", "test_micro_batch.py",
+    "test_logger_mlflow.py", "test_multinode.py", "test_docs_example.py", "test_plugins.py",
+    "test_installed.py", "test_docs_finetune.py", "test_hf_export.py", "test_elastic_resume.py",
+    "test_materialize.py", "test_compile.py",
 )  # fmt: skip
 
 
