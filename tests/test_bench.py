@@ -132,3 +132,20 @@ def test_memory_startup_bench_says_whether_the_sum_is_within_one_copy_and_the_sh
     assert "0.50 GiB in fp32" in note and "<= 1.00 GiB" in note
     assert lines[3].split(" | ")[1:5] == ["1.00 / 1.00", "2.00", "1.00", "yes"]
     assert lines[4].split(" | ")[4] == "no (0.00 GiB over)"  # one byte over is over
+
+
+def test_save_every_step_bench_runs_both_ways_and_restores_pruning(capsys):
+    """bench/save_every_step.py at its smallest: both rows; pruning and logging as they were."""
+    import logging
+
+    from tuneup.trainer.state import checkpoint_io, checkpoints
+
+    scan, remember = checkpoints.scan, checkpoint_io.remember_written
+    bench_module("save_every_step").main(["--runs", "1", "--epochs", "1"])
+    out = capsys.readouterr().out
+    assert (
+        "| reads each new file once (now) |" in out and "| reads every kept file (before) |" in out
+    )
+    assert "CPU-ms a save" in out
+    assert (checkpoints.scan, checkpoint_io.remember_written) == (scan, remember)
+    assert logging.root.manager.disable == logging.NOTSET
