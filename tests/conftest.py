@@ -196,26 +196,31 @@ def cli(tmp_path):
     return _cli
 
 
+def register_in_runs(patch, plugins: list) -> None:
+    """In-process runs started while ``patch`` (a pytest MonkeyPatch) holds also register
+    ``plugins`` (a spy, a probe), besides their config's; the list may grow meanwhile."""
+    from tuneup.trainer import runner
+    from tuneup.trainer.plugin_manager import PluginManager
+
+    class WithExtra(PluginManager):
+        @classmethod
+        def from_config(cls, cfg):
+            pm = super().from_config(cfg)
+            for i, plugin in enumerate(plugins):
+                pm.register(plugin, name=f"test-extra-{i}")
+            return pm
+
+    patch.setattr(runner, "PluginManager", WithExtra)
+
+
 @pytest.fixture
 def add_plugin(monkeypatch):
     """``add_plugin(obj)``: in-process runs started in this test also register ``obj`` as a plugin.
 
     Returns ``obj``, so a test keeps a handle on the probe it added.
     """
-    from tuneup.trainer import runner
-    from tuneup.trainer.plugin_manager import PluginManager
-
     extra = []
-
-    class WithExtra(PluginManager):
-        @classmethod
-        def from_config(cls, cfg):
-            pm = super().from_config(cfg)
-            for i, plugin in enumerate(extra):
-                pm.register(plugin, name=f"test-extra-{i}")
-            return pm
-
-    monkeypatch.setattr(runner, "PluginManager", WithExtra)
+    register_in_runs(monkeypatch, extra)
 
     def _add(plugin):
         extra.append(plugin)

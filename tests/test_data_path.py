@@ -17,14 +17,12 @@ import torch
 from PIL import Image
 
 import tuneup
-from tests.conftest import compose_config
+from tests.conftest import compose_config, register_in_runs
 from tests.test_data import make_image_folder
 from tuneup import hookimpl
 from tuneup.plugins.data_path import data_advice
-from tuneup.trainer import runner
 from tuneup.trainer.components import Plan
 from tuneup.trainer.datamodule import ResumablePrefetchLoader, Staged
-from tuneup.trainer.plugin_manager import PluginManager
 from tuneup.trainer.state.checkpoint_read import load
 from tuneup.trainer.state.checkpoints import checkpoint_name
 from tuneup.zoo.data import check_data
@@ -72,17 +70,9 @@ def images_batches(tmp_path_factory):
     """(the batches the model read, the summary) of one run of IMAGES, shared by the tests
     that compare another path's batches with it."""
     spy = BatchSpy()
-
-    class WithSpy(PluginManager):
-        @classmethod
-        def from_config(cls, cfg):
-            pm = super().from_config(cfg)
-            pm.register(spy, name="test-batch-spy")
-            return pm
-
     run_dir = tmp_path_factory.mktemp("images")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(runner, "PluginManager", WithSpy)
+        register_in_runs(patch, [spy])
         tuneup.run(compose_config(IMAGES, tiny=False), run_dir=run_dir)
     return spy.batches, json.loads((run_dir / "summary.json").read_text())
 

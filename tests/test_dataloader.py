@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import compose_config
+from tests.conftest import compose_config, register_in_runs
 from tuneup import hookimpl
 from tuneup.plugins.dataloader import auto_workers, loader_arguments
 from tuneup.trainer import runner
 from tuneup.trainer.environment import Environment
-from tuneup.trainer.plugin_manager import PluginManager
 
 
 class LoaderSpy:
@@ -33,15 +32,7 @@ class LoaderSpy:
 @pytest.fixture
 def spy(monkeypatch):
     found = LoaderSpy()
-
-    class WithSpy(PluginManager):
-        @classmethod
-        def from_config(cls, cfg):
-            pm = super().from_config(cfg)
-            pm.register(found, name="test-loader-spy")
-            return pm
-
-    monkeypatch.setattr(runner, "PluginManager", WithSpy)
+    register_in_runs(monkeypatch, [found])
     return found
 
 

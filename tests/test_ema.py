@@ -16,16 +16,14 @@ import pytest
 import torch
 
 import tuneup
-from tests.conftest import compose_config, run_cli
+from tests.conftest import compose_config, register_in_runs, run_cli
 from tests.plugin_dists import make_distribution
 from tests.test_resume import CRASH
 from tuneup import hookimpl
 from tuneup.consolidate import consolidate
 from tuneup.consolidate import main as consolidate_main
 from tuneup.plugins.ema import settings_problems
-from tuneup.trainer import runner
 from tuneup.trainer.components import Plan
-from tuneup.trainer.plugin_manager import PluginManager
 from tuneup.trainer.state import sharded
 from tuneup.trainer.state.checkpoint_read import load
 from tuneup.trainer.state.checkpoints import list_checkpoints
@@ -60,20 +58,11 @@ class Probe:
 
 def train_in_process(run_dir: Path, overrides, probe=None) -> dict:
     """One run in this process on one thread (as the subprocesses run), with ``probe``."""
-
-    class WithProbe(PluginManager):
-        @classmethod
-        def from_config(cls, cfg):
-            pm = super().from_config(cfg)
-            if probe is not None:
-                pm.register(probe, name="test-probe")
-            return pm
-
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(runner, "PluginManager", WithProbe)
+            register_in_runs(patch, [] if probe is None else [probe])
             tuneup.run(compose_config(overrides, tiny=False), run_dir=run_dir)
     finally:
         torch.set_num_threads(threads)

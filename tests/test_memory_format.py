@@ -12,11 +12,9 @@ import pytest
 import torch
 from torch import nn
 
-import tuneup.trainer.runner as runner
-from tests.conftest import CONF
+from tests.conftest import CONF, register_in_runs
 from tuneup import TuneupError, hookimpl
 from tuneup.plugins.memory_format import apply_channels_last, batch_to_channels_last
-from tuneup.trainer.plugin_manager import PluginManager
 from tuneup.zoo.models import SmallResNet
 
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "amp", "fp16-true", "bf16-true")
@@ -43,15 +41,7 @@ class ConvInputs:
 def conv_inputs(monkeypatch) -> ConvInputs:
     """Runs started by ``train`` record their Conv2d input layouts here."""
     spy = ConvInputs()
-
-    class WithSpy(PluginManager):
-        @classmethod
-        def from_config(cls, cfg):
-            pm = super().from_config(cfg)
-            pm.register(spy, name="test-conv-inputs")
-            return pm
-
-    monkeypatch.setattr(runner, "PluginManager", WithSpy)
+    register_in_runs(monkeypatch, [spy])
     return spy
 
 

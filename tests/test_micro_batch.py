@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import tuneup
-from tests.conftest import compose_config, run_cli
+from tests.conftest import compose_config, register_in_runs, run_cli
 from tests.oom_plugin import ENTRY_POINT_MODULE, OutOfMemoryAbove
 from tests.plugin_dists import make_distribution
 from tuneup import TuneupError
@@ -46,20 +46,9 @@ def largest_difference(a: dict, b: dict) -> float:
 
 def run(run_dir: Path, *overrides: str, plugin=None) -> dict:
     """One in-process run of model=mlp at batch 16, with ``plugin`` registered."""
-    from tuneup.trainer import runner
-    from tuneup.trainer.plugin_manager import PluginManager
-
-    class WithPlugin(PluginManager):
-        @classmethod
-        def from_config(cls, cfg):
-            manager = super().from_config(cfg)
-            if plugin is not None:
-                manager.register(plugin, name="out-of-memory-above")
-            return manager
-
     cfg = compose_config([*MLP, "data.batch_size=16", *overrides], tiny=False)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(runner, "PluginManager", WithPlugin)
+        register_in_runs(patch, [] if plugin is None else [plugin])
         tuneup.run(cfg, run_dir=run_dir)
     return json.loads((run_dir / "summary.json").read_text())
 
