@@ -239,11 +239,11 @@ NO_CUDA = (
 
 
 #: The files whose tests take longest (real clusters, kills and resumes, several processes),
-#: longest first (their CPU-seconds in a sequential run, 2026-11-27): collected first, so that under
-#: pytest-xdist (``-n 2 --dist loadfile`` in pyproject.toml; files handed out in collection
-#: order: :func:`pytest_configure`) they start first and the run does not end with one of
-#: them alone on one worker. test_triton_kernels.py after test_slurm.py: the oldest Triton's
-#: download, started with the session, is done by then.
+#: longest first (their CPU-seconds in a sequential run, 2026-11-27): collected first, so
+#: that under pytest-xdist (``-n 2 --dist loadfile`` in pyproject.toml; files handed out in
+#: collection order: :func:`pytest_configure`) they start first and the run does not end with
+#: one of them alone on one worker. test_triton_kernels.py after test_slurm.py: the oldest
+#: Triton's download, started with the session, is done by then.
 LONGEST_FIRST = (
     "test_model_parallel.py", "test_slurm.py", "test_triton_kernels.py", "test_run.py",
     "test_own_project.py", "test_shards.py", "test_huggingface.py", "test_autotune.py",

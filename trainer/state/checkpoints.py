@@ -89,27 +89,33 @@ class Candidate:
 
 
 #: What reading each checkpoint file found (its progress, or its problem), by the file's
-#: identity: a file is unpickled once per process, not again at every save's pruning (the
-#: weights-only unpickler took 40 % of a small run that saves every step). A file written
-#: anew (saves rename a new file into place) or changed in place is another identity.
-#: Sharded checkpoints (directories) are read each time: a change inside one can leave the
+#: path, with the identity it had then (device, inode, size, times): a file is unpickled once
+#: per process, not again at every save's pruning (the weights-only unpickler took 40 % of a
+#: small run that saves every step). A file written anew (saves rename a new file into place)
+#: or changed in place has another identity and is read again. A file pruned or set aside is
+#: forgotten, so this holds the files present, not every step ever saved. Sharded
+#: checkpoints (directories) are read each time: a change inside one can leave the
 #: directory's own times as they were.
-_READ: dict[tuple, tuple[tuple[int, int, int] | None, TuneupError | None]] = {}
+_READ: dict[str, tuple[tuple, tuple[int, int, int] | None, TuneupError | None]] = {}
 
 
 def _identity(path: Path) -> tuple | None:
     if not path.is_file():
         return None
     st = path.stat()
-    return (str(path.resolve()), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _forget(path: Path) -> None:
+    _READ.pop(str(path.resolve()), None)
 
 
 def remember_written(path: str | Path, checkpoint: dict) -> None:
     """A file this process has just written from ``checkpoint``: its progress is known
     without reading it back (the next prune's scan would otherwise unpickle it)."""
-    key = _identity(Path(path))
-    if key is not None:
-        _READ[key] = (progress(checkpoint), None)
+    identity = _identity(Path(path))
+    if identity is not None:
+        _READ[str(Path(path).resolve())] = (identity, progress(checkpoint), None)
 
 
 def scan(directory: str | Path, contents: bool = True) -> list[Candidate]:
@@ -119,18 +125,18 @@ def scan(directory: str | Path, contents: bool = True) -> list[Candidate]:
     this process, unchanged since) not read again."""
     found = []
     for path in checkpoint_files(directory):
-        key = None if contents else _identity(path)
-        if key is not None and key in _READ:
-            recorded, problem = _READ[key]
-            found.append(Candidate(path, problem=problem, recorded=recorded))
+        name, identity = str(path.resolve()), _identity(path)
+        known = _READ.get(name) if identity is not None else None
+        if not contents and known is not None and known[0] == identity:
+            found.append(Candidate(path, problem=known[2], recorded=known[1]))
             continue
         try:
             candidate = Candidate(path, load(path, mmap=True, verify_checksum=False))
         except (UnreadableCheckpoint, UnsafeCheckpoint) as exc:
             candidate = Candidate(path, problem=exc)
-        key = key or _identity(path)
-        if key is not None:
-            _READ[key] = (None if candidate.problem else candidate.progress, candidate.problem)
+        if identity is not None:
+            recorded = None if candidate.problem else candidate.progress
+            _READ[name] = (identity, recorded, candidate.problem)
         if not contents and candidate.contents is not None:
             candidate = Candidate(path, recorded=candidate.progress)  # the mapping let go
         found.append(candidate)
@@ -189,6 +195,7 @@ def prune(directory: str | Path, keep: int, protect: str | Path | None = None) -
     kept = {Path(protect).resolve()} if protect is not None else set()
     doomed = [p for p in readable[keep:] if p.resolve() not in kept]
     for path in doomed:
+        _forget(path)
         sharded.remove(path)
     return doomed
 
@@ -203,6 +210,7 @@ def set_aside(path: str | Path, into: str = DAMAGED) -> Path:
     target, n = folder / path.name, 1
     while target.exists():
         target, n = folder / f"{path.stem}-{n}{path.suffix}", n + 1
+    _forget(path)
     os.replace(path, target)
     fsync_directory(path.parent)
     if into == DAMAGED:
