@@ -3,7 +3,7 @@
 The same entry point as the installed ``tuneup`` command (tuneup/cli.py); see conf/config.yaml.
 """
 
-from tuneup.cli import main
+from tuneup.cli import console
 
 if __name__ == "__main__":
-    main()
+    console()

@@ -1,6 +1,6 @@
 """``python -m tuneup``: the same as the ``tuneup`` command."""
 
-from tuneup.cli import main
+from tuneup.cli import console
 
 if __name__ == "__main__":
-    main()
+    console()

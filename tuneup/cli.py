@@ -42,8 +42,27 @@ usage: {PROJECT} [group=option ...] [key=value ...]     train once
 """
 
 
+def console() -> None:
+    """The ``tuneup`` command, ``python -m tuneup`` and ``python run.py``: :func:`main`, then
+    the process ends as Python would end it, less the interpreter's teardown, where a C++
+    thread of the run's process group can abort a finished run (tuneup/process_exit.py).
+    Ctrl-C outside a run (KeyboardInterrupt) is left to Python."""
+    from tuneup.process_exit import end_process
+
+    try:
+        main()
+    except SystemExit as stop:
+        end_process(stop.code)
+    except KeyboardInterrupt:
+        raise
+    except BaseException:  # before a run's log file existed: the traceback, as Python prints it
+        sys.excepthook(*sys.exc_info())
+        end_process(1)
+    end_process(0)
+
+
 def main() -> None:
-    """The console script: help, or compose with Hydra and train."""
+    """Help, or compose with Hydra and train; returns, or raises SystemExit with the status."""
     argv = sys.argv[1:]
     if any(a in ("-h", "--help") for a in argv):
         print(help_text(argv))
