@@ -345,10 +345,11 @@ def _run(argv: list[str], base_path: list[str]) -> int:
     import importlib
     import random
     import runpy
-    import threading
 
     import numpy
     import torch
+
+    from tuneup.process_exit import exit_code, run_exit_handlers
 
     random.seed()
     numpy.random.seed()
@@ -369,35 +370,16 @@ def _run(argv: list[str], base_path: list[str]) -> int:
         else:
             runpy.run_path(argv[0], run_name="__main__")
     except SystemExit as stop:
-        code = _exit_code(stop.code)
+        code = exit_code(stop.code)
     except KeyboardInterrupt:
-        _finish()
+        run_exit_handlers()
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     except BaseException:
         sys.excepthook(*sys.exc_info())
         code = 1
-    threading._shutdown()  # what the interpreter does at exit: wait for non-daemon threads
-    _finish()
+    run_exit_handlers()  # as the tuneup command ends (run.py and -m tuneup end so themselves)
     return code
-
-
-def _exit_code(code) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
-
-
-def _finish() -> None:
-    import atexit
-
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
 
 
 def _cpus() -> int:
