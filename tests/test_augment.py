@@ -70,6 +70,7 @@ def mixup_resize_run(tmp_path_factory):
             "augment=mixup",
             "progressive_resize=on",
             "progressive_resize.start_size=16",
+            "data.image_size=32",  # the ramp 16 -> 24 -> 32
             "memory_format=channels_last",
             "compile=on",
             "compile.backend=eager",

@@ -32,7 +32,7 @@ BOOM = """
 
 def test_an_exception_in_training_is_one_line_naming_where_and_the_log_file(cli, tmp_path):
     (tmp_path / "boom_model.py").write_text(textwrap.dedent(BOOM))
-    args = ("model=custom", "model._target_=boom_model.Net")
+    args = ("model=custom", "model._target_=boom_model.Net", "data.image_size=32")  # its Linear
     result = cli(*args, cwd=tmp_path)
     assert result.returncode == 1
     log = tmp_path / "run" / "tuneup.log"
