@@ -303,8 +303,8 @@ def tmp_in_memory() -> None:
     kept) in memory: on these machines' disk each checkpoint a test saves is fsynced
     (trainer/state/checkpoint_write.py), some 300 MB in a suite, and the suite stood 85 s of
     its 6 minutes with every process waiting on the disk (/proc/pressure/io, a checkout's run),
-    37 s and 5.5 s in two runs with its folders on /dev/shm. Not where the shell chose a root (``PYTEST_DEBUG_TEMPROOT``, pytest's
-    own variable) or there is no tmpfs with 4 GB free."""
+    37 s and 5.5 s in two runs with its folders on /dev/shm. Not where the shell chose a root
+    (``PYTEST_DEBUG_TEMPROOT``, pytest's own variable) or there is no tmpfs with 4 GB free."""
     import shutil
 
     if "PYTEST_DEBUG_TEMPROOT" in os.environ or not TMPFS.is_dir():

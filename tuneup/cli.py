@@ -53,9 +53,7 @@ def console() -> None:
         main()
     except SystemExit as stop:
         end_process(stop.code)
-    except KeyboardInterrupt:
-        raise
-    except BaseException:  # before a run's log file existed: the traceback, as Python prints it
+    except Exception:  # before a run's log file existed: the traceback, as Python prints it
         sys.excepthook(*sys.exc_info())
         end_process(1)
     end_process(0)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,9 +101,13 @@ _READ: dict[str, tuple[tuple, tuple[int, int, int] | None, TuneupError | None]] 
 
 
 def _identity(path: Path) -> tuple | None:
-    if not path.is_file():
+    """(device, inode, size, mtime, ctime) of a file; None for a directory or nothing there."""
+    try:
+        st = path.stat()
+    except OSError:
         return None
-    st = path.stat()
+    if not stat.S_ISREG(st.st_mode):
+        return None
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
