@@ -198,6 +198,9 @@ def serve(path: str, executable: str) -> None:
     finally:
         for pid in children:
             _kill(pid)
+        import gc
+
+        gc.unfreeze()  # the interpreter's end frees what is frozen (Triton's bindings list it)
 
 
 class Zygote:
@@ -216,6 +219,7 @@ class Zygote:
         self.base_path = [p for p in sys.path[1:] if p not in own_pythonpath]
         for name in PRELOAD:
             importlib.import_module(name)
+        _freeze()
         #: what the imports set in os.environ (Lightning: PYTORCH_NVML_BASED_CUDA_CHECK, ...):
         #: a fresh interpreter's imports would set it too, where the command's does not
         self.set_by_imports = {k: v for k, v in os.environ.items() if self.seen.get(k) != v}
@@ -259,6 +263,7 @@ class Zygote:
             return
         sys.stdout.flush()
         sys.stderr.flush()
+        _freeze()  # and what the zygote made since
         pid = os.fork()
         if pid == 0:
             try:
@@ -273,6 +278,17 @@ class Zygote:
             os.close(fd)
         conn.sendall(f"{pid}\n".encode())
         self.children[pid] = conn
+
+
+def _freeze() -> None:
+    """Move every object alive into the collector's permanent generation (Python's advice
+    before a server forks): a child's collections never walk them, nor copy their pages. A
+    tiny run's child: 0.26-0.27 CPU-s with it, 0.30-0.41 without (some children's first full
+    collection walked the 460 thousand objects the imports had made)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def _kill(pid: int) -> None:
