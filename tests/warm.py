@@ -43,6 +43,10 @@ import sys
 #: Imported once by the zygote: the third-party libraries a run imports (not tuneup).
 PRELOAD = ("torch", "pytorch_lightning", "torchmetrics", "hydra", "omegaconf", "pluggy")
 
+#: Imported too where installed: what each run of a Hugging Face model imports (transformers'
+#: model base, 0.4 CPU-s a run; torchmetrics has imported transformers itself already).
+PRELOAD_IF_INSTALLED = ("transformers.modeling_utils",)
+
 #: Modules a warm start may run with ``-m``: tuneup's own, and what the launchers start with
 #: ``sys.executable``: loky's process workers (Hydra's joblib launcher), and submitit's job
 #: (``python -u -m submitit.core._submit FOLDER`` under srun: hydra/launcher=slurm).
@@ -60,13 +64,14 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, sign
              signal.SIGQUIT, signal.SIGALRM, signal.SIGCONT)  # fmt: skip
 
 #: Environment read when the preloaded libraries are imported (Triton's interpreter switch,
-#: torch's and Inductor's settings, the interpreter's own options): a command whose values
+#: torch's and Inductor's settings, Hugging Face's hub and cache, the interpreter's options): a command whose values
 #: differ from the zygote's runs cold, as a fresh interpreter. Honoured in the child:
 #: PYTHONPATH, PYTHONUNBUFFERED, PYTHONDONTWRITEBYTECODE, the thread counts
 #: (torch.set_num_threads from OMP_NUM_THREADS sets MKL's too; joblib sets both for its
 #: workers), and KMP_INIT_AT_FORK (joblib's import sets it; Intel's OpenMP reads it when the
 #: process forks, and a child of the zygote has it before it can fork).
-IMPORT_TIME = ("TRITON_", "TORCH", "PYTORCH_", "CUDA_", "NCCL_", "MKL_", "KMP_", "PYTHON")
+IMPORT_TIME = ("TRITON_", "TORCH", "PYTORCH_", "CUDA_", "NCCL_", "MKL_", "KMP_", "PYTHON", "HF_",
+               "TRANSFORMERS_")  # fmt: skip
 HONOURED = ("PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "MKL_NUM_THREADS",
             "KMP_INIT_AT_FORK")  # fmt: skip
 
@@ -211,7 +216,7 @@ class Zygote:
     """
 
     def __init__(self, executable: str) -> None:
-        import importlib
+        import importlib.util
 
         self.executable = executable
         self.seen = dict(os.environ)  # the environment the imports saw
@@ -219,6 +224,9 @@ class Zygote:
         self.base_path = [p for p in sys.path[1:] if p not in own_pythonpath]
         for name in PRELOAD:
             importlib.import_module(name)
+        for name in PRELOAD_IF_INSTALLED:
+            if importlib.util.find_spec(name.partition(".")[0]) is not None:
+                importlib.import_module(name)
         _freeze()
         #: what the imports set in os.environ (Lightning: PYTORCH_NVML_BASED_CUDA_CHECK, ...):
         #: a fresh interpreter's imports would set it too, where the command's does not
