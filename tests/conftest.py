@@ -252,10 +252,11 @@ NO_CUDA = (
 #: longest first (their CPU-seconds in a sequential run, 2026-11-27): collected first, so
 #: that under pytest-xdist (``-n 2 --dist loadfile`` in pyproject.toml; files handed out in
 #: collection order: :func:`pytest_configure`) they start first and the run does not end with
-#: one of them alone on one worker. test_triton_kernels.py after test_slurm.py: the oldest
-#: Triton's download, started with the session, is done by then.
+#: one of them alone on one worker. Not test_triton_kernels.py: its interpreted runs start with
+#: the session, in the background (:func:`start_interpreted_runs`), and the later it reads
+#: their results the less it waits.
 LONGEST_FIRST = (
-    "test_model_parallel.py", "test_slurm.py", "test_triton_kernels.py", "test_run.py",
+    "test_model_parallel.py", "test_slurm.py", "test_run.py",
     "test_own_project.py", "test_shards.py", "test_huggingface.py", "test_autotune.py",
     "test_autotune_race.py", "test_sweeps.py", "test_pretrained.py", "test_precision.py",
     "test_run_dirs.py", "test_resume.py", "test_optuna.py", "test_ema.py",
@@ -291,7 +292,7 @@ def pytest_configure(config):
         # and one worker ended alone; LONGEST_FIRST's order is the order they are handed out
         if getattr(config.option, "dist", "no") in ("loadfile", "loadscope"):
             config.option.loadscopereorder = False
-        prefetch_oldest_triton(config)
+        start_interpreted_runs(config)
 
 
 #: Where the tests' temporary folders go when the machine has it (a tmpfs: memory, not disk).
@@ -331,24 +332,35 @@ def compile_sources() -> None:
         compileall.compile_dir(ROOT / folder, quiet=2)
 
 
-def prefetch_oldest_triton(config) -> None:
-    """Where tests/kernels/test_triton_kernels.py will run: the oldest supported Triton's
-    download (700 MB, no CPU) starts now, in the background, into pytest's cache
-    (tests/kernels/oldest_triton.py), so that it is there when that file runs."""
+def start_interpreted_runs(config) -> None:
+    """Where tests/kernels/test_triton_kernels.py will run: its Triton-interpreter test runs
+    (and the oldest supported Triton's download, 700 MB) start now, in the background, at the
+    lowest priority (tests/kernels/interpreted_runs.py): they take the CPU the workers leave
+    idle, and the test reads their results from the folder in :data:`FOLDER_VARIABLE`."""
     import atexit
+    import importlib.metadata
+    import shutil
+    import tempfile
 
-    from tests.kernels import oldest_triton
+    from tests.kernels import interpreted_runs, oldest_triton
 
     cache = getattr(config, "cache", None)
     here = Path(config.invocation_params.dir)
-    wanted = oldest_triton.TEST_FILE
+    wanted = interpreted_runs.TEST_FILE
     args = [(here / arg.split("::")[0]).resolve() for arg in config.args]
     if cache is None or not any(a == wanted or a in wanted.parents for a in args):
         return
-    folder = oldest_triton.folder_name(oldest_triton.oldest_supported_triton())
-    installing = oldest_triton.start_in_background(cache.mkdir(folder).parent)
-    if installing is not None:  # a session that ends first stops it (and pip: its group)
-        atexit.register(lambda: installing.poll() is None and os.killpg(installing.pid, 9))
+    try:
+        version = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:  # the test file says so itself
+        return
+    folder = Path(tempfile.mkdtemp(prefix="tuneup-interpreted-"))
+    cache_dir = cache.mkdir(oldest_triton.folder_name(oldest_triton.oldest_supported_triton()))
+    running = interpreted_runs.start_in_background(folder, cache_dir.parent, version)
+    os.environ[interpreted_runs.FOLDER_VARIABLE] = str(folder)  # the workers inherit it
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    # a session that ends first stops them (and pip: the group)
+    atexit.register(lambda: running.poll() is None and os.killpg(running.pid, 9))
 
 
 def thread_share(workers) -> dict:

@@ -1,10 +1,9 @@
 """The oldest Triton the ``kernels`` extra allows, pip-installed once into pytest's cache.
 
 test_triton_kernels.py runs the kernels under its interpreter too. Installing it is a download
-of some 700 MB (17 s here) that needs no CPU: tests/conftest.py starts it in the background
-when the session starts (``python tests/kernels/oldest_triton.py CACHE_DIR``), so that it is
-there by the time that test file runs; the test waits for it (or installs it itself, when the
-background install was not started). Standard library only: it must start in milliseconds.
+of some 700 MB (17 s here) that needs little CPU: tests/kernels/interpreted_runs.py installs it
+in the background from the session's start, while the installed Triton's interpreted tests
+run. Standard library only: it must start in milliseconds.
 """
 
 from __future__ import annotations
@@ -19,8 +18,6 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The test file that needs it (tests/conftest.py starts the install when it is selected).
-TEST_FILE = Path(__file__).resolve().parent / "test_triton_kernels.py"
 
 
 def oldest_supported_triton() -> str:
@@ -57,19 +54,3 @@ def install(version: str, cache_dir: Path) -> tuple[Path | None, str]:
             return None, done.stderr[-2000:]
         os.rename(scratch, target)
         return target, ""
-
-
-def start_in_background(cache_dir: Path) -> subprocess.Popen | None:
-    """This file as a script installing the oldest Triton into ``cache_dir``, unless it is
-    there already."""
-    target = cache_dir / folder_name(oldest_supported_triton())
-    if (target / "triton" / "__init__.py").is_file():
-        return None
-    return subprocess.Popen(
-        [sys.executable, __file__, str(cache_dir)], stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-
-
-if __name__ == "__main__":
-    install(oldest_supported_triton(), Path(sys.argv[1]))

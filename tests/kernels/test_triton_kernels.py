@@ -2,17 +2,16 @@
 
 Compiling to a cubin for sm_90 catches what the interpreter forgives (types of loop-carried
 values, pointer casts, register spills into errors). The interpreter tests run in a subprocess
-because TRITON_INTERPRET=1 must be set before plugins.kernels is imported; they run twice at
-once, under the installed Triton and under the oldest one the ``kernels`` extra allows (pip
-installs it into pytest's cache the first time, in the background from the session's start:
-tests/kernels/oldest_triton.py), because interpreters differ between versions (Triton 3.6's,
-on the GPU machines, rejected a loop bound that 3.9's accepts).
+because TRITON_INTERPRET=1 must be set before plugins.kernels is imported; they run twice,
+under the installed Triton and under the oldest one the ``kernels`` extra allows (pip installs
+it into pytest's cache the first time: tests/kernels/oldest_triton.py), because interpreters
+differ between versions (Triton 3.6's, on the GPU machines, rejected a loop bound that 3.9's
+accepts). Both start with the session, in the background at the lowest priority
+(tests/kernels/interpreted_runs.py): the tests here read their results.
 """
 
 import importlib
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,11 +19,10 @@ import triton  # the optional extra must be installed for these tests: fail, nev
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from tests.kernels.oldest_triton import folder_name, install, oldest_supported_triton
+from tests.kernels import interpreted_runs
+from tests.kernels.oldest_triton import folder_name, oldest_supported_triton
 from tuneup.plugins.kernels import triton_on_cpu  # noqa: F401  (imports the kernels)
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
 H200 = GPUTarget("cuda", 90, 32)
 
 support = importlib.import_module("tuneup.plugins.kernels.triton_support")
@@ -33,43 +31,19 @@ lamb_module = importlib.import_module("tuneup.plugins.kernels.lamb")
 lars_module = importlib.import_module("tuneup.plugins.kernels.lars")
 
 
-def start_interpreted_tests(version: str, triton_path: Path | None = None) -> subprocess.Popen:
-    """test_interpreted_kernels.py and test_interpreted_bench.py (``bench/kernels.py --smoke``)
-    in a subprocess, under the Triton at triton_path if given (which must be `version`: the
-    subprocess checks). Under the oldest Triton only the kernels' own tests run: opcheck,
-    torch.compile and the bench do not depend on Triton's version, the two 12-step training
-    runs use the kernels compared op by op already (half of the time), and Liger-Kernel's
-    kernels are Liger's to keep working with old Tritons."""
-    env = {**os.environ, "TRITON_INTERPRET": "1", "OMP_NUM_THREADS": "1"}  # 2 runs share cores
-    env["TUNEUP_EXPECT_TRITON"] = version
-    if triton_path is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(triton_path), env.get("PYTHONPATH", "")])
-    command = [sys.executable, "-m", "pytest", str(HERE / "test_interpreted_kernels.py"),
-               "-q", "-rp", "-x", "-p", "no:cacheprovider", "-n", "0"]  # fmt: skip
-    if triton_path is None:
-        command.append(str(HERE / "test_interpreted_bench.py"))
-    else:
-        command += ["-k", "not training_losses and not opcheck and not compiled and not liger"]
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
-
-
 @pytest.fixture(scope="module")
 def interpreted(request, tmp_path_factory):
-    """Both interpreter runs, started together; ``interpreted[name]`` is (returncode, output)."""
+    """Both interpreter runs' results: ``interpreted[name]`` is (returncode, output). Those
+    the session started in the background (tests/conftest.py), or run here and now (without
+    pytest's cache, where the session did not start them)."""
+    folder = os.environ.get(interpreted_runs.FOLDER_VARIABLE)
+    if folder is not None:
+        return interpreted_runs.wait_for(Path(folder))
     cache = getattr(request.config, "cache", None)
-    oldest = oldest_supported_triton()
-    # the cache's folder for it (tests/conftest.py started installing it there in the background)
     cache_dir = tmp_path_factory.mktemp("cache") if cache is None else cache.mkdir(
-        folder_name(oldest)).parent  # fmt: skip
-    runs = {"installed": start_interpreted_tests(triton.__version__)}  # runs while pip installs
-    old_path, pip_error = install(oldest, cache_dir)
-    if old_path is not None:
-        runs["oldest"] = start_interpreted_tests(oldest, old_path)
-    results = {name: process.communicate(timeout=900) for name, process in runs.items()}
-    results = {name: (runs[name].returncode, out) for name, (out, _) in results.items()}
-    results["oldest_version"], results["pip_error"] = oldest, pip_error
-    return results
+        folder_name(oldest_supported_triton())).parent  # fmt: skip
+    here = tmp_path_factory.mktemp("interpreted")
+    return interpreted_runs.run_all(here, cache_dir, triton.__version__)
 
 
 def test_kernels_under_the_triton_interpreter(interpreted):
