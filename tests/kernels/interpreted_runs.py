@@ -79,12 +79,15 @@ def write(folder: Path, results: dict) -> dict:
 
 
 def start_in_background(folder: Path, cache_dir: Path, triton_version: str) -> subprocess.Popen:
-    """This module as a script, at the lowest priority, in a process group of its own."""
+    """This module as a script, at the lowest priority, in a process group of its own (not a
+    session: Linux schedules each session as a group of its own, with as much CPU as all the
+    suite's processes together, whatever its nice value; measured, the first runs took a
+    whole core from the workers)."""
     command = [sys.executable, "-m", "tests.kernels.interpreted_runs", str(folder),
                str(cache_dir), triton_version]  # fmt: skip
     return subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, preexec_fn=lambda: os.nice(19))  # fmt: skip
+                            process_group=0, preexec_fn=lambda: os.nice(19))  # fmt: skip
 
 
 def wait_for(folder: Path, timeout: float = 1200) -> dict:
