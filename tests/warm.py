@@ -64,8 +64,9 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, sign
              signal.SIGQUIT, signal.SIGALRM, signal.SIGCONT)  # fmt: skip
 
 #: Environment read when the preloaded libraries are imported (Triton's interpreter switch,
-#: torch's and Inductor's settings, Hugging Face's hub and cache, the interpreter's options): a command whose values
-#: differ from the zygote's runs cold, as a fresh interpreter. Honoured in the child:
+#: torch's and Inductor's settings, Hugging Face's hub and cache, the interpreter's options):
+#: a command whose values differ from the zygote's runs cold, as a fresh interpreter. Honoured
+#: in the child:
 #: PYTHONPATH, PYTHONUNBUFFERED, PYTHONDONTWRITEBYTECODE, the thread counts
 #: (torch.set_num_threads from OMP_NUM_THREADS sets MKL's too; joblib sets both for its
 #: workers), and KMP_INIT_AT_FORK (joblib's import sets it; Intel's OpenMP reads it when the

@@ -4,12 +4,13 @@
 (test_interpreted_kernels.py, and test_interpreted_bench.py: ``bench/kernels.py --smoke``)
 run in pytest subprocesses: under the installed Triton, and under the oldest one the
 ``kernels`` extra allows (pip-installed into pytest's cache: tests/kernels/oldest_triton.py).
-They take some 28 CPU-seconds and never wait, while the suite's workers stand idle for some
-35 core-seconds of a run in all (a Slurm job's requeue, runs killed and resumed, the last
-file). tests/conftest.py starts them when the session starts (``python
--m tests.kernels.interpreted_runs FOLDER CACHE_DIR VERSION``) at the lowest priority (nice 19): they
-take what the workers leave, and the test file reads their results from FOLDER, waiting for
-what is not done. Standard library only: it must start in milliseconds.
+With pip they take 35 to 40 CPU-seconds and never wait, while the suite's workers left the
+cores idle for 30 to 38 core-seconds of a run (a Slurm job's requeue, runs killed and resumed,
+the last file). tests/conftest.py starts them with the session (``python -m
+tests.kernels.interpreted_runs FOLDER CACHE_DIR VERSION``) at the lowest priority: they take
+what the workers leave (the idle cores: 9 core-seconds left in a run, from 23 to 38), and the
+test file reads their results from FOLDER, waiting for what is not done. Standard library
+only: it must start in milliseconds.
 """
 
 from __future__ import annotations
