@@ -348,7 +348,9 @@ def start_interpreted_runs(config) -> None:
     here = Path(config.invocation_params.dir)
     wanted = interpreted_runs.TEST_FILE
     args = [(here / arg.split("::")[0]).resolve() for arg in config.args]
-    if cache is None or not any(a == wanted or a in wanted.parents for a in args):
+    if cache is None or config.option.collectonly:
+        return
+    if not any(a == wanted or a in wanted.parents for a in args):
         return
     try:
         version = importlib.metadata.version("triton")

@@ -37,7 +37,9 @@ FOLDER_VARIABLE = "TUNEUP_TEST_INTERPRETED"
 RESULTS = "results.json"
 
 
-def start_interpreted_tests(triton_version: str, triton_path: Path | None = None):
+def start_interpreted_tests(
+    triton_version: str, triton_path: Path | None = None
+) -> subprocess.Popen:
     """test_interpreted_kernels.py and test_interpreted_bench.py in a subprocess, under the
     Triton at triton_path if given (which must be `triton_version`: the subprocess checks).
     Under the oldest Triton only the kernels' own tests run: opcheck, torch.compile and the
@@ -72,6 +74,7 @@ def run_all(folder: Path, cache_dir: Path, installed_version: str) -> dict:
 
 
 def write(folder: Path, results: dict) -> dict:
+    """``results`` as ``folder/RESULTS``, whole or not at all (a reader polls for it)."""
     folder.mkdir(parents=True, exist_ok=True)
     partial = folder / f"{RESULTS}.partial"
     partial.write_text(json.dumps(results))
