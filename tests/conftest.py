@@ -345,11 +345,11 @@ def start_interpreted_runs(config) -> None:
     from tests.kernels import interpreted_runs, oldest_triton
 
     cache = getattr(config, "cache", None)
+    if cache is None or config.option.collectonly:
+        return
     here = Path(config.invocation_params.dir)
     wanted = interpreted_runs.TEST_FILE
     args = [(here / arg.split("::")[0]).resolve() for arg in config.args]
-    if cache is None or config.option.collectonly:
-        return
     if not any(a == wanted or a in wanted.parents for a in args):
         return
     try:
@@ -357,8 +357,7 @@ def start_interpreted_runs(config) -> None:
     except importlib.metadata.PackageNotFoundError:  # the test file says so itself
         return
     folder = Path(tempfile.mkdtemp(prefix="tuneup-interpreted-"))
-    cache_dir = cache.mkdir(oldest_triton.folder_name(oldest_triton.oldest_supported_triton()))
-    running = interpreted_runs.start_in_background(folder, cache_dir.parent, version)
+    running = interpreted_runs.start_in_background(folder, oldest_triton.cache_dir(cache), version)
     os.environ[interpreted_runs.FOLDER_VARIABLE] = str(folder)  # the workers inherit it
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     # a session that ends first stops them (and pip: the group)

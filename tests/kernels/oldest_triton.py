@@ -32,6 +32,11 @@ def folder_name(version: str) -> str:
     return f"triton-{version}"
 
 
+def cache_dir(cache) -> Path:
+    """The folder of pytest's ``cache`` (``config.cache``) that :func:`install` installs into."""
+    return cache.mkdir(folder_name(oldest_supported_triton())).parent
+
+
 def install(version: str, cache_dir: Path) -> tuple[Path | None, str]:
     """``cache_dir/triton-VERSION`` holding triton==version, or None and pip's error. Installed
     under an exclusive lock, into a scratch folder renamed into place when pip is done: a

@@ -19,8 +19,7 @@ import triton  # the optional extra must be installed for these tests: fail, nev
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from tests.kernels import interpreted_runs
-from tests.kernels.oldest_triton import folder_name, oldest_supported_triton
+from tests.kernels import interpreted_runs, oldest_triton
 from tuneup.plugins.kernels import triton_on_cpu  # noqa: F401  (imports the kernels)
 
 H200 = GPUTarget("cuda", 90, 32)
@@ -40,8 +39,9 @@ def interpreted(request, tmp_path_factory):
     if folder is not None:
         return interpreted_runs.wait_for(Path(folder))
     cache = getattr(request.config, "cache", None)
-    cache_dir = tmp_path_factory.mktemp("cache") if cache is None else cache.mkdir(
-        folder_name(oldest_supported_triton())).parent  # fmt: skip
+    cache_dir = (
+        tmp_path_factory.mktemp("cache") if cache is None else oldest_triton.cache_dir(cache)
+    )
     here = tmp_path_factory.mktemp("interpreted")
     return interpreted_runs.run_all(here, cache_dir, triton.__version__)
 
