@@ -1,9 +1,12 @@
 """logger=mlflow: a run read back from its MLflow store (the run directory's SQLite one) has the
 resolved config as params, the metrics summary.json has, summary.json as an artifact, and the
-race figures when the summary has them; a missing package is a one-line error."""
+race figures when the summary has them; a missing package is a one-line error. metrics.csv is
+written beside it; every tool numbers a validation by the optimizer steps done; a killed and
+resumed run has one value per step; a pruned Optuna trial is no failure."""
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import os
@@ -12,8 +15,10 @@ from pathlib import Path
 import pytest
 
 import tuneup
-from tests.conftest import compose_config
+from tests.conftest import compose_config, register_in_runs, run_cli
+from tuneup import hookimpl
 from tuneup.plugins.logger import Plugin, summary_metrics
+from tuneup.trainer.plugin_manager import PluginError
 
 mlflow = pytest.importorskip("mlflow", reason="the tuneup[mlflow] extra is not installed")
 
@@ -123,5 +128,122 @@ def test_a_resumed_run_continues_its_mlflow_run(logged):
     assert found.info.status == "FINISHED" and found.data.metrics["steps"] == 8
     assert found.data.params["optimizer.lr"] == "0.05"
     assert found.data.tags["tuneup.changed_on_resume"] == (
-        "optimizer.lr: 0.05 -> 0.02; resume: None -> auto; trainer.max_steps: 2 -> -1"
+        "optimizer.lr: 0.05 -> 0.02; trainer.max_steps: 2 -> -1"
+    )  # resume=auto is how the session started, no change of the run
+
+
+def csv_steps(path: Path, key: str) -> list[int]:
+    with open(path) as f:
+        return [int(row["step"]) for row in csv.DictReader(f) if row.get(key)]
+
+
+def history(client, run, key: str) -> list[tuple[int, float]]:
+    return [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
+
+
+def test_metrics_csv_is_written_beside_mlflow_with_its_steps(logged):
+    """Scripts that read metrics.csv read it with logger=mlflow too: the same rows MLflow has,
+    at the same steps (the first session's in metrics-1.csv, kept when the second started)."""
+    _, found, client, run_dir = logged
+    for key in ("train/loss", "val/acc"):
+        in_csv = csv_steps(run_dir / "metrics-1.csv", key) + csv_steps(run_dir / "metrics.csv", key)
+        assert in_csv == [step for step, _ in history(client, found, key)]
+    assert csv_steps(run_dir / "metrics.csv", "train/loss") == list(range(3, 9))  # steps 3 to 8
+
+
+class CrashAt:
+    """Fails the run at micro-batch ``at`` (counted over this process's runs): a session that
+    ends past its last checkpoint, as a killed one does."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.micro_batches = at, 0
+
+    @hookimpl
+    def on_after_backward(self):
+        self.micro_batches += 1
+        if self.micro_batches == self.at:
+            raise RuntimeError("crashed on purpose")
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory):
+    """A run of 16 steps (8 an epoch), validated every 4, checkpointed every 5, that crashes in
+    step 10 (after its validation at 8, past its checkpoint at 5) and is resumed from step 5."""
+    run_dir = tmp_path_factory.mktemp("mlflow-killed") / "run"
+    args = ["logger=mlflow", "data.train_samples=128", "data.val_samples=32", "data.image_size=8",
+            "data.batch_size=16", "trainer.max_epochs=2", "target.metric=val/acc",
+            "target.check_every_n_steps=4", "checkpoint.every_n_steps=5",
+            "checkpoint.every_n_epochs=0"]  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        register_in_runs(patch, [CrashAt(10)])
+        with pytest.raises(PluginError, match="crashed on purpose"):
+            tuneup.run(compose_config(args), run_dir=run_dir)
+    tuneup.run(compose_config([*args, "resume=auto"]), run_dir=run_dir)
+    client = mlflow.MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
+    (found,) = client.search_runs([client.get_experiment_by_name("tuneup").experiment_id])
+    return json.loads((run_dir / "summary.json").read_text()), found, client, run_dir
+
+
+def test_a_killed_runs_steps_past_its_checkpoint_have_one_value_the_resumed_sessions(killed):
+    summary, found, client, run_dir = killed
+    assert summary["status"] == "ok" and summary["resumed_from"].endswith("step00000005.ckpt")
+    for key in found.data.metrics:  # every metric: the summary's figures too
+        # (Lightning adds `epoch` to each of a step's rows, its training and its validation one)
+        logged = history(client, found, key)
+        steps = [step for step, _ in (set(logged) if key == "epoch" else logged)]
+        assert len(steps) == len(set(steps)), f"{key} has steps twice: {steps}"
+    assert [step for step, _ in history(client, found, "train/loss")] == list(range(1, 17))
+    with open(run_dir / "metrics.csv") as f:  # the resumed session's rows
+        resumed = {int(r["step"]): float(r["val/acc"]) for r in csv.DictReader(f) if r["val/acc"]}
+    assert {s: v for s, v in history(client, found, "val/acc") if s > 5} == pytest.approx(resumed)
+    assert found.data.metrics["steps"] == 16  # the summary's figures: the finished session's
+    assert found.info.status == "FINISHED" and found.data.tags["tuneup.status"] == "ok"
+    assert "tuneup.changed_on_resume" not in found.data.tags  # resume=auto alone changes nothing
+
+
+def test_a_validation_has_one_step_number_in_metrics_csv_mlflow_and_the_target_history(killed):
+    """The validation after N optimizer steps is step N in each (here every 4 of 16 steps)."""
+    summary, found, client, run_dir = killed
+    validated = [4, 8, 12, 16]
+    assert [entry["step"] for entry in summary["target_history"]] == validated
+    assert [step for step, _ in history(client, found, "val/acc")] == validated
+    kept = csv_steps(run_dir / "metrics-1.csv", "val/acc")  # the killed session's: up to 8
+    assert kept == [4, 8] and csv_steps(run_dir / "metrics.csv", "val/acc") == [8, 12, 16]
+    assert summary["target"]["best_step"] in validated
+
+
+def test_a_pruned_trial_is_finished_in_mlflow_at_the_steps_optuna_has(tmp_path):
+    """An Optuna trial pruned at its second validation (step 4 of 6) is FINISHED in MLflow with
+    the tag tuneup.status=pruned, not FAILED; Optuna's intermediate values, metrics.csv, MLflow
+    and the target's history number its validations alike."""
+    optuna = pytest.importorskip("optuna")
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    done = run_cli(
+        "-m", f"hydra.sweep.dir={tmp_path / 'sweep'}", "hparams_search=optuna",
+        "hydra.sweeper.params=null", "hydra.sweeper.n_trials=1", "hydra/sweeper/sampler=random",
+        f"hydra.sweeper.storage={storage}",
+        # val/acc below 1.5 past the warm-up (step 3): pruned at the first validation after it
+        "hydra/sweeper/pruner=none", "hydra.sweeper.pruner._target_=optuna.pruners.ThresholdPruner",
+        "+hydra.sweeper.pruner.lower=1.5", "+hydra.sweeper.pruner.n_warmup_steps=3",
+        "logger=mlflow", "data.train_samples=192", "data.val_samples=32", "data.batch_size=32",
+        "data.image_size=8", "model.width=4", "trainer.max_epochs=1", "target.metric=val/acc",
+        "target.check_every_n_steps=2", "trainer.enable_progress_bar=false",
+        cwd=tmp_path, tiny=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (trial,) = optuna.load_study(study_name="tuneup", storage=storage).trials
+    run_dir = tmp_path / "sweep" / "0"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert trial.state.name == "PRUNED" and summary["status"] == "pruned"
+    assert summary["pruned"]["step"] == 4
+    client = mlflow.MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
+    (found,) = client.search_runs([client.get_experiment_by_name("tuneup").experiment_id])
+    assert found.info.status == "FINISHED" and found.data.tags["tuneup.status"] == "pruned"
+    validated = [2, 4]
+    assert sorted(trial.intermediate_values) == validated
+    assert [step for step, _ in history(client, found, "val/acc")] == validated
+    assert csv_steps(run_dir / "metrics.csv", "val/acc") == validated
+    assert [entry["step"] for entry in summary["target_history"]] == validated
+    assert [v for _, v in history(client, found, "val/acc")] == pytest.approx(
+        [trial.intermediate_values[s] for s in validated]
     )
