@@ -247,3 +247,28 @@ def test_a_pruned_trial_is_finished_in_mlflow_at_the_steps_optuna_has(tmp_path):
     assert [v for _, v in history(client, found, "val/acc")] == pytest.approx(
         [trial.intermediate_values[s] for s in validated]
     )
+
+
+def test_a_store_without_sql_keeps_the_stale_values_and_says_so(tmp_path, monkeypatch, caplog):
+    """MLflow's client cannot delete a metric's values: a store that is no SQL database (a
+    server; here MLflow's file store) keeps an earlier session's steps, and the run warns."""
+    from types import SimpleNamespace
+
+    from tuneup.plugins.logger.mlflow_run import drop_values_after
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    client = mlflow.MlflowClient(uri)
+    run = client.create_run(client.create_experiment("tuneup"))
+    for step in (4, 8):
+        client.log_metric(run.info.run_id, "val/acc", 0.5, step=step)
+    client.log_metric(run.info.run_id, "train/loss", 2.0, step=5)
+    session = SimpleNamespace(experiment=client, run_id=run.info.run_id)
+    drop_values_after(session, 5, uri)
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert line == (
+        f"logger=mlflow: {uri} keeps an earlier session's values of val/acc past step 5, where "
+        "this session goes on: MLflow's client cannot delete them (an SQL store's are deleted), "
+        "so those steps have two values each"
+    )
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val/acc")] == [4, 8]
