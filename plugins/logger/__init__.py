@@ -121,6 +121,9 @@ class ResumedSession(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         if trainer.is_global_zero:
             drop_values_after(self.logger, trainer.global_step, self.uri)
+        # Its one event is done: out of the list, Lightning dispatches no more hooks to it
+        # (as trainer/runner.py's LogInterval). A new list: the one being iterated stays.
+        trainer.callbacks = [c for c in trainer.callbacks if c is not self]
 
 
 class Plugin:
