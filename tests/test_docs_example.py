@@ -72,9 +72,9 @@ def test_hello_logs_and_polyak_is_off_until_chosen_and_validates_the_average(ins
         rows = [r for r in csv.DictReader(f) if r.get("hello/lr")]
     assert rows and all(
         float(r["hello/lr"])
-        == pytest.approx(0.2 * 0.5 * (1 + math.cos(math.pi * (int(r["step"]) + 1) / 16)), rel=1e-5)
+        == pytest.approx(0.2 * 0.5 * (1 + math.cos(math.pi * int(r["step"]) / 16)), rel=1e-5)
         for r in rows
-    )  # after the step's update
+    )  # the lr after the step's update: row N, after N optimizer steps, has the schedule at N
 
     run(
         compose_config([*tiny, "polyak=on", "polyak.decay=0.9"], tiny=False),

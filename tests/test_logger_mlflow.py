@@ -1,9 +1,12 @@
 """logger=mlflow: a run read back from its MLflow store (the run directory's SQLite one) has the
 resolved config as params, the metrics summary.json has, summary.json as an artifact, and the
-race figures when the summary has them; a missing package is a one-line error."""
+race figures when the summary has them; a missing package is a one-line error. metrics.csv is
+written beside it; every tool numbers a validation by the optimizer steps done; a killed and
+resumed run has one value per step; a pruned Optuna trial is no failure."""
 
 from __future__ import annotations
 
+import csv
 import importlib.util
 import json
 import os
@@ -12,23 +15,44 @@ from pathlib import Path
 import pytest
 
 import tuneup
-from tests.conftest import compose_config
+from tests.conftest import compose_config, register_in_runs, run_cli
+from tuneup import hookimpl
 from tuneup.plugins.logger import Plugin, summary_metrics
+from tuneup.trainer.plugin_manager import PluginError
 
 mlflow = pytest.importorskip("mlflow", reason="the tuneup[mlflow] extra is not installed")
 
 
+class CrashAt:
+    """Fails the run at micro-batch ``at`` (counted over this process's runs): a session that
+    ends past its last checkpoint, as a killed one does."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.micro_batches = at, 0
+
+    @hookimpl
+    def on_after_backward(self):
+        self.micro_batches += 1
+        if self.micro_batches == self.at:
+            raise RuntimeError("crashed on purpose")
+
+
 @pytest.fixture(scope="module")
 def logged(tmp_path_factory):
-    """One TINY run with logger=mlflow in two sessions of its run directory (the second resumed
-    with a changed setting; one MLflow store, whose creation is most of the cost): its summary,
-    its MLflow run and the store's client."""
+    """One run with logger=mlflow of 8 steps (4 an epoch), validated every 2, checkpointed every
+    3, in two sessions of its run directory (one MLflow store, whose creation is much of the
+    cost): the first crashes in step 6 (past its validation at 4 and its checkpoint at 3), the
+    second resumes it from step 3 with a changed setting. Its summary, its MLflow run and the
+    store's client."""
     run_dir = tmp_path_factory.mktemp("mlflow") / "run"
     common = ["logger=mlflow", "data.train_samples=64", "data.val_samples=32",
-              "data.image_size=8", "data.batch_size=16", "trainer.max_epochs=2"]  # fmt: skip
-    tuneup.run(
-        compose_config([*common, "trainer.max_steps=2", "optimizer.lr=0.05"]), run_dir=run_dir
-    )
+              "data.image_size=8", "data.batch_size=16", "trainer.max_epochs=2",
+              "target.metric=val/acc", "target.check_every_n_steps=2",
+              "checkpoint.every_n_steps=3", "checkpoint.every_n_epochs=0"]  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        register_in_runs(patch, [CrashAt(6)])
+        with pytest.raises(PluginError, match="crashed on purpose"):
+            tuneup.run(compose_config([*common, "optimizer.lr=0.05"]), run_dir=run_dir)
     tuneup.run(compose_config([*common, "resume=auto", "optimizer.lr=0.02"]), run_dir=run_dir)
     client = mlflow.MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("tuneup")
@@ -112,16 +136,128 @@ def test_a_bad_setting_is_named():
 
 def test_a_resumed_run_continues_its_mlflow_run(logged):
     """Two sessions of one run directory (the second resumed with a changed setting) are one
-    MLflow run: the metrics go on from where the first stopped, the first lr stays the param and
-    the change is named in a tag."""
-    _, found, client, _ = logged
+    MLflow run: the metrics go on from the checkpoint, the first lr stays the param and the
+    change is named in a tag (resume=auto is how the session started, no change of the run)."""
+    summary, found, client, _ = logged
     # each run its own store, as a sweep's jobs in one process (MLflow's set_tracking_uri would
     # leave $MLFLOW_TRACKING_URI pointing at the first run's: the next would log there)
     assert "MLFLOW_TRACKING_URI" not in os.environ
-    steps = [m.step for m in client.get_metric_history(found.info.run_id, "train/loss")]
-    assert steps[0] < 2 and steps[-1] >= 7  # both sessions' steps (8 in all), in one run
+    assert summary["resumed_from"].endswith("step00000003.ckpt")
+    steps = [step for step, _ in history(client, found, "train/loss")]
+    assert steps == list(range(1, 9))  # both sessions' steps, in one run, each once
     assert found.info.status == "FINISHED" and found.data.metrics["steps"] == 8
+    assert found.data.tags["tuneup.status"] == "ok"
     assert found.data.params["optimizer.lr"] == "0.05"
-    assert found.data.tags["tuneup.changed_on_resume"] == (
-        "optimizer.lr: 0.05 -> 0.02; resume: None -> auto; trainer.max_steps: 2 -> -1"
+    assert found.data.tags["tuneup.changed_on_resume"] == "optimizer.lr: 0.05 -> 0.02"
+
+
+def csv_steps(path: Path, key: str) -> list[int]:
+    with open(path) as f:
+        return [int(row["step"]) for row in csv.DictReader(f) if row.get(key)]
+
+
+def history(client, run, key: str) -> list[tuple[int, float]]:
+    return [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
+
+
+def test_metrics_csv_is_written_beside_mlflow_with_its_steps(logged):
+    """Scripts that read metrics.csv read it with logger=mlflow too: the rows MLflow has, at the
+    same steps (the crashed session's up to its checkpoint in metrics-1.csv, kept when the
+    resumed one started, which wrote metrics.csv)."""
+    _, found, client, run_dir = logged
+    for key in ("train/loss", "val/acc"):
+        in_mlflow = [step for step, _ in history(client, found, key)]
+        assert csv_steps(run_dir / "metrics.csv", key) == [s for s in in_mlflow if s > 3]
+        first = [s for s in csv_steps(run_dir / "metrics-1.csv", key) if s <= 3]
+        assert first == [s for s in in_mlflow if s <= 3]
+    assert csv_steps(run_dir / "metrics.csv", "train/loss") == list(range(4, 9))
+
+
+def test_a_killed_runs_steps_past_its_checkpoint_have_one_value_the_resumed_sessions(logged):
+    """The crashed session logged steps 4 and 5 (its validation at 4, its figures at 5) past its
+    checkpoint at 3; the resumed session trained them again: one value a step, its own."""
+    _, found, client, run_dir = logged
+    assert csv_steps(run_dir / "metrics-1.csv", "train/loss") == [1, 2, 3, 4, 5]  # logged twice
+    for key in found.data.metrics:  # every metric: the summary's figures too
+        # (Lightning adds `epoch` to each of a step's rows, its training and its validation one)
+        logged = history(client, found, key)
+        steps = [step for step, _ in (set(logged) if key == "epoch" else logged)]
+        assert len(steps) == len(set(steps)), f"{key} has steps twice: {steps}"
+    for key in ("train/loss", "val/acc"):
+        with open(run_dir / "metrics.csv") as f:  # the resumed session's rows
+            resumed = {int(r["step"]): float(r[key]) for r in csv.DictReader(f) if r[key]}
+        assert {s: v for s, v in history(client, found, key) if s > 3} == pytest.approx(resumed)
+
+
+def test_a_validation_has_one_step_number_in_metrics_csv_mlflow_and_the_target_history(logged):
+    """The validation after N optimizer steps is step N in each (here every 2 of 8 steps)."""
+    summary, found, client, run_dir = logged
+    validated = [2, 4, 6, 8]
+    assert [entry["step"] for entry in summary["target_history"]] == validated
+    assert [step for step, _ in history(client, found, "val/acc")] == validated
+    assert csv_steps(run_dir / "metrics-1.csv", "val/acc") == [2, 4]  # the crashed session's
+    assert csv_steps(run_dir / "metrics.csv", "val/acc") == [4, 6, 8]
+    assert summary["target"]["best_step"] in validated
+
+
+def test_a_pruned_trial_is_finished_in_mlflow_at_the_steps_optuna_has(tmp_path):
+    """An Optuna trial pruned at its second validation (step 4 of 6) is FINISHED in MLflow with
+    the tag tuneup.status=pruned, not FAILED; Optuna's intermediate values, metrics.csv, MLflow
+    and the target's history number its validations alike."""
+    optuna = pytest.importorskip("optuna")
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    done = run_cli(
+        "-m", f"hydra.sweep.dir={tmp_path / 'sweep'}", "hparams_search=optuna",
+        "hydra.sweeper.params=null", "hydra.sweeper.n_trials=1", "hydra/sweeper/sampler=random",
+        f"hydra.sweeper.storage={storage}",
+        # val/acc below 1.5 past the warm-up (step 3): pruned at the first validation after it
+        "hydra/sweeper/pruner=none", "hydra.sweeper.pruner._target_=optuna.pruners.ThresholdPruner",
+        "+hydra.sweeper.pruner.lower=1.5", "+hydra.sweeper.pruner.n_warmup_steps=3",
+        "logger=mlflow", "data.train_samples=192", "data.val_samples=32", "data.batch_size=32",
+        "data.image_size=8", "model.width=4", "trainer.max_epochs=1", "target.metric=val/acc",
+        "target.check_every_n_steps=2", "trainer.enable_progress_bar=false",
+        "~hydra.callbacks.sweep_report",  # its report.png is no part of this (matplotlib's CPU)
+        cwd=tmp_path, tiny=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (trial,) = optuna.load_study(study_name="tuneup", storage=storage).trials
+    run_dir = tmp_path / "sweep" / "0"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert trial.state.name == "PRUNED" and summary["status"] == "pruned"
+    assert summary["pruned"]["step"] == 4
+    client = mlflow.MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
+    (found,) = client.search_runs([client.get_experiment_by_name("tuneup").experiment_id])
+    assert found.info.status == "FINISHED" and found.data.tags["tuneup.status"] == "pruned"
+    validated = [2, 4]
+    assert sorted(trial.intermediate_values) == validated
+    assert [step for step, _ in history(client, found, "val/acc")] == validated
+    assert csv_steps(run_dir / "metrics.csv", "val/acc") == validated
+    assert [entry["step"] for entry in summary["target_history"]] == validated
+    assert [v for _, v in history(client, found, "val/acc")] == pytest.approx(
+        [trial.intermediate_values[s] for s in validated]
     )
+
+
+def test_a_store_without_sql_keeps_the_stale_values_and_says_so(tmp_path, monkeypatch, caplog):
+    """MLflow's client cannot delete a metric's values: a store that is no SQL database (a
+    server; here MLflow's file store) keeps an earlier session's steps, and the run warns."""
+    from types import SimpleNamespace
+
+    from tuneup.plugins.logger.mlflow_run import drop_values_after
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    uri = (tmp_path / "mlruns").as_uri()
+    client = mlflow.MlflowClient(uri)
+    run = client.create_run(client.create_experiment("tuneup"))
+    for step in (4, 8):
+        client.log_metric(run.info.run_id, "val/acc", 0.5, step=step)
+    client.log_metric(run.info.run_id, "train/loss", 2.0, step=5)
+    session = SimpleNamespace(experiment=client, run_id=run.info.run_id)
+    drop_values_after(session, 5, uri)
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert line == (
+        f"logger=mlflow: {uri} keeps an earlier session's values of val/acc past step 5, where "
+        "this session goes on: MLflow's client cannot delete them (an SQL store's are deleted), "
+        "so those steps have two values each"
+    )
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "val/acc")] == [4, 8]

@@ -21,7 +21,7 @@ from tuneup.trainer import summary as run_summary
 
 NO_SUMMARY = "no summary.json"
 #: Folders that hold copies of runs' summaries, not runs: logger=mlflow's artifacts
-#: (plugins/logger.py), in a run directory or beside a sweep's shared store.
+#: (plugins/logger/mlflow_run.py), in a run directory or beside a sweep's shared store.
 COPIES = {"mlartifacts", "mlruns"}
 
 

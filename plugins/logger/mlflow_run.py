@@ -1,21 +1,21 @@
-"""Experiment logger, chosen by ``logger=csv|tensorboard|wandb|mlflow``; files go under the run directory.
+"""``logger=mlflow``: the run's MLflow run, beyond what Lightning's ``MLFlowLogger`` logs.
 
-``csv`` needs nothing beyond Lightning (a resumed run keeps the earlier
-rows: ``metrics-1.csv``, ``metrics-2.csv``... in the order they were written); ``tensorboard`` needs ``tensorboard`` or
-``tensorboardX`` (extra ``tuneup[tensorboard]``); ``wandb`` needs ``wandb``
-(extra ``tuneup[wandb]``) and runs offline unless ``logger.offline=false``.
+The resolved config as params (at the fit's start); at the end (the ``report`` hook, last)
+the summary's figures as metrics, ``summary.json`` as an artifact, the run's status and the
+tag ``tuneup.status``. Its store is ``logger.tracking_uri`` (a server: ``http://host:5000``),
+else ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the run directory: an SQLite store, which
+MLflow 3 recommends (its file store, ``mlruns/``, refuses to open unless
+``MLFLOW_ALLOW_FILE_STORE=true``), with the artifacts in ``mlartifacts/`` beside it.
 
-``mlflow`` (extra ``tuneup[mlflow]``: mlflow-skinny and the SQL store's packages) is
-Lightning's ``MLFlowLogger`` plus what it does not log: the resolved config as params (at
-the fit's start), and at the end (the ``report`` hook, last) the summary's figures as
-metrics, ``summary.json`` as an artifact and the run's status. Its store is
-``logger.tracking_uri`` (a server: ``http://host:5000``), else ``$MLFLOW_TRACKING_URI``,
-else ``mlflow.db`` in the run directory: an SQLite store, which MLflow 3 recommends (its
-file store, ``mlruns/``, refuses to open unless ``MLFLOW_ALLOW_FILE_STORE=true``), with the
-artifacts in ``mlartifacts/`` beside it. A resumed run (``resume=``, the same run directory)
-continues its MLflow run, found by its ``tuneup.run_dir`` tag: the metrics go on from the
-step it stopped at; a setting changed on resume keeps the first session's param (MLflow
-refuses to change one) and is named in the tag ``tuneup.changed_on_resume``.
+A resumed run (``resume=``, the same run directory) continues its MLflow run, found by its
+``tuneup.run_dir`` tag: the metrics go on from the checkpoint's step. What an earlier session
+logged after that step (a killed session's steps past its last checkpoint) is stale: the
+resumed session trains those steps again, so those values are deleted from an SQL store
+(MLflow's client has no call for it; its SQL store's tables are the run's record) and each
+step keeps one value, the resumed session's. A server's store cannot be reached that way: a
+warning says how many steps it keeps twice. A setting changed on resume keeps the first
+session's param (MLflow refuses to change one) and is named in the tag
+``tuneup.changed_on_resume``.
 """
 
 from __future__ import annotations
@@ -26,72 +26,30 @@ import math
 import os
 import re
 import tempfile
-import warnings
 from pathlib import Path
 
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
-from tuneup import TuneupError, hookimpl
 from tuneup.trainer import summary as run_summary
-from tuneup.trainer.validation import OneOf, problem, problems
+from tuneup.trainer.validation import problem
 
-NEEDS = {
-    "csv": (),
-    "tensorboard": ("tensorboard", "tensorboardX"),
-    "wandb": ("wandb",),
-    "mlflow": ("mlflow",),
-}
+log = logging.getLogger(__name__)
+
 #: What MLflow's SQL stores (sqlite:///..., the default) need beyond mlflow-skinny.
 SQL_STORE_NEEDS = ("sqlalchemy", "alembic")
 STORE_FILE, ARTIFACT_DIR = "mlflow.db", "mlartifacts"
-#: The MLflow run's status for each summary status; anything else is FAILED.
-MLFLOW_STATUS = {"ok": "FINISHED", "interrupted": "KILLED", "preempted": "KILLED"}
+#: The MLflow run's status for each summary status; anything else is FAILED. A pruned trial
+#: ended as the sweep meant it to, at a step of its pruner's choosing, with its checkpoint and
+#: summary written (as EarlyStopping ends a run): FINISHED, and the tag ``tuneup.status`` says
+#: ``pruned``. KILLED is for runs stopped from outside that ``resume=auto`` continues.
+MLFLOW_STATUS = {"ok": "FINISHED", "pruned": "FINISHED", "interrupted": "KILLED",
+                 "preempted": "KILLED"}  # fmt: skip
+STATUS_TAG = "tuneup.status"
+#: Settings that differ between sessions of one run by their nature, not changes of the run.
+SESSION_KEYS = ("resume",)
 #: Summary entries that are no figures of the run (or are logged by Lightning as they happen).
 NOT_FIGURES = ("plugins", "val", "run_dir", "resumed_from", "world_size")
-
-
-def keep_earlier_metrics(save_dir: str) -> Path | None:
-    """Move an earlier ``metrics.csv`` (a resumed run's) to ``metrics-<n>.csv``.
-
-    Lightning's CSV logger deletes an existing metrics.csv when it starts; a
-    resumed run must not lose the rows of the runs before it.
-    """
-    from lightning_fabric.utilities.rank_zero import rank_zero_only
-
-    current = Path(save_dir) / "metrics.csv"
-    if rank_zero_only.rank != 0 or not current.is_file():
-        return None
-    n = 1
-    while (kept := current.with_name(f"metrics-{n}.csv")).exists():
-        n += 1
-    current.rename(kept)
-    return kept
-
-
-def build_logger(settings, save_dir: str):
-    """The Lightning logger named by ``settings.name``, writing under ``save_dir``."""
-    from pytorch_lightning import loggers
-
-    if settings.name == "csv":
-        keep_earlier_metrics(save_dir)
-        # It warns that the run directory is not empty (it holds .hydra/, the log file) and
-        # that its files would be deleted: the only one it writes, metrics.csv, was kept above.
-        warnings.filterwarnings("ignore", message=r"Experiment logs directory .* not empty")
-        # Every logged row written at once (Lightning's default holds 100 in memory): a run
-        # killed with -9 keeps its rows up to the kill. One appended line per logged step.
-        return loggers.CSVLogger(save_dir=save_dir, name="", version="",
-                                 flush_logs_every_n_steps=1)  # fmt: skip
-    if settings.name == "tensorboard":
-        return loggers.TensorBoardLogger(save_dir=save_dir, name="", version="")
-    if settings.name == "mlflow":
-        return build_mlflow_logger(settings, save_dir)
-    return loggers.WandbLogger(
-        save_dir=save_dir,
-        project=settings.get("project", "tuneup"),
-        name=settings.get("run_name"),
-        offline=settings.get("offline", True),
-    )
 
 
 def mlflow_store(settings, save_dir: str) -> tuple[str, str | None]:
@@ -160,13 +118,69 @@ def earlier_run(uri: str, experiment: str, save_dir: str) -> str | None:
     return runs[0].info.run_id
 
 
+def drop_values_after(logger, step: int, uri: str) -> None:
+    """Delete the run's metric values past ``step`` (the checkpoint a resumed session starts
+    from): an earlier session's, which this one trains again. Each (key, step) then keeps one
+    value, the one this session logs. Possible in an SQL store only (the default SQLite file, a
+    database); a server's store keeps them, and a warning says so."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    client, run_id = logger.experiment, logger.run_id
+    store = client._tracking_client.store  # the client's own (MLflow has no public handle)
+    if isinstance(store, SqlAlchemyStore):
+        _delete_after(store, run_id, step)
+        return
+    stale = [key for key in client.get_run(run_id).data.metrics
+             if max((m.step for m in client.get_metric_history(run_id, key)), default=-1) > step]  # fmt: skip
+    if stale:
+        log.warning(
+            "logger=mlflow: %s keeps an earlier session's values of %s past step %d, where this "
+            "session goes on: MLflow's client cannot delete them (an SQL store's are deleted), "
+            "so those steps have two values each", uri, ", ".join(sorted(stale)), step,
+        )  # fmt: skip
+
+
+def _delete_after(store, run_id: str, step: int) -> int:
+    """Delete the values past ``step`` from the SQL store's metrics table, and set each
+    affected key's latest value (the table MLflow's search and run view read) to the newest
+    that is left. Returns how many values went."""
+    from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric
+
+    try:
+        managed = store.ManagedSessionMaker(read_only=False)
+    except TypeError:  # an MLflow before read-only sessions (3.0...): all sessions write
+        managed = store.ManagedSessionMaker()
+    with managed as session:
+        stale = session.query(SqlMetric).filter(SqlMetric.run_uuid == run_id, SqlMetric.step > step)
+        keys = sorted({key for (key,) in stale.with_entities(SqlMetric.key).distinct()})
+        if not keys:
+            return 0
+        deleted = stale.delete(synchronize_session=False)
+        session.query(SqlLatestMetric).filter(
+            SqlLatestMetric.run_uuid == run_id, SqlLatestMetric.key.in_(keys)
+        ).delete(synchronize_session=False)
+        for key in keys:
+            newest = (
+                session.query(SqlMetric)
+                .filter(SqlMetric.run_uuid == run_id, SqlMetric.key == key)
+                .order_by(SqlMetric.step.desc(), SqlMetric.timestamp.desc(), SqlMetric.value.desc())
+                .first()
+            )
+            if newest is not None:
+                session.add(SqlLatestMetric(run_uuid=run_id, key=key, value=newest.value,
+                                            timestamp=newest.timestamp, step=newest.step,
+                                            is_nan=newest.is_nan))  # fmt: skip
+    return deleted
+
+
 def log_params(logger, params: dict[str, str]) -> None:
     """The params of the run; on a continued MLflow run, those it has not got yet, and the
     changed ones named in the tag ``tuneup.changed_on_resume`` (MLflow keeps a param's first
-    value and refuses another)."""
+    value and refuses another). ``resume`` is how a session started, not a change of the run."""
     client, run_id = logger.experiment, logger.run_id
     earlier = client.get_run(run_id).data.params
-    changed = sorted(k for k, v in params.items() if k in earlier and earlier[k] != v[:250])
+    changed = sorted(k for k, v in params.items()
+                     if k in earlier and earlier[k] != v[:250] and k not in SESSION_KEYS)  # fmt: skip
     logger.log_hyperparams({k: v for k, v in params.items() if k not in earlier})
     if changed:
         client.set_tag(run_id, "tuneup.changed_on_resume",
@@ -210,7 +224,8 @@ def summary_metrics(summary: dict) -> dict[str, float]:
 
 def log_run_end(logger, summary: dict) -> None:
     """Log the summary's figures and ``summary.json`` to the logger's MLflow run, and end it
-    with the run's status (Lightning ended it FINISHED when the fit ended)."""
+    with the run's status (Lightning ended it FINISHED when the fit ended) and the summary's
+    status as the tag ``tuneup.status`` (``pruned``: FINISHED in MLflow's terms)."""
     from mlflow.entities import Metric
 
     client, run_id = logger.experiment, logger.run_id
@@ -224,7 +239,9 @@ def log_run_end(logger, summary: dict) -> None:
 
         written = run_summary.write({"command": command_name(), **summary}, Path(folder))
         client.log_artifact(run_id, str(written))
-    client.set_terminated(run_id, MLFLOW_STATUS.get(summary.get("status"), "FAILED"))
+    status = str(summary.get("status"))
+    client.set_tag(run_id, STATUS_TAG, status)
+    client.set_terminated(run_id, MLFLOW_STATUS.get(status, "FAILED"))
 
 
 def mlflow_problems(settings) -> list[str]:
@@ -244,60 +261,3 @@ def mlflow_problems(settings) -> list[str]:
         if value is not None and not (isinstance(value, str) and value.strip()):
             found.append(problem(f"logger.{key}", value, "a non-empty string or null"))
     return found
-
-
-class Plugin:
-    def __init__(self, cfg) -> None:
-        self.settings = cfg.logger
-        self.logger = None
-        self.store = None  # the MLflow tracking URI the run logs to
-
-    def describe(self) -> dict:
-        """The settings, with the MLflow store the run logs to once it is known."""
-        try:
-            node = OmegaConf.to_container(self.settings, resolve=True)
-        except InterpolationResolutionError:  # ${hydra:sweep.dir} outside a run (sweep checks)
-            node = OmegaConf.to_container(self.settings, resolve=False)
-        node.pop("plugin", None)
-        if self.store is not None:
-            node["tracking_uri"] = self.store
-        return node
-
-    @hookimpl
-    def check(self, cfg):
-        found = problems(cfg, {"logger.name": OneOf(tuple(NEEDS))})
-        needs = NEEDS.get(cfg.logger.name, ())
-        if needs and not any(importlib.util.find_spec(m) for m in needs):
-            return [
-                *found,
-                f"logger={cfg.logger.name} needs the '{needs[0]}' package, which is not installed: "
-                f"pip install 'tuneup[{cfg.logger.name}]', or choose logger=csv",
-            ]
-        if cfg.logger.name == "mlflow":
-            found += mlflow_problems(cfg.logger)
-        return found
-
-    @hookimpl
-    def configure_trainer(self, cfg, kwargs):
-        self.logger = kwargs["logger"] = build_logger(cfg.logger, kwargs["default_root_dir"])
-        if cfg.logger.name == "mlflow":
-            self.store = mlflow_store(cfg.logger, kwargs["default_root_dir"])[0]
-
-    @hookimpl
-    def on_fit_start(self, cfg, trainer):
-        if cfg.logger.name == "mlflow" and trainer.is_global_zero:
-            log_params(self.logger, flat_params(cfg))
-
-    @hookimpl(wrapper=True)  # around the others: their figures are in the summary after yield
-    def report(self, cfg, summary):
-        result = yield
-        if cfg.logger.name != "mlflow" or self.logger is None:
-            return result
-        try:
-            log_run_end(self.logger, summary)
-        except Exception as exc:  # the store went away: the run itself is done and kept
-            raise TuneupError(
-                f"logger=mlflow: the run's end was not logged to {self.store}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        return result
