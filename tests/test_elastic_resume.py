@@ -10,13 +10,17 @@ step 3 of 8 (24 of the epoch's 64 samples), resumed in this process on one.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import shutil
+import sys
 
 import pytest
 import torch
 
 from tests.conftest import compose_config, run_cli
+from tests.plugin_dists import make_distribution
 from tuneup import hookimpl
 from tuneup.trainer.state import changes
 from tuneup.trainer.state.checkpoint_read import load
@@ -124,9 +128,10 @@ def test_the_warning_says_whether_the_steps_are_the_same_or_the_rest_is_seen_onc
     other = changes.review(context(facts(1, 4), facts(2, 4, 3), position=20, size=64))
     (line,) = [str(c) for c in other if c.key == "global batch"]
     assert line == (
-        "global batch: 4 -> 24: global batch changed from 4 to 24: the remaining 44 samples of "
-        "epoch 0 are each seen once, in the same order, in steps of 24; the first step takes 8, "
-        "to where a step of 24 ends in this layout's grid of the epoch"
+        "global batch: 4 -> 24: global batch changed from 4 to 24: of the remaining 44 samples "
+        "of epoch 0, 40 are each seen once, in the same order, in steps of 24; the last 4 of the "
+        "epoch's order are left out (each of the 2 data shard(s) trains whole batches of 4 only, "
+        "as every epoch in this layout does)"
     )
     assert "grad_accum.steps: 1 -> 3: takes effect from step 2: 3 micro-batch(es)" in "\n".join(
         map(str, other)
@@ -238,3 +243,69 @@ def test_another_global_batch_sees_each_remaining_sample_once_and_says_so(
         f"global batch changed from 8 to {batch * k}: the remaining 40 samples of epoch 0 are "
         f"each seen once, in the same order, {said}"
     ) in text
+
+
+# -- real runs: 2 processes -> 2 processes at another batch size -------------------------------
+
+#: A plugin that records, per process, the index of every training sample the loader reads:
+#: the training loaders read only the batches they hand to the loop (full ones: drop_last).
+RECORDER = """
+import os
+from tuneup import hookimpl
+
+
+class Recorded:
+    def __init__(self, dataset, folder):
+        self.dataset, self.folder = dataset, folder
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        with open(os.path.join(self.folder, f"{os.getpid()}.txt"), "a") as f:
+            f.write(f"{index}\\n")
+        return self.dataset[index]
+
+
+class Plugin:
+    @hookimpl
+    def configure_dataloader(self, kwargs):
+        folder = os.environ.get("SEEN_DIR")
+        if folder and "sampler" in kwargs:  # the training loader
+            kwargs["dataset"] = Recorded(kwargs["dataset"], folder)
+"""
+
+
+def test_another_batch_on_processes_trains_what_the_warning_says_and_reaches_its_end(
+    two_processes, tmp_path
+):
+    """Step 3 of the 2-process run (batches of 4) resumed on 2 processes with batches of 6:
+    each shard has 20 of the 40 samples left and trains 3 whole batches of 6; the last 2 of
+    each shard's share, the last 4 of the epoch's order, are left out, as the warning says, and
+    the run ends at the epoch's end (step 6) without being taken for short of it."""
+    site = make_distribution(tmp_path / "site", "tuneup-recorder", {"recorder": RECORDER},
+                             {"recorder": "recorder:Plugin"})  # fmt: skip
+    run_dir, seen = tmp_path / "two-at-6", tmp_path / "seen"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    seen.mkdir()
+    name = checkpoint_name(0, STEP)
+    shutil.copy(two_processes / "checkpoints" / name, run_dir / "checkpoints" / name)
+    env = {"OMP_NUM_THREADS": "1", "SEEN_DIR": str(seen),
+           "PYTHONPATH": os.pathsep.join([str(site), *sys.path])}  # fmt: skip
+    result = run_cli(*RUN, "strategy=ddp", "trainer.devices=2", "data.batch_size=6",
+                     "resume=auto", f"hydra.run.dir={run_dir}", tiny=False, env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    trained = [int(line) for f in seen.iterdir() for line in f.read_text().split()]
+    order = ResumableSampler(64, compose_config(RUN, tiny=False).seed).permutation(0)
+    assert sorted(trained) == sorted(order[SEEN : SEEN + 36])  # each once, the order's next 36
+    left_out = 64 - SEEN - len(trained)
+    assert left_out == 4
+    said = " ".join((result.stdout + result.stderr).split())
+    assert (
+        "global batch changed from 8 to 12: of the remaining 40 samples of epoch 0, 36 are each "
+        "seen once, in the same order, in steps of 12; the last 4 of the epoch's order are left "
+        "out (each of the 2 data shard(s) trains whole batches of 6 only"
+    ) in said
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == STEP + 3
+    assert summary["samples"] == SEEN + 36 and "short_of_limits" not in summary
