@@ -199,6 +199,16 @@ def data_shard(trainer=None) -> tuple[int, int]:
     return shard() if callable(shard) else (trainer.global_rank, trainer.world_size)
 
 
+def data_group(trainer):
+    """The process group of the data-parallel ranks, over which a training figure (the loss)
+    is averaged: None (every process) under DDP; under tensor parallelism the mesh's
+    ``data_parallel`` dimension, since the processes of a tensor-parallel group train the same
+    samples and hold the same loss."""
+    mesh = getattr(trainer.strategy, "_device_mesh", None)  # ModelParallelStrategy's, once set up
+    names = getattr(mesh, "mesh_dim_names", None) or ()
+    return mesh["data_parallel"].get_group() if "data_parallel" in names else None
+
+
 def train_loader_kwargs(dataset, seed: int, trainer=None) -> dict:
     """``sampler`` and ``generator`` for a resumable training DataLoader (use :class:`ResumableLoader`).
 
