@@ -138,6 +138,17 @@ def test_the_warning_says_whether_the_steps_are_the_same_or_the_rest_is_seen_onc
         map(str, other)
     )
 
+    # 2 x 6 -> 12 x 1 after 36 of 64: the 28 left padded to 36, each shard's 3 all trained
+    padded = changes.review(context(facts(2, 6), facts(12, 1), position=18, size=64))
+    (line,) = [str(c) for c in padded if c.key == "global batch"]
+    assert line.endswith("same global batch: resumes the same sequence of steps (epoch 0 goes on "
+                         "from its sample 36 over 12 data shard(s)); at the epoch's end: 8 "
+                         "sample(s) from the epoch's start are trained again, to fill the last "
+                         "batches of the 12 data shard(s)")  # fmt: skip
+    shards = rest_after({"epoch": 0, "start": 0, "position": 18, "seed": 0, "size": 64,
+                         "num_replicas": 2}, 64, 0, 12)  # fmt: skip
+    assert sum(map(len, shards)) - 28 == 8
+
 
 # -- real runs: 2 processes -> 1 -------------------------------------------------------------
 
