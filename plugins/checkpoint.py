@@ -207,6 +207,7 @@ class Saver(Checkpoint):
             self.save(trainer)
         if preempted:
             self.settle()  # the checkpoint complete on disk before the run exits
+            log_step(trainer)
             received = self.signals.received or "a stop signal on another rank"
             raise stopped(received, step, self.last_path, self.directory.parent)
 
@@ -327,3 +328,12 @@ class Plugin:
             "damaged": [str(p) for p in damaged(saver.directory)],  # set aside, kept
             "superseded": [str(p) for p in damaged(saver.directory, SUPERSEDED)],  # likewise
         }
+
+
+def log_step(trainer) -> None:
+    """Write the current step's metrics (a logging step's) to the loggers now, as Lightning
+    would after ``on_train_batch_end``: a run stopped there by a signal would otherwise lose
+    the row of the very step it saved, which the resumed run does not train again. The rows
+    before it are written already; Lightning finalizes (flushes) the loggers as the run
+    ends on the exception."""
+    trainer._logger_connector.update_train_step_metrics()

@@ -10,13 +10,18 @@ step 3 of 8 (24 of the epoch's 64 samples), resumed in this process on one.
 
 from __future__ import annotations
 
+import csv
+import json
 import logging
+import os
 import shutil
+import sys
 
 import pytest
 import torch
 
 from tests.conftest import compose_config, run_cli
+from tests.plugin_dists import make_distribution
 from tuneup import hookimpl
 from tuneup.trainer.state import changes
 from tuneup.trainer.state.checkpoint_read import load
@@ -124,26 +129,114 @@ def test_the_warning_says_whether_the_steps_are_the_same_or_the_rest_is_seen_onc
     other = changes.review(context(facts(1, 4), facts(2, 4, 3), position=20, size=64))
     (line,) = [str(c) for c in other if c.key == "global batch"]
     assert line == (
-        "global batch: 4 -> 24: global batch changed from 4 to 24: the remaining 44 samples of "
-        "epoch 0 are each seen once, in the same order, in steps of 24; the first step takes 8, "
-        "to where a step of 24 ends in this layout's grid of the epoch"
+        "global batch: 4 -> 24: global batch changed from 4 to 24: of the remaining 44 samples "
+        "of epoch 0, 40 are each seen once, in the same order, in steps of 24; the last 4 of the "
+        "epoch's order are left out (each of the 2 data shard(s) trains whole batches of 4 only, "
+        "as every epoch in this layout does)"
     )
     assert "grad_accum.steps: 1 -> 3: takes effect from step 2: 3 micro-batch(es)" in "\n".join(
         map(str, other)
     )
 
+    # 2 x 6 -> 12 x 1 after 36 of 64: the 28 left padded to 36, each shard's 3 all trained
+    padded = changes.review(context(facts(2, 6), facts(12, 1), position=18, size=64))
+    (line,) = [str(c) for c in padded if c.key == "global batch"]
+    assert line.endswith("same global batch: resumes the same sequence of steps (epoch 0 goes on "
+                         "from its sample 36 over 12 data shard(s)); at the epoch's end: 8 "
+                         "sample(s) from the epoch's start are trained again, to fill the last "
+                         "batches of the 12 data shard(s)")  # fmt: skip
+    shards = rest_after({"epoch": 0, "start": 0, "position": 18, "seed": 0, "size": 64,
+                         "num_replicas": 2}, 64, 0, 12)  # fmt: skip
+    assert sum(map(len, shards)) - 28 == 8
+
 
 # -- real runs: 2 processes -> 1 -------------------------------------------------------------
 
 
+#: A plugin that records, per process, the index of every training sample the loader reads
+#: (the training loaders read only the batches they hand to the loop: full ones, drop_last),
+#: with SEEN_DIR set; and, with LOSS_DIR set, each process's own loss at every step.
+RECORDER = """
+import os
+from tuneup import hookimpl
+
+
+class Recorded:
+    def __init__(self, dataset, folder):
+        self.dataset, self.folder = dataset, folder
+
+    def __len__(self):
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        with open(os.path.join(self.folder, f"{os.getpid()}.txt"), "a") as f:
+            f.write(f"{index}\\n")
+        return self.dataset[index]
+
+
+class Plugin:
+    @hookimpl
+    def configure_dataloader(self, kwargs):
+        folder = os.environ.get("SEEN_DIR")
+        if folder and "sampler" in kwargs:  # the training loader
+            kwargs["dataset"] = Recorded(kwargs["dataset"], folder)
+
+    @hookimpl
+    def on_train_batch_end(self, trainer, outputs):
+        folder = os.environ.get("LOSS_DIR")
+        if folder:
+            loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+            with open(os.path.join(folder, f"{trainer.global_rank}.txt"), "a") as f:
+                f.write(f"{trainer.global_step} {float(loss)!r}\\n")
+"""
+
+
 @pytest.fixture(scope="module")
-def two_processes(tmp_path_factory):
-    """The uninterrupted run: 2 processes (DDP), batches of 4 each, a global batch of 8."""
+def site(tmp_path_factory):
+    return make_distribution(tmp_path_factory.mktemp("site"), "tuneup-recorder",
+                             {"recorder": RECORDER}, {"recorder": "recorder:Plugin"})  # fmt: skip
+
+
+def with_recorder(site, **folders) -> dict:
+    """The environment of a run that loads the recorder, recording into ``folders``."""
+    path = os.pathsep.join([str(site), *sys.path])
+    return {"OMP_NUM_THREADS": "1", "PYTHONPATH": path, **{k: str(v) for k, v in folders.items()}}
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory, site):
+    """The uninterrupted run: 2 processes (DDP), batches of 4 each, a global batch of 8; each
+    process's loss at every step recorded in ``losses/`` beside the run directory."""
     run_dir = tmp_path_factory.mktemp("ddp")
+    (run_dir / "losses").mkdir()
+    env = with_recorder(site, LOSS_DIR=run_dir / "losses")
     result = run_cli(*RUN, "strategy=ddp", "trainer.devices=2", "data.batch_size=4",
-                     f"hydra.run.dir={run_dir}", tiny=False, env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+                     f"hydra.run.dir={run_dir}", tiny=False, env=env)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir
+
+
+def test_the_logged_training_loss_is_the_mean_over_the_processes(two_processes):
+    """metrics.csv's train/loss (every step: the run logs each of its 8), the summary's
+    train_loss and loss_curve: the global batch's loss, the mean of the two processes' own
+    losses (recorded by each), not rank 0's."""
+    own = {}  # rank -> {step: loss}
+    for path in (two_processes / "losses").iterdir():
+        pairs = [line.split() for line in path.read_text().splitlines()]
+        own[int(path.stem)] = {int(step): float(loss) for step, loss in pairs}
+    assert sorted(own) == [0, 1] and sorted(own[0]) == sorted(own[1]) == list(range(1, 9))
+    mean = {step: (own[0][step] + own[1][step]) / 2 for step in own[0]}
+    assert max(abs(own[0][s] - own[1][s]) for s in mean) > 1e-3  # rank 0's would not do
+    with open(two_processes / "metrics.csv") as f:
+        rows = [row for row in csv.DictReader(f) if row.get("train/loss")]
+    logged = {int(row["step"]) + 1: float(row["train/loss"]) for row in rows}  # step: 0-based
+    assert sorted(logged) == list(range(1, 9))
+    assert max(abs(logged[s] - mean[s]) for s in mean) < 1e-6
+    summary = json.loads((two_processes / "summary.json").read_text())
+    assert summary["train_loss"] == pytest.approx(mean[8], abs=1e-6)
+    curve = summary["loss_curve"]  # 16 points at most: a bucket per micro-batch here
+    assert curve["samples"] == [8 * s for s in range(1, 9)]
+    assert curve["loss"] == pytest.approx([mean[s] for s in range(1, 9)], rel=1e-5)
 
 
 @pytest.fixture
@@ -238,3 +331,38 @@ def test_another_global_batch_sees_each_remaining_sample_once_and_says_so(
         f"global batch changed from 8 to {batch * k}: the remaining 40 samples of epoch 0 are "
         f"each seen once, in the same order, {said}"
     ) in text
+
+
+# -- real runs: 2 processes -> 2 processes at another batch size -------------------------------
+
+
+def test_another_batch_on_processes_trains_what_the_warning_says_and_reaches_its_end(
+    two_processes, site, tmp_path
+):
+    """Step 3 of the 2-process run (batches of 4) resumed on 2 processes with batches of 6:
+    each shard has 20 of the 40 samples left and trains 3 whole batches of 6; the last 2 of
+    each shard's share, the last 4 of the epoch's order, are left out, as the warning says, and
+    the run ends at the epoch's end (step 6) without being taken for short of it."""
+    run_dir, seen = tmp_path / "two-at-6", tmp_path / "seen"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    seen.mkdir()
+    name = checkpoint_name(0, STEP)
+    shutil.copy(two_processes / "checkpoints" / name, run_dir / "checkpoints" / name)
+    env = with_recorder(site, SEEN_DIR=seen)
+    result = run_cli(*RUN, "strategy=ddp", "trainer.devices=2", "data.batch_size=6",
+                     "resume=auto", f"hydra.run.dir={run_dir}", tiny=False, env=env)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    trained = [int(line) for f in seen.iterdir() for line in f.read_text().split()]
+    order = ResumableSampler(64, compose_config(RUN, tiny=False).seed).permutation(0)
+    assert sorted(trained) == sorted(order[SEEN : SEEN + 36])  # each once, the order's next 36
+    left_out = 64 - SEEN - len(trained)
+    assert left_out == 4
+    said = " ".join((result.stdout + result.stderr).split())
+    assert (
+        "global batch changed from 8 to 12: of the remaining 40 samples of epoch 0, 36 are each "
+        "seen once, in the same order, in steps of 12; the last 4 of the epoch's order are left "
+        "out (each of the 2 data shard(s) trains whole batches of 6 only"
+    ) in said
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["steps"] == STEP + 3
+    assert summary["samples"] == SEEN + 36 and "short_of_limits" not in summary

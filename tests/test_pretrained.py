@@ -97,7 +97,9 @@ def test_first_loss_is_from_pretrained_s_own_loss_in_one_process_and_from_the_sh
 
 def test_llama_on_a_2x2_mesh_reads_its_shards_and_starts_at_from_pretrained_s_loss(saved, tmp_path):
     """4 processes, FSDP over 2 x tensor parallelism over 2: data-parallel rank 0 (processes 0
-    and 1) trains on every other sample of the global batch of 16, from its first."""
+    and 1) trains on every other sample of the global batch of 16, from its first, rank 1 on
+    the others; the logged loss is the global batch's, averaged over the data-parallel mesh
+    dimension only (a tensor-parallel group shares its batch and its loss)."""
     from tuneup.consolidate import consolidate
 
     args = [*hf(saved / "llama"), *TOKENS, *ONE_STEP]
@@ -107,7 +109,11 @@ def test_llama_on_a_2x2_mesh_reads_its_shards_and_starts_at_from_pretrained_s_lo
     assert result.returncode == 0, result.stderr[-3000:]
     x, y = first_batch([*args, "data.batch_size=16"])
     model = AutoModelForCausalLM.from_pretrained(saved / "llama")
-    expected = tasks.next_token_loss(model(input_ids=x[0::2]).logits, y[0::2]).item()
+    shards = [tasks.next_token_loss(model(input_ids=x[r::2]).logits, y[r::2]).item()
+              for r in (0, 1)]  # fmt: skip
+    expected = tasks.next_token_loss(model(input_ids=x).logits, y).item()
+    assert expected == pytest.approx(sum(shards) / 2, abs=1e-6)  # equal shards: the mean
+    assert abs(shards[0] - expected) > 1e-4  # rank 0's own would not do
     assert first_loss(tmp_path / "run") == pytest.approx(expected, abs=1e-6)
     # every process's shards hold their slices: gathered, the checkpoint's tensors exactly
     stored = load_file(saved / "llama" / "model.safetensors")

@@ -10,6 +10,7 @@ own process at an exact micro-batch, or inside a save.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shutil
@@ -185,17 +186,29 @@ def test_kill_9_inside_an_accumulation_window_in_epoch_2_resumes_exactly(
 def test_sigterm_finishes_the_step_saves_and_exits_75_then_resumes_exactly(
     tmp_path, crash_site, reference
 ):
-    """k=3: SIGTERM during micro-batch 17 (2nd of step 6's window): step 6 completes, is saved."""
+    """k=3: SIGTERM during micro-batch 17 (2nd of step 6's window): step 6 completes, is saved.
+    Every step is logged, and each appears once in metrics-1.csv and metrics.csv together: the
+    step saved at the signal is logged before the run stops (issue 43 point 19)."""
     crash = {"CRASH_AT_MICRO_BATCH": "17", "CRASH_SIGNAL": "SIGTERM"}
-    result = train(tmp_path, "grad_accum.steps=3", crash=crash, site=crash_site)
+    every = "trainer.log_every_n_steps=1"
+    result = train(tmp_path, "grad_accum.steps=3", every, crash=crash, site=crash_site)
     assert result.returncode == EXIT_CODE == 75, result.stderr[-3000:]
     assert "preempted: received SIGTERM: stopped after step 6" in result.stderr
     stopped = summary(tmp_path)
     assert stopped["status"] == "preempted" and stopped["micro_batches"] == 18
     assert list_checkpoints(tmp_path / "checkpoints")[0].name == checkpoint_name(1, 6)
+    assert logged_steps(tmp_path / "metrics.csv") == list(range(6))  # steps 1..6, 0-based
 
-    resume_auto(tmp_path, "grad_accum.steps=3")
+    resume_auto(tmp_path, "grad_accum.steps=3", every)
     assert_bitwise_equal(tmp_path, reference(3))
+    before, after = (logged_steps(tmp_path / name) for name in ("metrics-1.csv", "metrics.csv"))
+    assert before + after == list(range(12))  # 3 epochs x 4 steps, each once
+
+
+def logged_steps(path) -> list[int]:
+    """The steps of the rows of ``path`` (a metrics.csv) that log the training loss."""
+    with open(path) as f:
+        return [int(row["step"]) for row in csv.DictReader(f) if row.get("train/loss")]
 
 
 def test_sigusr1_from_outside_saves_and_exits_75_then_resumes_exactly(tmp_path, reference):

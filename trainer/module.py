@@ -29,6 +29,7 @@ from tuneup.trainer import task as tasks
 from tuneup.trainer.bridge import skip_no_op_hooks
 from tuneup.trainer.clip import GradNorm, clip_grad_norm_
 from tuneup.trainer.optim import build_optimizer, build_scheduler
+from tuneup.trainer.state.data_order import data_group
 
 # We transform batches in the module on purpose (plugins' transform_batch), whatever the data.
 warnings.filterwarnings("ignore", message=r".*overridden `on_after_batch_transfer`")
@@ -50,6 +51,11 @@ class TrainingModule(pl.LightningModule):
         self.logits_fn = _identity
         self.clip = cfg.optimizer.get("clip_grad_norm")
         self.grad_norm = GradNorm()
+        self._window: list = []  # losses of a logged step's micro-batches so far
+        #: False where a plugin cuts each batch into chunks and logs the batch's loss itself
+        #: (grad_accum.micro_batch_size): a chunk's log would be an all-reduce in the middle of
+        #: chunks that one process may retry alone (out of memory)
+        self.logs_each_batch = True
         skip_no_op_hooks(self, pl.LightningModule)  # plugins hook the loop through the bridge
 
     def forward(self, x):
@@ -72,12 +78,30 @@ class TrainingModule(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         loss, _ = self.compute(batch)
         self.run_state.observe(loss, self.trainer, batch_idx, batch)
-        # Lightning writes step metrics only every log_every_n_steps, but self.log's bookkeeping
-        # costs ~0.5 ms on every call: call it only when the value will be written. Not
-        # prog_bar: Lightning would .item() (sync) it every step.
-        if self.trainer._logger_connector.should_update_logs:
-            self.log("train/loss", loss)
+        if self.logs_each_batch:
+            self.log_loss(loss)
         return loss
+
+    def log_loss(self, loss) -> None:
+        """``train/loss`` of a step that is logged: the mean over its micro-batches and over the
+        data-parallel processes, the global batch's loss (each process's batches have the same
+        size: the training loaders make full batches only).
+
+        Lightning writes step metrics only every ``log_every_n_steps``, but ``self.log``'s
+        bookkeeping costs ~0.5 ms on every call, and its ``sync_dist`` all-reduce would wait
+        for every device: both happen only at the last micro-batch of a logged step, which is
+        the same one on every process. Not prog_bar: Lightning would .item() (sync) it every
+        step."""
+        trainer = self.trainer
+        if not trainer._logger_connector.should_update_logs:
+            return
+        self._window.append(loss.detach())
+        if trainer.fit_loop._should_accumulate():
+            return
+        mean = torch.stack(self._window).mean() if len(self._window) > 1 else self._window[0]
+        self._window = []
+        self.log("train/loss", mean, sync_dist=trainer.world_size > 1,
+                 sync_dist_group=data_group(trainer))  # fmt: skip
 
     def validation_step(self, batch, batch_idx):
         loss, output = self.compute(batch)

@@ -111,6 +111,8 @@ class MicroBatcher:
             return self.step(trainer, module, chunk_step, batch, batch_idx)
 
         module.training_step = training_step
+        if isinstance(module, TrainingModule):
+            module.logs_each_batch = False  # step() logs the batch's loss, not each chunk's
         ddp = trainer.strategy.model
         if isinstance(ddp, torch.nn.parallel.DistributedDataParallel):
             self.ddp = ddp
@@ -160,8 +162,8 @@ class MicroBatcher:
                     f"be retried: set grad_accum.micro_batch_size={self._half(total)}"
                 ) from exc
         loss = torch.stack(progress.losses).sum()
-        if isinstance(module, TrainingModule) and trainer._logger_connector.should_update_logs:
-            module.log("train/loss", loss)  # the batch's, over the last chunk's (as it logs)
+        if isinstance(module, TrainingModule):
+            module.log_loss(loss)  # the batch's, over the last chunk's (as it logs)
         return {**output, "loss": loss} if isinstance(output, dict) else loss
 
     def _attempt(self, trainer, module, chunk_step, batch, total, progress, batch_idx) -> bool:

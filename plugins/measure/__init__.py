@@ -36,11 +36,13 @@ micro-batches and the first step after each validation are left out):
   steps_this_session, samples_this_session, micro_batches_this_session: this process's
   session only (the same as the run's in a run that was not resumed). A checkpoint carries
   the run's totals (this plugin's state) so a resumed run can add its own.
-- loss_curve: the mean training loss over buckets of consecutive micro-batches of this
-  session, from its first micro-batch (``samples``: the run's samples seen at each bucket's
+- train_loss: the last optimizer step's loss (the mean over its micro-batches), and loss_curve: the mean training loss over
+  buckets of consecutive micro-batches of this session, from its first micro-batch (``samples``: the run's samples seen at each bucket's
   end, all ranks, counted from the run's start), at most
   2 x ``measure.windows`` points, see :class:`LossCurve`. Summed on the loss's device and
-  read once at the report, so no step waits for the GPU.
+  read once at the report, so no step waits for the GPU. Both are means over the
+  data-parallel processes (the global batch's loss, as ``train/loss`` in metrics.csv at its
+  logging steps, trainer/module.py): one all-reduce at the fit's end.
 - device_hours, gpu_hours: the fit's wall time x processes (one device each), in hours;
   gpu_hours counts GPUs only, so a CPU run's is 0.0 and its device_hours are CPU
   process-hours.
@@ -76,7 +78,7 @@ from tuneup.plugins.measure.memory import memory_available, peak_memory, reset_p
 from tuneup.plugins.measure.power import GpuPower
 from tuneup.plugins.measure.saved_bytes import SAVED_BYTES_MICRO_BATCH, SavedActivationBytes
 from tuneup.trainer import flops
-from tuneup.trainer.state.data_order import data_shard
+from tuneup.trainer.state.data_order import data_group, data_shard
 from tuneup.trainer.validation import BOOL, Integer, problems
 
 #: Default of ``measure.windows``: speed windows per run (and half the loss curve's points at most).
@@ -106,7 +108,9 @@ class Plugin:
         self.wait_s = self.host_s = 0.0
         self.last_start = self.last_end = self.last_event = self.last_end_event = None
         self.skip_next = True
-        self.last_loss = None
+        self.window: list = []  # the current optimizer step's micro-batch losses so far
+        self.last_step: list = []  # the last finished step's
+        self.last_loss = None  # their mean, taken at the fit's end
         self.val: dict[str, float] = {}
         self.device = None
         self.flops_per_sample: float | None = None
@@ -191,14 +195,33 @@ class Plugin:
             loss = loss.detach()
             if trainer.accumulate_grad_batches != 1:  # Lightning hands over loss / k: undo that
                 loss = loss * trainer.accumulate_grad_batches
-            self.last_loss = loss
+            self.window.append(loss)  # by reference: the step's mean is taken at the end
+            if not trainer.fit_loop._should_accumulate():  # the step's last micro-batch
+                self.last_step, self.window = self.window, []
             self.loss_curve.add(loss, self._batch_size)
 
     @hookimpl
-    def on_fit_end(self):
+    def on_fit_end(self, trainer):
         self.fit_ended = time.perf_counter()
         if self.power is not None:
             self.power.stop()
+        self._average_over_processes(trainer)
+
+    def _average_over_processes(self, trainer) -> None:
+        """The loss curve and the last loss as means over the data-parallel processes (each
+        process's batches have the same size, so the mean of their means is the global
+        batch's): one all-reduce, at the fit's end, which every process reaches; nothing per
+        step. A run ended by a failure or a signal keeps this process's own."""
+        self.last_loss = self._step_loss()
+        if trainer.world_size == 1 or self.last_loss is None:
+            return
+        curve = self.loss_curve.flushed()
+        parts = [self.last_loss.float().reshape(1), *([] if curve is None else [curve])]
+        packed = trainer.strategy.reduce(torch.cat(parts), group=data_group(trainer),
+                                         reduce_op="mean")  # fmt: skip
+        self.last_loss = packed[0]
+        if curve is not None:
+            self.loss_curve.sums = packed[1:]
 
     @hookimpl
     def on_validation_end(self, trainer):
@@ -233,7 +256,7 @@ class Plugin:
             steps_this_session=self._session_steps(summary.get("steps")),
             micro_batches_this_session=self.micro_batches,
             samples_this_session=self.samples * shards,
-            train_loss=float(self.last_loss) if self.last_loss is not None else None,
+            train_loss=_float(self.last_loss if self.last_loss is not None else self._step_loss()),
             val=self.val,
         )
         speed, device = summary["samples_per_s"], summary.get("device", "")
@@ -248,6 +271,12 @@ class Plugin:
             memory_available_bytes=self.memory_available,
             **self._device_time(world),
         )
+
+    def _step_loss(self):
+        """This process's loss of the last step (of the micro-batches so far, if it stopped
+        inside one), or None before any."""
+        losses = self.last_step or self.window
+        return torch.stack(losses).float().mean() if losses else None
 
     def _data_wait_fraction(self, total_ms: float) -> float | None:
         """GPU time between batches / step time on CUDA; host time blocked / host time else."""
@@ -288,3 +317,7 @@ class Plugin:
 
     def describe(self):
         return {"warmup_steps": self.warmup_steps, "windows": self.windows}
+
+
+def _float(value) -> float | None:
+    return None if value is None else float(value)

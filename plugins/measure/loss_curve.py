@@ -56,6 +56,11 @@ class LossCurve:
         self.sums[len(self.counts) - 1] += total
         self.pending.clear()
 
+    def flushed(self):
+        """The buckets' sums so far (a tensor on the loss's device; None before any loss)."""
+        self._flush()
+        return self.sums
+
     def _merge(self) -> None:
         half = self.points // 2
         self.sums = torch.cat([self.sums.view(half, 2).sum(1), self.sums.new_zeros(half)])

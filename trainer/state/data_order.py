@@ -15,7 +15,11 @@ its permutation: ``start + position x num_replicas`` of them (:func:`epoch_sampl
 the resume *elastic*: on another number of shards the rest of the permutation,
 ``permutation[consumed:]`` padded anew to a multiple of the new number, is dealt
 ``rest[r::num_replicas]``, so the global sequence of samples goes on as it was
-(:meth:`ResumableSampler.load_state_dict`). The position
+(:meth:`ResumableSampler.load_state_dict`). Training loaders make full batches only (``drop_last``): in every epoch a shard's last
+``share % batch_size`` samples are not trained (a different set each epoch, as the order is
+drawn anew); at the end of an epoch resumed in another layout they are the last of the
+epoch's order (:func:`rest_trained` counts them for the warning, :func:`restore_data_order`
+for the epoch's length). The position
 is counted by :class:`ResumableLoader` as it hands batches to the loop, not as
 the sampler gives out indices: DataLoader workers fetch indices ahead of time.
 The loader has ``state_dict``/``load_state_dict``, which is how Lightning
@@ -125,11 +129,33 @@ def epoch_samples(state: dict) -> int:
     return int(state.get("start") or 0) + position * shards
 
 
-def batches_left(size: int, consumed: int, shards: int, batch_size: int) -> tuple[int, int]:
+def batches_left(
+    size: int, consumed: int, shards: int, batch_size: int, drop_last: bool = True
+) -> tuple[int, int]:
     """(micro-batches of a whole epoch, those left after ``consumed`` samples) for one shard:
-    ``size`` samples dealt over ``shards`` in batches of ``batch_size``, the rest padded anew."""
-    whole = math.ceil(math.ceil(size / shards) / batch_size)
-    return whole, math.ceil(math.ceil((size - consumed) / shards) / batch_size)
+    ``size`` samples dealt over ``shards`` in batches of ``batch_size``, the rest padded anew.
+    ``drop_last`` (the training loaders'): a shard's last samples that do not fill a batch
+    are not trained."""
+    count = (lambda n: n // batch_size) if drop_last else (lambda n: math.ceil(n / batch_size))
+    return count(math.ceil(size / shards)), count(math.ceil((size - consumed) / shards))
+
+
+def rest_trained(
+    size: int, consumed: int, shards: int, batch_size: int, drop_last: bool = True
+) -> tuple[int, int, int]:
+    """What the rest of an epoch, ``size - consumed`` samples dealt over ``shards`` in batches
+    of ``batch_size``, trains: (samples of it trained once, the last ones of the epoch's order
+    left out, padding samples trained again).
+
+    Each shard takes ``rest[r::shards]`` and trains its first ``batches x batch_size``, so
+    what is trained is the first ``shards x batches x batch_size`` of the padded rest: the
+    samples left out are the last of the epoch's order, and the padding (the epoch's first
+    samples, dealt again to fill the shards) is trained only when the shards' last batches
+    are full."""
+    rest = size - consumed
+    _, batches = batches_left(size, consumed, shards, batch_size, drop_last)
+    taken = shards * batches * batch_size
+    return min(rest, taken), max(0, rest - taken), max(0, taken - rest)
 
 
 class ResumableLoader(DataLoader):
@@ -173,6 +199,16 @@ def data_shard(trainer=None) -> tuple[int, int]:
     return shard() if callable(shard) else (trainer.global_rank, trainer.world_size)
 
 
+def data_group(trainer):
+    """The process group of the data-parallel ranks, over which a training figure (the loss)
+    is averaged: None (every process) under DDP; under tensor parallelism the mesh's
+    ``data_parallel`` dimension, since the processes of a tensor-parallel group train the same
+    samples and hold the same loss."""
+    mesh = getattr(trainer.strategy, "_device_mesh", None)  # ModelParallelStrategy's, once set up
+    names = getattr(mesh, "mesh_dim_names", None) or ()
+    return mesh["data_parallel"].get_group() if "data_parallel" in names else None
+
+
 def train_loader_kwargs(dataset, seed: int, trainer=None) -> dict:
     """``sampler`` and ``generator`` for a resumable training DataLoader (use :class:`ResumableLoader`).
 
@@ -210,4 +246,7 @@ def restore_data_order(trainer, state: dict | None) -> int | None:
     same_batch = state.get("batch_size", loader.batch_size) == loader.batch_size
     if not consumed or (sampler.num_replicas == state.get("num_replicas", 1) and same_batch):
         return None
-    return math.ceil((sampler.share() - sampler.position) / loader.batch_size)
+    left = sampler.share() - sampler.position
+    if loader.drop_last:  # a last batch that would not be full is not made (nor trained)
+        return left // loader.batch_size
+    return math.ceil(left / loader.batch_size)

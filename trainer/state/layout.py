@@ -16,6 +16,14 @@ things happens:
   (as if it had trained the epoch from its start), so the first one is shorter when the
   checkpoint's samples end inside one of them; the warning says so.
 
+Training loaders make full batches only (``drop_last``, trainer/datamodule.py), in every
+epoch of every layout: a data shard's last samples that do not fill a batch are not
+trained. At the end of a resumed epoch those are the last of the epoch's order, and the
+warning counts them exactly (:func:`epoch_tail`): "of the remaining 156 samples, 144 are
+each seen once ...; the last 12 of the epoch's order are left out". Where the new shards'
+last batches are full but the rest did not divide among the shards, the padding (samples
+from the epoch's start) is trained again, and the warning says how many.
+
 A checkpoint is written only where an optimizer step has just finished, so no accumulated
 gradient is lost. A different dataset size mid-epoch is refused (by the sampler).
 """
@@ -24,7 +32,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tuneup.trainer.state.data_order import batches_left, epoch_samples
+from tuneup.trainer.state.data_order import batches_left, epoch_samples, rest_trained
 
 if TYPE_CHECKING:
     from tuneup.trainer.state.changes import Context
@@ -107,10 +115,20 @@ def rest_of_epoch(ctx: Context, old: int | None, new: int | None) -> str:
     order = ctx.order or {}
     done, epoch, size = consumed(ctx), order.get("epoch", "?"), order.get("size")
     where = f"epoch {epoch} goes on from its sample {done} over {shards(ctx.current)} data shard(s)"
+    tail = epoch_tail(ctx)
     if old is not None and old == new:
-        return f"same global batch: resumes the same sequence of steps ({where})"
-    left = f"the remaining {size - done}" if isinstance(size, int) else "the remaining"
-    text = f"{left} samples of epoch {epoch} are each seen once, in the same order"
+        same = f"same global batch: resumes the same sequence of steps ({where})"
+        if tail is not None and tail != epoch_tail(ctx, saved=True):
+            same += f"; at the epoch's end: {tail_note(ctx, tail)}"
+        return same
+    if not isinstance(size, int):
+        return f"the remaining samples of epoch {epoch} are each seen once, in the same order"
+    if tail is None or tail[1:] == (0, 0):
+        text = f"the remaining {size - done} samples of epoch {epoch} are each seen once, in the "
+        text += "same order"
+    else:
+        text = f"of the remaining {size - done} samples of epoch {epoch}, {tail[0]} are each "
+        text += "seen once, in the same order"
     if old is None or new is None:
         return f"{text} ({where})"
     text = f"global batch changed from {old} to {new}: {text}, in steps of {new}"
@@ -118,7 +136,37 @@ def rest_of_epoch(ctx: Context, old: int | None, new: int | None) -> str:
     if first is not None:
         text += (f"; the first step takes {first}, to where a step of {new} ends in this "
                  "layout's grid of the epoch")  # fmt: skip
+    if tail is not None and tail[1:] != (0, 0):
+        text += f"; {tail_note(ctx, tail)}"
     return text
+
+
+def epoch_tail(ctx: Context, saved: bool = False) -> tuple[int, int, int] | None:
+    """(samples of the rest of the checkpoint's epoch trained once, the last ones left out,
+    padding trained again) in this run's layout (``saved``: in the checkpoint's), or None
+    when the sizes are not known. The training loaders make full batches only
+    (trainer/datamodule.py ``drop_last``): :func:`data_order.rest_trained`."""
+    size, batch = (ctx.order or {}).get("size"), batch_size(ctx, saved)
+    if not (isinstance(size, int) and batch):
+        return None
+    return rest_trained(size, consumed(ctx), shards(ctx.saved if saved else ctx.current), batch)
+
+
+def tail_note(ctx: Context, tail: tuple[int, int, int]) -> str:
+    """What happens at the end of the epoch's rest: samples left out, padding trained again."""
+    n, batch = shards(ctx.current), batch_size(ctx, False)
+    _, left_out, again = tail
+    if not left_out and not again:
+        return "every remaining sample is seen once"
+    notes = []
+    if left_out:
+        notes.append(f"the last {left_out} of the epoch's order are left out (each of the {n} "
+                     f"data shard(s) trains whole batches of {batch} only, as every epoch in "
+                     "this layout does)")  # fmt: skip
+    if again:
+        notes.append(f"{again} sample(s) from the epoch's start are trained again, to fill the "
+                     f"last batches of the {n} data shard(s)")  # fmt: skip
+    return "; ".join(notes)
 
 
 def first_step(ctx: Context, new: int) -> int | None:
@@ -132,8 +180,8 @@ def first_step(ctx: Context, new: int) -> int | None:
     n, done = shards(ctx.current), consumed(ctx)
     whole, left = batches_left(size, done, n, batch)
     into_window = (whole - left) % k
-    samples = min(size - done, (k - into_window) * batch * n)
-    return samples if into_window and samples < new else None
+    samples = min(left, k - into_window) * batch * n
+    return samples if into_window and 0 < samples < new else None
 
 
 def _int(value, default: int) -> int:

@@ -283,13 +283,18 @@ def load_plugin_shards(path: Path, checkpoint: dict, model) -> None:
 
 def by_index(state: dict) -> dict:
     """An optimizer state keyed by parameter name (DCP's) as ``Optimizer.state_dict()`` keys it:
-    by position, in the order of the parameter groups."""
+    by position, in the order of the parameter groups.
+
+    DCP writes nothing for an empty dict, so the state of an optimizer that keeps none per
+    parameter (plain SGD: no momentum) comes back without its ``state`` entry at all; a
+    parameter without state (not yet stepped) has none either."""
     index, groups, per_param = 0, [], {}
+    saved = state.get("state") or {}
     for group in state["param_groups"]:
         ids = []
         for name in group["params"]:
-            if name in state["state"]:
-                per_param[index] = state["state"][name]
+            if name in saved:
+                per_param[index] = saved[name]
             ids.append(index)
             index += 1
         groups.append({**group, "params": ids})
