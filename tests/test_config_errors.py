@@ -107,3 +107,14 @@ def test_a_sweep_switches_a_plugin_off_and_on_with_its_setting(tmp_path):
     assert off["status"] == on["status"] == "ok"
     assert "ema" not in off["plugins"]  # inert where the plugin is off
     assert on["plugins"]["ema"]["decay"] == 0.9  # read where it is on
+
+
+def test_a_resumed_run_does_not_list_an_off_plugins_unread_settings_as_changes():
+    from tuneup.trainer.state.changes import differences, snapshot
+
+    off, on = (snapshot(compose_config([f"ema={c}", "checkpoint=off"])) for c in ("off", "on"))
+    assert off["ema.name"] == "off" and "ema.decay" not in off  # as a checkpoint records it
+    assert "checkpoint.keep_last" not in off
+    changed = [key for key, _, _ in differences(off, on) if key.startswith("ema.")]
+    assert changed == ["ema.decay", "ema.every_n_steps", "ema.name", "ema.plugin",
+                       "ema.validate_with", "ema.warmup"]  # fmt: skip
