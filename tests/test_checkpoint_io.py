@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tuneup import TuneupError
-from tuneup.trainer.state import checkpoint_io, checkpoint_write, rng
+from tuneup.trainer.state import checkpoint_io, checkpoint_write, rng, sharded
 from tuneup.trainer.state.checkpoint_read import UnreadableCheckpoint, UnsafeCheckpoint, load
 from tuneup.trainer.state.checkpoint_write import atomic_save
 from tuneup.trainer.state.checkpoints import (
@@ -414,3 +414,40 @@ def test_a_full_disk_during_a_save_says_so_and_keeps_the_previous_file(tmp_path,
         checkpoint_write.atomic_save({"step": 2, "big": torch.zeros(100_000)}, path)
     assert path.read_bytes() == before
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
+
+
+def test_resume_of_a_damaged_checkpoint_names_the_intact_ones_beside_it(tmp_path):
+    from tuneup.trainer.state.resume import resolve
+
+    folder = tmp_path / "old_run" / "checkpoints"
+    folder.mkdir(parents=True)
+    for step in (27, 28, 29):
+        write(folder, checkpoint_name(0, step), float(step), step=step)
+    bad = write(folder, checkpoint_name(0, 30), 30.0, step=30)
+    flip_tensor_bytes(bad)
+    flip_tensor_bytes(
+        write(folder, checkpoint_name(0, 31), 31.0, step=31)
+    )  # damaged too: not named
+    with pytest.raises(UnreadableCheckpoint) as info:
+        resolve(str(bad), tmp_path / "new_run")
+    said = str(info.value)
+    assert said.startswith(f"{bad} is corrupt: its bytes do not match")  # what is wrong, first
+    intact = [checkpoint_name(0, s) for s in (29, 28, 27)]
+    assert (f"Intact beside it, newest first: {intact[0]} (step 29), {intact[1]} (step 28), "
+            f"{intact[2]} (step 27); continue with resume={folder / intact[0]}, or resume=auto "
+            f"hydra.run.dir={tmp_path / 'old_run'}") in said  # fmt: skip
+    assert checkpoint_name(0, 31) not in said
+    with pytest.raises(UnreadableCheckpoint, match=r"or resume=auto \(the newest intact one\)"):
+        resolve(str(bad), tmp_path / "old_run")  # in its own run directory: resume=auto
+    path, _ = resolve("auto", tmp_path / "old_run")  # which is what auto picks
+    assert path.name == intact[0]
+    shards = folder / checkpoint_name(0, 32)  # a sharded one whose shard's bytes changed
+    shards.mkdir()
+    (shards / ".metadata").write_bytes(b"index")
+    (shards / "__1_0.distcp").write_bytes(b"shard one")
+    sharded.write_manifest(shards, {"__1_0.distcp": sharded.sha256(shards / "__1_0.distcp")})
+    (shards / "__1_0.distcp").write_bytes(b"shard 0ne")
+    with pytest.raises(UnreadableCheckpoint) as info:
+        resolve(str(shards), tmp_path / "new_run")
+    assert str(info.value).startswith(f"{shards / '__1_0.distcp'} is corrupt")
+    assert f"newest first: {intact[0]} (step 29), {intact[1]} (step 28)" in str(info.value)

@@ -1,7 +1,13 @@
 """Bad input stops the run before anything is built, naming the key and what is allowed."""
 
-import pytest
+import json
 
+import pytest
+from omegaconf import OmegaConf
+
+from tests.conftest import TINY, compose_config, run_cli
+from tuneup.config import BUILTIN_DIR as BUILTIN
+from tuneup.trainer.checks import inert_problems
 from tuneup.trainer.runner import ConfigError, run
 
 
@@ -30,3 +36,85 @@ def test_a_bad_key_or_value_is_named(make_config, tmp_path, overrides, expected)
 def test_endless_training_with_a_constant_schedule_runs(train):
     summary, _ = train("trainer.max_epochs=-1", "trainer.max_steps=3", "scheduler=constant")
     assert summary["status"] == "ok" and summary["steps"] == 3
+
+
+# -- a setting of a plugin that is off (issue 43 point 13) --------------------------------------
+
+
+def _switching_on(group):
+    """The built-in options of ``group`` that switch its plugin on, and each one's settings."""
+    from tuneup.config import _option_node, builtin_dir
+
+    found = {}
+    for path in sorted((builtin_dir() / group).glob("*.yaml")):
+        node = OmegaConf.to_container(_option_node(path, group))
+        if "plugin" in node:
+            found[path.stem] = {k: v for k, v in node.items() if k not in ("plugin", "name")}
+    return found
+
+
+OFF_GROUPS = sorted(p.parent.name for p in BUILTIN.glob("*/off.yaml"))
+
+
+def test_every_group_with_an_off_option_is_in_the_table():
+    assert {"activation_checkpointing", "augment", "checkpoint", "compile", "ema",
+            "label_smoothing", "profiler", "progressive_resize", "tta"} <= set(OFF_GROUPS)  # fmt: skip
+
+
+@pytest.mark.parametrize("group", OFF_GROUPS)
+def test_the_off_option_takes_the_settings_of_the_options_that_switch_it_on(group):
+    """Each off option carries every setting of its group's other options, so that Hydra takes
+    ``-m ema=off,on ema.decay=0.9``; with the same values, so that a run that gives none of them
+    is not told it did (tuneup.config.inert_settings)."""
+    from tuneup.config import off_defaults, options_switching_on
+
+    on = _switching_on(group)
+    assert on and sorted(on) == options_switching_on(group)
+    off = off_defaults(group)
+    assert "plugin" not in off  # the plugin stays out
+    for option, settings in on.items():
+        assert set(settings) <= set(off), (
+            f"{group}=off lacks {set(settings) - set(off)} of {option}"
+        )
+    assert any({k: off[k] for k in s} == s for s in on.values())  # one option's defaults
+    if not any(on.values()):
+        return  # a plugin without settings (cudnn_benchmark=on, tta=flip)
+    # composed with a setting given, as a sweep's job with the plugin off is: accepted, and the
+    # single run's check names it (a value nothing reads)
+    key, value = next((k, v) for k, v in off.items() if k != "name")
+    other = [1] if isinstance(value, list) else (not value if isinstance(value, bool) else 7)
+    cfg = compose_config([f"{group}=off", f"{group}.{key}={other}"])
+    assert inert_problems(cfg)[0].startswith(f"{group}.{key}={other} does nothing: {group}=off")
+    assert inert_problems(compose_config([f"{group}=off"])) == []
+
+
+def test_a_setting_of_a_plugin_that_is_off_is_refused_in_a_single_run(tmp_path):
+    for overrides in (["ema=off", "ema.decay=0.9"], ["ema=off", "++ema.decay=0.9"]):
+        with pytest.raises(ConfigError) as info:
+            run(compose_config(overrides), run_dir=tmp_path)
+        assert ("ema.decay=0.9 does nothing: ema=off leaves the plugin out, nothing reads its "
+                "settings; switch it on with ema=on") in str(info.value)  # fmt: skip
+    assert not (tmp_path / "checkpoints").exists()
+
+
+def test_a_sweep_switches_a_plugin_off_and_on_with_its_setting(tmp_path):
+    sweep = tmp_path / "sweep"
+    result = run_cli("-m", "ema=off,on", "ema.decay=0.9", f"hydra.sweep.dir={sweep}", *TINY,
+                     "data.image_size=8", "trainer.max_steps=2",
+                     "checkpoint=off", "trainer.enable_progress_bar=false", tiny=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    off, on = (json.loads((sweep / str(n) / "summary.json").read_text()) for n in (0, 1))
+    assert off["status"] == on["status"] == "ok"
+    assert "ema" not in off["plugins"]  # inert where the plugin is off
+    assert on["plugins"]["ema"]["decay"] == 0.9  # read where it is on
+
+
+def test_a_resumed_run_does_not_list_an_off_plugins_unread_settings_as_changes():
+    from tuneup.trainer.state.changes import differences, snapshot
+
+    off, on = (snapshot(compose_config([f"ema={c}", "checkpoint=off"])) for c in ("off", "on"))
+    assert off["ema.name"] == "off" and "ema.decay" not in off  # as a checkpoint records it
+    assert "checkpoint.keep_last" not in off
+    changed = [key for key, _, _ in differences(off, on) if key.startswith("ema.")]
+    assert changed == ["ema.decay", "ema.every_n_steps", "ema.name", "ema.plugin",
+                       "ema.validate_with", "ema.warmup"]  # fmt: skip

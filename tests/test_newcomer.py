@@ -8,8 +8,8 @@ import logging
 import pytest
 import torch
 
-from tests.conftest import compose_config
-from tuneup.config import choice_hints, override_hints
+from tests.conftest import compose_config, run_cli
+from tuneup.hints import choice_hints, override_hints
 from tuneup.trainer.runner import ConfigError, run
 
 
@@ -127,3 +127,112 @@ def test_fp16_on_a_cpu_warns_at_start_and_names_faster_choices(train, caplog):
     assert warning.startswith("precision: precision=fp16 on cpu: float16 has no fast CPU kernels")
     assert "precision=fp32" in warning and "precision=amp" in warning
     assert summary["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        # a group's name mistyped: model, not mode (a value, which has no .hidden), and the
+        # option that has hidden, where the chosen one (small_resnet) has none (issue 43 point 14)
+        (["modle.hidden=[32]"], "did you mean model=mlp model.hidden=[32]? (modle is not a config "
+         "group or setting)"),
+        (["model=mlp", "modle.hidden=[32]"], "did you mean model.hidden=[32]? (modle is not a "
+         "config group or setting)"),
+        (["-m", "modle.hidden=[32],[64]"], "did you mean model=mlp model.hidden=[32],[64]? "
+         "(modle is not a config group or setting)"),
+        (["model.hiden=[3]"], "did you mean model=mlp model.hidden=[3]? (model=small_resnet has no "
+         "hiden)"),
+        (["model.foo=1"], "model.foo is not a setting of model=small_resnet; its settings are: "
+         "blocks, width"),
+        (["model=mlp", "model.width=8"], "model.width is not a setting of model=mlp (its settings "
+         "are: hidden); it is one of model=gpt, model=resnet18, model=resnet34, model=resnet50, "
+         "model=small_resnet"),
+        (["precison=bf16"], "did you mean precision=bf16? (precison is not a setting; "
+         "+precison=bf16 would be refused: nothing reads it)"),
+        (["ema=on", "+ema.decay=0.9"], "ema.decay is a setting already: give it without the +, "
+         "ema.decay=0.9"),
+        (["ema=off", "+ema.decay=0.9"], "ema.decay is a setting already: give it without the +, "
+         "ema.decay=0.9; but with ema=off nothing reads it: switch the plugin on with ema=on"),
+    ],
+)  # fmt: skip
+def test_a_mistyped_key_gets_the_key_meant(argv, expected):
+    assert override_hints(argv) == [expected]
+
+
+def test_a_mistyped_option_gets_the_option_meant():
+    assert choice_hints(["weight_decay=skip_norm"]) == [
+        "weight_decay=skip_norm is not an option of weight_decay; its options are: all, "
+        "skip_norms_biases; did you mean weight_decay=skip_norms_biases?"
+    ]
+
+
+def test_a_node_mistyped_with_a_plus_gets_the_node_meant(tmp_path):
+    assert refused(tmp_path, "+modle.hidden=[32]").endswith(
+        "modle is not allowed: modle is not a config group or setting, nothing would read it; "
+        "did you mean model.hidden=[32]?"
+    )
+    assert "model.hidden is not a setting of model=small_resnet; its settings are: blocks, width; "\
+        "it is a setting of model=mlp" in refused(tmp_path, "+model.hidden=[32]")  # fmt: skip
+
+
+def test_a_mistyped_group_is_one_line_on_the_command_line(cli, tmp_path):
+    result = cli("modle.hidden=[32]")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "error: did you mean model=mlp model.hidden=[32]? (modle is not a config group or setting)"
+    )
+
+
+# -- the autotune and a user's own preset (issue 43 point 15) -----------------------------------
+
+MINE = "# @package _global_\ndefaults:\n  - override /model: mlp\noptimizer:\n  lr: 0.05\n"
+
+
+def test_two_presets_given_apart_are_refused_naming_the_list_that_combines_them(tmp_path):
+    (tmp_path / "conf" / "experiment").mkdir(parents=True)
+    (tmp_path / "conf" / "experiment" / "mine.yaml").write_text(MINE)
+    result = run_cli("-m", "experiment=mine", "experiment=autotune", cwd=tmp_path, tiny=False)
+    assert result.returncode == 1  # not the default small_resnet autotuned, exit 0
+    assert result.stderr.strip() == (
+        "error: experiment is given 2 times (experiment=mine experiment=autotune): Hydra would "
+        "use the last one alone; presets combine as one list, experiment=[mine,autotune] (a "
+        "later one's values win)"
+    )
+    assert not (tmp_path / "multirun").exists()
+    # the list composes both: the user's model and lr, the autotune's sweeper and settings
+    cfg = compose_config(["experiment=[mine,autotune]"], tiny=False, config_dir=tmp_path / "conf")
+    assert cfg.model.name == "mlp" and cfg.optimizer.lr == 0.05 and "autotune" in cfg
+
+
+def test_the_recipe_of_an_autotuned_preset_builds_on_that_preset(tmp_path):
+    from tuneup.autotune.recipe import recipe_overrides, write_recipe
+    from tuneup.config import compose
+
+    command = ["experiment=[mine,autotune]", "optimizer.lr=0.1", "autotune.budget_minutes=1"]
+    overrides = recipe_overrides(command, ("precision=bf16",))
+    assert overrides == ["experiment=[mine]", "optimizer.lr=0.1", "precision=bf16"]
+    sweep = tmp_path / "sweep"
+    write_recipe(sweep, overrides, lambda key: key in ("precision", "model"), header=[])
+    (sweep / "conf" / "experiment" / "mine.yaml").write_text(MINE)  # as the user's ./conf has it
+    cfg = compose(["experiment=recipe"], config_dir=sweep / "conf")
+    assert cfg.model.name == "mlp"  # the preset's
+    assert cfg.optimizer.lr == 0.1 and cfg.precision.name == "bf16"  # the command's, the found
+
+
+def test_the_autotunes_own_error_is_shown_not_a_hint_about_valid_keys(tmp_path):
+    own = ["-m", "experiment=autotune", "model=custom", "model._target_=mynet.Net",
+           "data=custom", "data._target_=mynet.data"]  # fmt: skip
+    result = run_cli(*own, "autotune.objective=time_to_targt", cwd=tmp_path, tiny=False)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "error: autotune settings:",
+        "  - autotune.objective='time_to_targt' is not allowed: expected throughput | "
+        "time_to_target",
+    ]
+    result = run_cli(*own, "autotune.objective=time_to_target", cwd=tmp_path, tiny=False)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        "error: autotune.objective=time_to_target needs a target: add e.g. target.metric=val/acc "
+        "target.value=0.9 (and target.check_every_n_steps=...)"
+    )
+    assert "did you mean" not in result.stderr

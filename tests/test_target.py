@@ -11,6 +11,7 @@ import json
 import signal
 
 import pytest
+import torch
 
 import tuneup
 from tests.conftest import compose_config, run_cli
@@ -179,3 +180,22 @@ def test_a_long_runs_history_stays_within_its_limit_spanning_the_run():
     assert steps[0] == 1 and steps[-1] == 5 * HISTORY_LIMIT and steps == sorted(steps)
     figures = race.figures(1)  # the crossing and the best are exact, whatever was thinned
     assert figures["steps_to_target"] == 5 * HISTORY_LIMIT // 2 and figures["target"]["best"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("logged", "target", "mode"),
+    [
+        (342 / 360, 0.95, "max"),  # digits: 95.0 % logged as the float32 0.949999988
+        (324 / 360, 0.9, "max"),  # 90.0 %
+        (0.1, 0.1, "min"),  # a loss exactly on its target
+        (1 / 3, 1 / 3, "min"),
+    ],
+)
+def test_a_metric_exactly_on_the_target_reaches_it(logged, target, mode):
+    value = torch.tensor(logged, dtype=torch.float32).item()  # what Lightning's metric holds
+    assert value != target  # the float32 value differs from the float64 target...
+    race = Race("val/acc" if mode == "max" else "val/loss", target, mode, clock=lambda: 0.0)
+    assert race.validation_end(step=10, value=value) is True  # ...but it is on the target
+    assert race.figures(1)["steps_to_target"] == 10
+    below = torch.tensor(logged - 1 / 360 if mode == "max" else logged + 1e-3).item()
+    assert Race("m", target, mode, clock=lambda: 0.0).validation_end(10, below) is False

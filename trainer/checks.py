@@ -13,7 +13,7 @@ import re
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from tuneup.config import did_you_mean
+from tuneup.hints import did_you_mean
 from tuneup.trainer import callbacks
 from tuneup.trainer.optim import check_optim
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
@@ -69,6 +69,7 @@ def core_problems(cfg, env, plan) -> list[str]:
             "allowed here: cpu or auto"
         )
     found += _trainer_argument_problems(cfg) + _length_problems(cfg) + _unknown_keys(cfg)
+    found += inert_problems(cfg)
     found += plan.problems + check_optim(cfg) + callbacks.problems(cfg) + clip_problems(cfg, plan)
     return found
 
@@ -109,10 +110,45 @@ def _unknown_keys(cfg) -> list[str]:
         settings = ", ".join(sorted(allowed - {"name", "plugin"}))
         for key in sorted(set(node) - allowed):
             match = did_you_mean(key, allowed - {"name", "plugin"})
-            hint = f"; did you mean {group}.{match}?" if match else ""
+            hint = f"; did you mean {group}.{match}?" if match else _other_options(group, key)
             found.append(f"{group}.{key} is not a setting of {group}={node.name}; its settings "
                          f"are: {settings}{hint}")  # fmt: skip
     return found + _unknown_feature_keys(cfg)
+
+
+def _other_options(group: str, key: str) -> str:
+    """``; it is a setting of model=mlp``: the built-in options of ``group`` that have ``key``."""
+    from tuneup.config import builtin_dir
+
+    others = sorted(p.stem for p in (builtin_dir() / group).glob("*.yaml") if key in _yaml(p))
+    return f"; it is a setting of {' and '.join(f'{group}={o}' for o in others)}" if others else ""
+
+
+def inert_problems(cfg) -> list[str]:
+    """A setting of a plugin that is off (``ema=off ema.decay=0.9``) does nothing: refused in
+    a single run, as a key nothing reads is. In a sweep it is inert where the plugin is off,
+    read where it is on (``-m ema=off,on ema.decay=0.9``): each job is one point of the
+    sweep's grid, which gives the setting to all of them."""
+    from tuneup.config import inert_settings, options_switching_on
+
+    if _in_a_sweep():
+        return []
+    found = []
+    for group, key, value in inert_settings(cfg):
+        on = " or ".join(f"{group}={o}" for o in options_switching_on(group))
+        found.append(f"{group}.{key}={value} does nothing: {group}=off leaves the plugin out, "
+                     f"nothing reads its settings; switch it on with {on}, or leave "
+                     f"{group}.{key} out (in a sweep, -m {group}=off,... {group}.{key}={value} "
+                     "sets it where the plugin is on)")  # fmt: skip
+    return found
+
+
+def _in_a_sweep() -> bool:
+    """Whether this run is one job of a Hydra multirun (a sweep, an autotune's trial)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 #: Feature groups whose plugin names its own unknown keys in its check.
@@ -191,11 +227,29 @@ def _unknown_top_level(cfg) -> list[str]:
             continue
         value = cfg.get(key)
         shown = key if isinstance(value, DictConfig) else f"{key}={value}"
-        match = did_you_mean(key, known)
-        hint = f"; did you mean {shown.replace(key, match, 1)}?" if match else ""
+        match = did_you_mean(key, known, prefer=_is_node(cfg) if shown == key else None)
+        hint = f"; did you mean {_meant(match, value)}?" if match else ""
         found.append(f"{shown} is not allowed: {key} is not a config group or setting, nothing "
                      f"would read it{hint}")  # fmt: skip
     return found
+
+
+def _is_node(cfg):
+    """For ``+modle.hidden=32``: whether a top-level name is a node or a group (``model``),
+    which a key with parts can be meant for, unlike a value (``mode``)."""
+    from tuneup.config import builtin_dir
+
+    return lambda name: isinstance(cfg.get(name), DictConfig) or (builtin_dir() / name).is_dir()
+
+
+def _meant(name: str, value) -> str:
+    """``name`` with ``value`` as an override: ``model.hidden=32`` for ``{hidden: 32}``."""
+    if not isinstance(value, DictConfig):
+        return f"{name}={value}"
+    leaves = [(k, v) for k, v in value.items() if not isinstance(v, DictConfig)]
+    if len(value) == 1 and len(leaves) == 1:
+        return f"{name}.{leaves[0][0]}={leaves[0][1]}"
+    return name
 
 
 def _length_problems(cfg) -> list[str]:

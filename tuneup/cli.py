@@ -65,11 +65,14 @@ def main() -> None:
     if any(a in ("-h", "--help") for a in argv):
         print(help_text(argv))
         return
-    from tuneup import config
+    from tuneup import config, hints
     from tuneup.trainer.state.preemption import COMMAND_VARIABLE, command_name
 
     os.environ.setdefault(COMMAND_VARIABLE, command_name())  # for the processes launchers start
     config.warn_shadowed(argv)
+    for line in hints.repeated_presets(argv):  # Hydra would use the last one alone
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        raise SystemExit(1)
     argv = resumed_settings(argv)
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # the user's own modules, as `python -m tuneup` sees them
@@ -80,13 +83,14 @@ def main() -> None:
     except (SystemExit, Exception) as exc:  # Hydra reports its own errors, then exits 1
         if not _started and (not isinstance(exc, SystemExit) or exc.code == 1):
             try:  # a typo'd option ("Could not find") or key ("Could not override"): what was meant
-                hints = config.choice_hints(argv) or config.override_hints(argv)
+                refused = held.refused_override()  # not another error (a sweeper's own line)
+                meant = (hints.choice_hints(argv) or hints.override_hints(argv)) if refused else []
             except Exception:  # a hint must never hide Hydra's own message
-                hints = []
-            if hints:  # ours alone: Hydra's 12 lines (and its "use +key") would contradict it
+                meant = []
+            if meant:  # ours alone: Hydra's 12 lines (and its "use +key") would contradict it
                 held.discard()
             held.release()
-            for line in hints:
+            for line in meant:
                 print(f"error: {line}", file=sys.stderr, flush=True)
         raise
     finally:
@@ -127,6 +131,13 @@ class _HeldStderr:
 
     def discard(self) -> None:
         self.held.clear()
+
+    def refused_override(self) -> bool:
+        """Whether what is held is Hydra refusing an override of the command line: an option
+        or a key it cannot find, or a ``+`` before a key that exists. Any other error (the
+        autotune's ``error: autotune.objective=...``) is the one to show, with no hint."""
+        text = "".join(self.held)
+        return any(f"Could not {what}" in text for what in ("override", "find", "append"))
 
     def release(self) -> None:
         if not self.released:

@@ -257,104 +257,56 @@ def _is_global(path: Path) -> bool:
     return False
 
 
-def did_you_mean(name: str, candidates) -> str | None:
-    """The candidate ``name`` is most likely a typo of, or None."""
-    import difflib
-
-    found = difflib.get_close_matches(name, sorted(set(candidates)), n=1, cutoff=0.75)
-    return found[0] if found else None
+# -- settings of a plugin that is off: inert (a sweep's ema=off,on ema.decay=0.9) ----------------
 
 
-def suggest_key(cfg, key: str, extra: dict[str, set[str]] | None = None) -> str | None:
-    """The existing dotted key of ``cfg`` that ``key`` is most likely a typo of, or None.
-    ``extra``: more names allowed under a parent (``trainer``: Lightning's arguments)."""
-    parent, _, leaf = key.rpartition(".")
-    node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
-    candidates = set(node.keys()) if hasattr(node, "keys") else set()
-    candidates |= (extra or {}).get(parent, set())
-    match = did_you_mean(leaf, candidates)
-    return None if match is None else (f"{parent}.{match}" if parent else match)
+#: The option that leaves a group's plugin out. It carries every setting of the group's other
+#: options, with their defaults, so that a setting composes with it: ``-m ema=off,on
+#: ema.decay=0.9`` sweeps, the setting read where the plugin is on (tests/test_config_errors.py).
+OFF = "off"
 
 
-def override_hints(argv: list[str]) -> list[str]:
-    """For overrides Hydra refused as unknown keys (``precison=bf16``: "Could not override"),
-    the key most likely meant. Composes the config again, so only called after a failure."""
-    from hydra._internal.utils import get_args_parser
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import OverrideType
+def plugin_is_off(cfg, group: str) -> bool:
+    """Whether ``group`` is a built-in group with an ``off`` option, chosen in ``cfg``."""
+    node = cfg.get(group)
+    return (
+        (builtin_dir() / group / f"{OFF}.yaml").is_file()
+        and OmegaConf.is_dict(node)
+        and "plugin" not in node
+        and node.get("name") == OFF
+    )
 
-    try:
-        args = get_args_parser().parse_args(argv)
-        overrides = OverridesParser.create().parse_overrides(args.overrides)
-    except Exception:
-        return []
-    changes = [o for o in overrides if o.type == OverrideType.CHANGE and o.package is None
-               and not o.key_or_group.startswith(f"{HYDRA_GROUP}.")]  # fmt: skip
-    chosen = [o.input_line for o in changes if "." not in o.key_or_group
-              and not o.is_sweep_override()]  # fmt: skip
-    cfg = None
-    for attempt in (chosen, []):  # the groups as chosen, else the defaults
-        try:
-            cfg = compose(attempt, config_dir=args.config_dir)
-            break
-        except Exception:
+
+def options_switching_on(group: str) -> list[str]:
+    """The built-in options of ``group`` that switch its plugin on (``ema``: ``on``)."""
+    found = []
+    for path in sorted((builtin_dir() / group).glob("*.yaml")):
+        node = _option_node(path, group)
+        if OmegaConf.is_dict(node) and "plugin" in node:
+            found.append(path.stem)
+    return found
+
+
+def off_defaults(group: str) -> dict:
+    """The settings the ``off`` option of a built-in group carries, with their values."""
+    node = _option_node(builtin_dir() / group / f"{OFF}.yaml", group)
+    return OmegaConf.to_container(node) if OmegaConf.is_dict(node) else {}
+
+
+def _option_node(path: Path, group: str):
+    """What an option file gives its group's node (a ``_global_`` file: its ``group`` key)."""
+    loaded = OmegaConf.load(path)
+    return loaded.get(group) if _is_global(path) else loaded
+
+
+def inert_settings(cfg) -> list[tuple[str, str, object]]:
+    """(group, key, value) of each setting given to a built-in plugin that is off
+    (``ema=off ema.decay=0.9``): a value other than the off option's own, which nothing reads."""
+    found = []
+    for path in sorted(builtin_dir().glob(f"*/{OFF}.yaml")):
+        group = path.parent.name
+        if not plugin_is_off(cfg, group):
             continue
-    if cfg is None:
-        return []
-    hints, absent = [], object()
-    for o in changes:
-        key = o.key_or_group
-        if OmegaConf.select(cfg, key, default=absent) is not absent:
-            continue
-        match = suggest_key(cfg, key)
-        if match is None and key.startswith("trainer."):  # Lightning's others, with a +
-            match = suggest_key(cfg, key, {"trainer": trainer_arguments()})
-        if match is not None:
-            value = o.input_line.split("=", 1)[1]
-            plus = "" if OmegaConf.select(cfg, match, default=absent) is not absent else "+"
-            hints.append(f"did you mean {plus}{match}={value}? ({key} is not a setting; "
-                         f"+{key}={value} would be refused: nothing reads it)")  # fmt: skip
-    return hints
-
-
-def choice_hints(argv: list[str]) -> list[str]:
-    """For a group override whose option does not exist (``precision=fp61``, ``model=resnet``):
-    one line naming the group's options and the one most likely meant. Reads the config
-    folders only (nothing composed), so Hydra's 12-line "Could not find" can be replaced."""
-    from hydra._internal.utils import get_args_parser
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.core.override_parser.types import OverrideType
-
-    try:
-        args = get_args_parser().parse_args(argv)
-        overrides = OverridesParser.create().parse_overrides(args.overrides)
-    except Exception:
-        return []
-    options: dict[str, set[str]] = {}
-    for _, folder in config_dirs(["--config-dir", args.config_dir] if args.config_dir else []):
-        for group, names in groups(folder).items():
-            options.setdefault(group, set()).update(names)
-    hints = []
-    for o in overrides:
-        group = o.key_or_group
-        if o.type != OverrideType.CHANGE or o.package is not None or group not in options:
-            continue
-        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.value()]
-        for value in values:
-            if not isinstance(value, str) or value in options[group]:
-                continue
-            known = sorted(options[group])
-            match = did_you_mean(value, known)
-            meant = f"; did you mean {group}={match}?" if match else ""
-            hints.append(f"{group}={value} is not an option of {group}; its options are: "
-                         f"{', '.join(known)}{meant}")  # fmt: skip
-    return hints
-
-
-def trainer_arguments() -> set[str]:
-    """The Lightning Trainer's argument names (imports Lightning: seconds, so only on demand)."""
-    import inspect
-
-    import pytorch_lightning as pl
-
-    return set(inspect.signature(pl.Trainer.__init__).parameters) - {"self"}
+        own, given = off_defaults(group), OmegaConf.to_container(cfg[group])
+        found += [(group, k, v) for k, v in given.items() if k in own and v != own[k]]
+    return found

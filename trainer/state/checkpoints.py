@@ -186,6 +186,25 @@ def newest_valid(directory: str | Path) -> tuple[Path, dict] | None:
     return None
 
 
+def intact_beside(path: str | Path, limit: int = 3) -> list[tuple[Path, int]]:
+    """Up to ``limit`` checkpoints in the folder of ``path`` (itself left out) that read and
+    match their checksums, newest first, each with its optimizer step: what a refused
+    ``resume=<path>`` can continue from instead."""
+    path = Path(path)
+    found = []
+    for candidate in scan(path.parent, contents=False):
+        if len(found) == limit:
+            break
+        if candidate.problem is not None or candidate.path.resolve() == path.resolve():
+            continue
+        try:
+            verify(candidate.path)
+        except UnreadableCheckpoint:
+            continue
+        found.append((candidate.path, candidate.progress[0]))
+    return found
+
+
 def prune(directory: str | Path, keep: int, protect: str | Path | None = None) -> list[Path]:
     """Delete all but the ``keep`` furthest-trained checkpoints, never ``protect`` (the one a
     run resumed from); return what was deleted.

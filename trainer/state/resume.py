@@ -30,8 +30,8 @@ from omegaconf import OmegaConf
 
 from tuneup import TuneupError
 from tuneup.trainer.state import changes
-from tuneup.trainer.state.checkpoint_read import load
-from tuneup.trainer.state.checkpoints import checkpoint_files, newest_valid
+from tuneup.trainer.state.checkpoint_read import UnreadableCheckpoint, load
+from tuneup.trainer.state.checkpoints import checkpoint_files, intact_beside, newest_valid
 from tuneup.trainer.state.data_order import data_shard
 from tuneup.trainer.state.progress import epochs_done, limit_reached, progress
 
@@ -79,7 +79,25 @@ def resolve(resume, run_dir: str | Path, weights_only: bool = False) -> tuple[Pa
             f"resume={resume!r} is a directory, not a checkpoint; give a .ckpt file or "
             "directory in it, or resume=auto with hydra.run.dir set to the run directory"
         )
-    return path, load(path, mmap=True)
+    try:
+        return path, load(path, mmap=True)
+    except UnreadableCheckpoint as exc:  # what is wrong, then what to do about it
+        raise UnreadableCheckpoint(f"{exc}{_instead(path, directory)}") from None
+
+
+def _instead(path: Path, directory: Path) -> str:
+    """The intact checkpoints beside a damaged ``resume=<path>``, and how to continue."""
+    intact = intact_beside(path)
+    if not intact:
+        return f"; no intact checkpoint beside it in {path.parent}"
+    listed = ", ".join(f"{p.name} (step {step})" for p, step in intact)
+    text = f". Intact beside it, newest first: {listed}; continue with resume={intact[0][0]}"
+    if path.parent.resolve() == directory.resolve():
+        return text + " or resume=auto (the newest intact one)"
+    if path.parent.name == CHECKPOINT_DIR:  # another run's: auto in that run's directory
+        return text + (f", or resume=auto hydra.run.dir={path.parent.parent} (that run, in "
+                       "place, from its newest intact one)")  # fmt: skip
+    return text
 
 
 def complete(cfg, run_dir: str | Path, path: Path, checkpoint: dict) -> str | None:

@@ -24,10 +24,23 @@ NOT_IN_RECIPE = ("experiment", "autotune", "hydra", "report")
 RELATIVE_PATH = Path("conf") / "experiment" / "recipe.yaml"
 
 
+#: The presets' group: ``experiment=[mine,autotune]`` autotunes the user's preset ``mine``.
+PRESETS = "experiment"
+
+
 def recipe_overrides(command: list[str], found: tuple[str, ...]) -> list[str]:
-    """The user's training overrides, then what the autotune found."""
+    """The user's own presets, the user's training overrides, then what the autotune found."""
     own = [o for o in command if _key(o).split(".")[0].split("/")[0] not in NOT_IN_RECIPE]
-    return [*own, *found]
+    return [*_own_presets(command), *own, *found]
+
+
+def _own_presets(command: list[str]) -> list[str]:
+    """``experiment=[mine]`` for ``experiment=[mine,autotune]``: the presets the recipe builds on."""
+    for override in OverridesParser.create().parse_overrides(list(command)):
+        if override.key_or_group == PRESETS and isinstance(override.value(), list):
+            names = [n for n in override.value() if n != "autotune"]
+            return [f"{PRESETS}=[{','.join(names)}]"] if names else []
+    return []
 
 
 def recipe_text(overrides: list[str], is_group: Callable[[str], bool], header: list[str]) -> str:
@@ -37,7 +50,9 @@ def recipe_text(overrides: list[str], is_group: Callable[[str], bool], header: l
         key = override.key_or_group
         if override.is_delete():
             continue
-        if is_group(key):
+        if key == PRESETS:  # the user's presets first: the recipe's own values win over theirs
+            defaults[:0] = [f"/{PRESETS}/{name}" for name in override.value()]
+        elif is_group(key):
             prefix = "" if override.is_add() else "override "
             defaults.append({f"{prefix}/{key}": override.value()})
         else:

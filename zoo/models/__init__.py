@@ -18,7 +18,7 @@ config instead (``ModelSpec.own_config``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from torch import nn
@@ -91,7 +91,12 @@ def check_model(cfg) -> list[str]:
     found = problems(cfg, MODELS[name].rules)
     for key in ("blocks", "hidden"):
         values = cfg.model.get(key)
-        if values is not None and (len(values) == 0 or not all(Integer(low=1)(v) for v in values)):
+        if values is not None and (isinstance(values, str) or not isinstance(values, Sequence)):
+            found.append(f"model.{key}={values!r} is not allowed: expected a non-empty list of "
+                         f"integers >= 1, e.g. model.{key}=[{values}]")  # fmt: skip
+        elif values is not None and (
+            len(values) == 0 or not all(Integer(low=1)(v) for v in values)
+        ):
             found.append(
                 f"model.{key}={list(values)!r} is not allowed: expected a non-empty list "
                 "of integers >= 1"
