@@ -224,3 +224,22 @@ def test_two_objectives_give_a_pareto_front(tmp_path):
     assert png_size(sweep_dir / "pareto.png") == (700, 500)
     results = OmegaConf.load(sweep_dir / "optimization_results.yaml")
     assert sorted(s.trial for s in results.solutions) == front
+
+
+@pytest.mark.parametrize("where", ["sqlite", "journal"])
+def test_a_storage_that_cannot_be_written_is_one_line_before_any_trial(tmp_path, where):
+    """A database in a folder that does not exist, a journal file under a file: one line that
+    names the storage, exit code 1, and no trial run (not SQLAlchemy's two tracebacks)."""
+    (tmp_path / "a_file").write_text("")
+    storage = {
+        "sqlite": f"sqlite:///{tmp_path / 'missing' / 'optuna.db'}",
+        "journal": str(tmp_path / "a_file" / "optuna.journal"),
+    }[where]
+    done, sweep_dir = sweep(tmp_path, *SHORT, f"hydra.sweeper.storage={storage}")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr
+    assert done.stderr.startswith(f"error: hydra.sweeper.storage={storage}: cannot open or write")
+    hint = {"sqlite": f"the folder {tmp_path / 'missing'} does not exist",
+            "journal": f"{tmp_path / 'a_file'} is not a folder"}[where]  # fmt: skip
+    assert hint in done.stderr and "Traceback" not in done.stdout + done.stderr
+    assert not (sweep_dir / "0").exists()  # no trial ran
