@@ -117,9 +117,10 @@ class OptunaSearch:
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         storage = studies.resolve_storage(settings.storage, sweep_dir)
         opened = studies.open_storage(storage)
-        study = studies.create_study(opened, settings.study_name, sampler, pruner,
-                                     settings.directions)  # fmt: skip
-        studies.recover_interrupted(study, opened)
+        with studies.storage_errors(storage):  # an existing read-only file fails on writing
+            study = studies.create_study(opened, settings.study_name, sampler, pruner,
+                                         settings.directions)  # fmt: skip
+            studies.recover_interrupted(study, opened)
         log.info("optuna: study '%s' in %s, %s, %s; %d of %d trials finished", study.study_name,
                  storage, type(sampler).__name__, type(pruner).__name__,
                  len(studies.finished(study)), n_trials)  # fmt: skip
