@@ -16,7 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, python
-from tests.report_tables import png_size, read_table
+from tests.report_tables import png_size, read_table, run_name
 from tests.test_sweeps import sweep
 
 optuna = pytest.importorskip("optuna")
@@ -122,24 +122,36 @@ def dead_pid() -> int:
     return process.pid
 
 
-def killed_while_running(tmp_path, *args) -> None:
-    """Start ``run.py -m ARGS`` and kill it (SIGKILL: no clean-up) once its first trial runs;
-    returns when that trial's process is gone."""
+def killed_while_running(tmp_path, *args, trial: int = 0, started: str = "") -> None:
+    """Start ``run.py -m ARGS`` and kill it (SIGKILL: no clean-up) once its trial ``trial``
+    runs (once its run directory holds ``started``, when given)."""
     sweep_dir = tmp_path / "sweep"
     command = [*python(), str(ROOT / "run.py"), "-m", f"hydra.sweep.dir={sweep_dir}", *args]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not (sweep_dir / "0").is_dir() and process.poll() is None:
-        assert time.monotonic() < deadline, "the sweep's first trial never started"
+    deadline = time.monotonic() + 240
+    while not (sweep_dir / str(trial) / started).exists() and process.poll() is None:
+        assert time.monotonic() < deadline, f"the sweep's trial {trial} never started"
         time.sleep(0.05)
     process.kill()
     process.wait()
     assert process.returncode == -signal.SIGKILL  # killed, not finished
 
 
+def wait_until_gone(study) -> None:
+    """Until the process of the study's running trial is gone (the zygote ends the trial's
+    process after its client is killed)."""
+    from tuneup.optuna.study import SWEEPER_ATTR, is_gone
+
+    owner = next(t for t in study.trials if t.state.name == "RUNNING").user_attrs[SWEEPER_ATTR]
+    deadline = time.monotonic() + 30
+    while not is_gone(owner):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
 def test_hopeless_trials_are_pruned_and_a_killed_sweep_continues(tmp_path):
-    from tuneup.optuna.study import INTERRUPTED_ATTR, SWEEPER_ATTR, is_gone
+    from tuneup.optuna.study import INTERRUPTED_ATTR
 
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study_args = [
@@ -159,11 +171,7 @@ def test_hopeless_trials_are_pruned_and_a_killed_sweep_continues(tmp_path):
     for folder in ("killed", "continued", "pruned"):
         (tmp_path / folder).mkdir()
     killed_while_running(tmp_path / "killed", *good)
-    owner = optuna.load_study(study_name="tuneup", storage=storage).trials[0].user_attrs
-    deadline = time.monotonic() + 30
-    while not is_gone(owner[SWEEPER_ATTR]):  # the zygote ends the trial's process
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until_gone(optuna.load_study(study_name="tuneup", storage=storage))
     done, continued = sweep(tmp_path / "continued", *good)
     ok(done)
     # The same study again with a hopeless learning-rate range: each new trial is worse than
@@ -192,6 +200,33 @@ def test_hopeless_trials_are_pruned_and_a_killed_sweep_continues(tmp_path):
     assert [r["status"] for r in read_table((sweep_dir / "report.md").read_text())] == [
         "pruned", "pruned"
     ]  # fmt: skip
+
+
+def test_a_sweep_killed_after_some_trials_continues_with_new_values_and_exits_0(tmp_path):
+    """Killed (SIGKILL) in its third trial, then the same command in the same sweep directory:
+    the seeded sampler does not draw the first process's values again, the killed trial's values
+    are run again once, and the killed trial, which does not count, does not fail the sweep."""
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    args = [*SHORT, "hydra.sweeper.n_trials=4", "optimizer.lr=tag(log,interval(1e-3,1))",
+            "optimizer.weight_decay=interval(0,0.1)"]  # fmt: skip
+    killed_while_running(tmp_path, *args, trial=2, started=".hydra/overrides.yaml")  # Hydra's last
+    journal = JournalStorage(JournalFileBackend(str(tmp_path / "sweep" / "optuna.journal")))
+    wait_until_gone(optuna.load_study(study_name="tuneup", storage=journal))
+    done, sweep_dir = sweep(tmp_path, *args)
+    ok(done)  # exit code 0: the killed trial is no failure
+
+    study = optuna.load_study(study_name="tuneup", storage=journal)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2 + ["FAIL"] + ["COMPLETE"] * 2
+    first, killed, again, new = study.trials[:2], study.trials[2], study.trials[3], study.trials[4:]
+    assert again.params == killed.params  # run again, once
+    drawn = [t.params for t in [*first, killed]]
+    assert all(t.params not in drawn for t in new), [t.params for t in study.trials]
+    assert summary(sweep_dir / "2")["status"] == "interrupted"
+    rows = {run_name(r): r for r in read_table((sweep_dir / "report.md").read_text())}
+    assert rows["2"]["status"].startswith("interrupted: the sweep was killed while trial 2 ran")
+    assert rows["2"]["status"].endswith("its values run again as trial 3")
+    assert "did not finish" not in done.stdout + done.stderr
 
 
 def test_two_objectives_give_a_pareto_front(tmp_path):

@@ -40,6 +40,8 @@ SWEEPER_ATTR, RUN_DIR_ATTR, INTERRUPTED_ATTR = (
     "tuneup_run_dir",
     "tuneup_interrupted",
 )
+#: The user attribute of a trial that runs an interrupted trial's values again: that one's number.
+RETRY_ATTR = "tuneup_retry_of"
 
 
 def resolve_storage(storage: str | None, sweep_dir: Path) -> str:
@@ -224,7 +226,7 @@ def recover_interrupted(study, storage) -> list[FrozenTrial]:
                                     INTERRUPTED_ATTR, True)  # fmt: skip
         study.tell(trial.number, state=TrialState.FAIL)
         if trial.params and SWEEPER_ATTR in trial.user_attrs:  # it was launched: run it again
-            study.enqueue_trial(trial.params)
+            study.enqueue_trial(trial.params, user_attrs={RETRY_ATTR: trial.number})
         log.info("optuna: trial %d was running when its sweep stopped: marked failed, its "
                  "values asked again", trial.number)  # fmt: skip
         recovered.append(trial)

@@ -33,6 +33,7 @@ from optuna.trial import TrialState
 from tuneup import TuneupError
 from tuneup.autotune.sweeper import user_errors
 from tuneup.optuna import study as studies
+from tuneup.optuna.resume import continued_sampler, mark_interrupted_runs
 from tuneup.optuna.space import Space, override_value, parse_space
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,15 @@ class OptunaSearch:
         with studies.storage_errors(storage):  # an existing read-only file fails on writing
             study = studies.create_study(opened, settings.study_name, sampler, pruner,
                                          settings.directions)  # fmt: skip
-            studies.recover_interrupted(study, opened)
+            stored = len(study.get_trials(deepcopy=False))
+            recovered = studies.recover_interrupted(study, opened)
+        if stored:  # a continued study: not the first process's draws again (resume.py)
+            node = self.config.hydra.sweeper.get("sampler")
+            study.sampler, _ = self.complete_sampler(
+                space, continued_sampler(node, sampler, stored)
+            )
+            sampler = study.sampler
+        mark_interrupted_runs(sweep_dir, study, recovered)
         log.info("optuna: study '%s' in %s, %s, %s; %d of %d trials finished", study.study_name,
                  storage, type(sampler).__name__, type(pruner).__name__,
                  len(studies.finished(study)), n_trials)  # fmt: skip
@@ -175,9 +184,10 @@ class OptunaSearch:
         _tell(study, trial, state=TrialState.FAIL)
         return True
 
-    def complete_sampler(self, space: Space):
-        """The sampler the config names, and the trials to run (a grid has so many points)."""
-        sampler = self.sampler
+    def complete_sampler(self, space: Space, sampler=None):
+        """The sampler the config names (or ``sampler``, made from its node), and the trials to
+        run (a grid has so many points)."""
+        sampler = self.sampler if sampler is None else sampler
         n_trials = self.settings.n_trials
         if isinstance(sampler, functools.partial):  # the grid: made from the params
             grid = space.grid()

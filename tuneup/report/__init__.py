@@ -112,8 +112,10 @@ class Report:
 
     @property
     def not_ok(self) -> list[Run]:
-        """Runs that did not finish; an Optuna trial its pruner stopped did (plugins/optuna_trial.py)."""
-        return [run for run in self.runs if not run.ok and run.status != "pruned"]
+        """Runs that did not finish; an Optuna trial its pruner stopped did (plugins/optuna_trial.py),
+        and one whose sweep was killed under it is no failure when another trial ran its values
+        again (tuneup/optuna/resume.py)."""
+        return [run for run in self.runs if not (run.ok or run.status == "pruned" or run.run_again)]
 
 
 def build_report(
