@@ -229,6 +229,40 @@ def test_a_sweep_killed_after_some_trials_continues_with_new_values_and_exits_0(
     assert "did not finish" not in done.stdout + done.stderr
 
 
+def test_an_objective_the_runs_never_log_is_refused_before_any_trial(tmp_path):
+    """``val.f1``: the task logs val/loss and val/acc; one line, exit code 1, no trial trained."""
+    done, sweep_dir = sweep(tmp_path, *SHORT, "hydra.sweeper.objectives=[val.f1]")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "error: hydra.sweeper.objectives: val.f1 is not logged by this run: task=classification "
+        "logs val/loss, val/acc at each validation; give one of val.loss, val.acc, or a figure "
+        "of summary.json (samples_per_s, peak_memory_bytes...)"
+    )
+    assert not (sweep_dir / "0").exists()
+
+
+def test_a_trial_without_its_objective_fails_and_so_does_the_sweep(tmp_path):
+    """A figure the run does not write (time to target, without a target): the trial failed,
+    its run's summary says why, the report lists it, and the sweep exits 1 (as for any failed
+    trial)."""
+    done, sweep_dir = sweep(tmp_path, *SHORT, "hydra.sweeper.n_trials=1",
+                            "hydra.sweeper.objectives=[time_to_target_s]",
+                            "hydra.sweeper.direction=minimize")  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    run = summary(sweep_dir / "0")
+    assert run["status"] == "failed" and run["steps"] == 4  # it trained, then failed as a trial
+    assert run["error"].startswith("hydra.sweeper.objectives: time_to_target_s not a number in")
+    assert "its numbers: " in run["error"] and " samples_per_s, " in run["error"]
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    journal = JournalStorage(JournalFileBackend(str(sweep_dir / "optuna.journal")))
+    study = optuna.load_study(study_name="tuneup", storage=journal)
+    assert [t.state.name for t in study.trials] == ["FAIL"]
+    (row,) = read_table((sweep_dir / "report.md").read_text())
+    assert row["status"].startswith("failed: hydra.sweeper.objectives: time_to_target_s")
+    assert "1 of 1 runs did not finish" in done.stdout + done.stderr
+
+
 def test_two_objectives_give_a_pareto_front(tmp_path):
     """Through the installed ``tuneup`` command outside the checkout, as a user runs it: Hydra's
     plugin scan does not see an editable install's hydra_plugins there (the preset's callback

@@ -33,6 +33,7 @@ from optuna.trial import TrialState
 from tuneup import TuneupError
 from tuneup.autotune.sweeper import user_errors
 from tuneup.optuna import study as studies
+from tuneup.optuna.objectives import objective, objective_problems
 from tuneup.optuna.resume import continued_sampler, mark_interrupted_runs
 from tuneup.optuna.space import Space, override_value, parse_space
 
@@ -95,7 +96,7 @@ class OptunaSearch:
     def setup(self, *, hydra_context, task_function, config) -> None:
         from hydra.core.plugins import Plugins
 
-        self.config = config
+        self.config, self.hydra_context = config, hydra_context
         with user_errors():
             self.settings = Settings.from_node(self.node)
         self.launcher = Plugins.instance().instantiate_launcher(
@@ -111,6 +112,7 @@ class OptunaSearch:
 
         settings = self.settings
         space = parse_space(self.node.get("params"), arguments)  # a bad setting: nothing written
+        self.check_objectives(space)
         sampler, n_trials = self.complete_sampler(space)
         pruner = self.study_pruner()
         sweep_dir = Path(self.config.hydra.sweep.dir)
@@ -184,6 +186,23 @@ class OptunaSearch:
         _tell(study, trial, state=TrialState.FAIL)
         return True
 
+    def check_objectives(self, space: Space) -> None:
+        """Refuse, before any trial trains, a ``val.*`` objective the runs never log
+        (objectives.py), for the config of a trial with each parameter at its first value."""
+        from tuneup.trainer.components import Plan
+
+        first = {key: _first(d) for key, d in space.distributions.items()}
+        try:
+            cfg = self.hydra_context.config_loader.load_sweep_config(
+                self.config, space.overrides(first)
+            )
+            found = objective_problems(self.settings.objectives, cfg, Plan(cfg))
+        except Exception as exc:  # the runs report a config that does not compose or build
+            log.debug("optuna: objectives not checked up front: %s", exc)
+            return
+        if found:
+            raise TuneupError("; ".join(found))
+
     def complete_sampler(self, space: Space, sampler=None):
         """The sampler the config names (or ``sampler``, made from its node), and the trials to
         run (a grid has so many points)."""
@@ -220,6 +239,12 @@ def ask(study, space: Space):
         ) from exc
 
 
+def _first(distribution):
+    """A parameter's first value: a choice's first, a range's or an interval's low end."""
+    choices = getattr(distribution, "choices", None)
+    return choices[0] if choices is not None else distribution.low
+
+
 def _tell(study, trial, **kwargs) -> None:
     try:
         study.tell(trial, **kwargs)
@@ -233,13 +258,3 @@ def read_summary(run_dir: Path) -> dict:
         return json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return {}
-
-
-def objective(summary: dict, key: str) -> float | None:
-    """``summary.json``'s value at ``key`` (``val.acc``: summary["val"]["acc"]), if a number."""
-    value = summary
-    for part in key.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        return None
-    return float(value)
