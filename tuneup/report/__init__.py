@@ -89,6 +89,16 @@ class Report:
     common_overrides: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     drawn: list[Path] = field(default_factory=list)  # the figures written (report.md links them)
+    #: With a target (target.metric and target.value): the runs grouped by configuration over
+    #: their seeds, and the best group (race.py); the headline is then time to target.
+    race: tuple | None = None
+
+    @property
+    def best_runs(self) -> list[Run]:
+        """The runs marked best: the best configuration's seeds in a race, else the best run."""
+        if self.race is not None:
+            return list(self.race[1].runs) if self.race[1] is not None else []
+        return [self.best] if self.best is not None else []
 
     def speed_up(self, run: Run) -> float | None:
         return _ratio(run.samples_per_s, self.baseline.samples_per_s if self.baseline.ok else None)
@@ -144,7 +154,7 @@ def build_report(
     )
     settings.check()
     base = pick_baseline(runs, settings.baseline)
-    return Report(
+    report = Report(
         directory=directory,
         settings=settings,
         runs=ranked(runs, settings.rank_by),
@@ -153,6 +163,25 @@ def build_report(
         common_overrides=_common_overrides(runs),
         notes=_notes(runs, directory),
     )
+    _race(report)
+    return report
+
+
+def _race(report: Report) -> None:
+    """With a target, the best is the configuration that reached it fastest over its seeds, not
+    the fastest run (tuneup/report/race.py): ``report.race``, and ``report.best`` the run of
+    that configuration whose time to target is its median (the reproduce command's run)."""
+    from tuneup.report.race import best_group, seed_groups
+
+    groups = seed_groups(report)
+    if not any(group.has_value for group in groups):
+        return
+    best = best_group(groups)
+    report.race = (groups, best)
+    report.best = None
+    if best is not None:
+        times = sorted(best.reached, key=lambda r: r.summary.get("time_to_target_s") or 0.0)
+        report.best = times[(len(times) - 1) // 2]
 
 
 def write_report(report: Report) -> list[Path]:
@@ -236,6 +265,12 @@ def accuracy_floor(baseline: Run, settings: Settings) -> float | None:
 
 def best_rule(report: Report) -> str:
     settings = report.settings
+    if report.race is not None:
+        return (
+            "best = the configuration (runs that differ only in `seed`) with the shortest median "
+            "time to the target among those whose seeds all reached it, else among those where "
+            "the most seeds did; see Time to target."
+        )
     if settings.rank_by == "val_acc":
         return "best = the finished run with the highest val acc."
     if accuracy_floor(report.baseline, settings) is None:
