@@ -227,6 +227,8 @@ def test_a_sweep_killed_after_some_trials_continues_with_new_values_and_exits_0(
     assert rows["2"]["status"].startswith("interrupted: the sweep was killed while trial 2 ran")
     assert rows["2"]["status"].endswith("its values run again as trial 3")
     assert "did not finish" not in done.stdout + done.stderr
+    states = [r["state"] for r in read_table((sweep_dir / "optuna_report.md").read_text())]
+    assert states[2:4] == ["fail (interrupted)", "complete (retry of 2)"]
 
 
 def test_an_objective_the_runs_never_log_is_refused_before_any_trial(tmp_path):
