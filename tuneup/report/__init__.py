@@ -163,25 +163,10 @@ def build_report(
         common_overrides=_common_overrides(runs),
         notes=_notes(runs, directory),
     )
-    _race(report)
+    from tuneup.report.race import judge_race
+
+    judge_race(report)  # with a target: the best configuration over its seeds
     return report
-
-
-def _race(report: Report) -> None:
-    """With a target, the best is the configuration that reached it fastest over its seeds, not
-    the fastest run (tuneup/report/race.py): ``report.race``, and ``report.best`` the run of
-    that configuration whose time to target is its median (the reproduce command's run)."""
-    from tuneup.report.race import best_group, seed_groups
-
-    groups = seed_groups(report)
-    if not any(group.has_value for group in groups):
-        return
-    best = best_group(groups)
-    report.race = (groups, best)
-    report.best = None
-    if best is not None:
-        times = sorted(best.reached, key=lambda r: r.summary.get("time_to_target_s") or 0.0)
-        report.best = times[(len(times) - 1) // 2]
 
 
 def write_report(report: Report) -> list[Path]:

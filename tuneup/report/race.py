@@ -8,6 +8,11 @@ the seeds (``t_quantile`` of tuneup/autotune/interval.py): with a few seeds it i
 that is the point of showing it. A group where some seeds did not reach the target gives its
 figures over those that did and says how many: the time the others would have needed is not
 known, so those figures flatter the group.
+
+With a target value the report's headline is the race's (:func:`race_headline`): the best
+configuration (:func:`best_group`) with its time and samples to the target over its seeds,
+against the baseline's configuration; not the fastest run's samples/s, which would rank by
+throughput and compare seed 1's runs with seed 0's as if they were another setting.
 """
 
 from __future__ import annotations
@@ -92,6 +97,21 @@ def best_group(groups: list[Group]) -> Group | None:
                        statistics.median(g.figures("time_to_target_s"))),
         default=None,
     )  # fmt: skip
+
+
+def judge_race(report: Report) -> None:
+    """With a target, the best is the configuration that reached it fastest over its seeds, not
+    the fastest run: sets ``report.race`` (the groups, the best), and ``report.best`` to the
+    run of that configuration whose time to target is its median."""
+    groups = seed_groups(report)
+    if not any(group.has_value for group in groups):
+        return
+    best = best_group(groups)
+    report.race = (groups, best)
+    report.best = None
+    if best is not None:
+        times = sorted(best.reached, key=lambda r: r.summary.get("time_to_target_s") or 0.0)
+        report.best = times[(len(times) - 1) // 2]
 
 
 def race_headline(report: Report, groups: list[Group], best: Group | None) -> str:
