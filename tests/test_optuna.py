@@ -223,10 +223,12 @@ def test_a_sweep_killed_after_some_trials_continues_with_new_values_and_exits_0(
     drawn = [t.params for t in [*first, killed]]
     assert all(t.params not in drawn for t in new), [t.params for t in study.trials]
     assert summary(sweep_dir / "2")["status"] == "interrupted"
-    rows = {run_name(r): r for r in read_table((sweep_dir / "report.md").read_text())}
+    report = (sweep_dir / "report.md").read_text()
+    rows = {run_name(r): r for r in read_table(report)}
     assert rows["2"]["status"].startswith("interrupted: the sweep was killed while trial 2 ran")
     assert rows["2"]["status"].endswith("its values run again as trial 3")
     assert "did not finish" not in done.stdout + done.stderr
+    assert "5 runs, 4 finished, 0 not, 1 interrupted and run again." in report
     states = [r["state"] for r in read_table((sweep_dir / "optuna_report.md").read_text())]
     assert states[2:4] == ["fail (interrupted)", "complete (retry of 2)"]
 

@@ -106,6 +106,7 @@ def _reproducing(run: Run) -> list[str]:
 
 def _about(report: Report) -> str:
     runs, failed = len(report.runs), len(report.not_ok)
+    again = sum(run.run_again for run in report.runs)  # an Optuna trial killed, run again
     base = report.baseline
     chosen = (
         f"report.baseline={report.settings.baseline}"
@@ -113,7 +114,9 @@ def _about(report: Report) -> str:
         else "the first run; choose another with report.baseline=<run or overrides>"
     )
     return (
-        f"{runs} runs, {runs - failed} finished, {failed} not. Baseline: run {base.name} "
+        f"{runs} runs, {runs - failed - again} finished, {failed} not"
+        + (f", {again} interrupted and run again" if again else "")
+        + f". Baseline: run {base.name} "
         f"{code(' '.join(report.varying_overrides(base)) or '-')} ({chosen})."
     )
 
