@@ -116,6 +116,33 @@ def test_a_killed_sweeps_running_trial_is_failed_and_asked_again(tmp_path):
         ask(again, other_kind)  # one line, not Optuna's traceback
 
 
+def test_a_continued_study_is_sampled_from_a_seed_of_its_own():
+    """The sampler made again from its node with a seed from the seed and the stored trials:
+    its draws are not the first process's; a new study keeps the seed; QMC keeps its own."""
+    from tuneup.optuna.resume import continued_sampler, derived_seed
+
+    node = OmegaConf.create({"_target_": "optuna.samplers.RandomSampler", "seed": 0})
+    first = optuna.samplers.RandomSampler(seed=0)
+    assert continued_sampler(node, first, 0) is first and derived_seed(0, 0) == 0
+    space = {"x": optuna.distributions.FloatDistribution(0, 1)}
+
+    def draws(sampler) -> list[float]:
+        study = optuna.create_study(sampler=sampler)
+        return [study.ask(space).params["x"] for _ in range(3)]
+
+    again = continued_sampler(node, first, 3)
+    assert draws(again) == draws(continued_sampler(node, first, 3))  # the same command: the same
+    assert not set(draws(again)) & set(draws(optuna.samplers.RandomSampler(seed=0)))
+    grid = OmegaConf.create({"_target_": "optuna.samplers.GridSampler", "_partial_": True,
+                             "seed": 0})  # fmt: skip
+    made = continued_sampler(
+        grid, None, 3
+    )  # partial, as Hydra makes it: the sweeper gives the grid
+    assert made.keywords["seed"] == derived_seed(0, 3) != 0
+    qmc = optuna.samplers.QMCSampler(seed=0)
+    assert continued_sampler(OmegaConf.create({"seed": 0}), qmc, 3) is qmc  # counts its draws
+
+
 def dead_pid() -> int:
     process = subprocess.Popen(["true"])
     process.wait()
