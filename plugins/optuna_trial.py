@@ -97,10 +97,36 @@ class Plugin:
                      step, self.metric, value)  # fmt: skip
 
     @hookimpl
+    def check(self, cfg, plan):
+        """A ``val.*`` objective this trial's run never logs (a swept model may change the
+        task): refused before it trains (the sweeper checked the sweep's config already)."""
+        from tuneup.optuna.objectives import objective_problems
+
+        if self.settings is None:
+            return []
+        return objective_problems(self.settings.get("objectives") or ["val.acc"], cfg, plan)
+
+    @hookimpl(trylast=True)  # after the plugins that add the summary's figures
     def report(self, summary):
         if self.pruned is not None and summary.get("status") == "ok":
             summary["status"] = "pruned"  # stopped by the pruner, not by an error
             summary["pruned"] = self.pruned
+        if self.settings is not None and summary.get("status") == "ok":
+            failed_trial(summary, self.settings.get("objectives") or ["val.acc"])
+
+
+def failed_trial(summary: dict, objectives: list[str]) -> None:
+    """A run without a number for an objective is a failed trial (the sweeper tells Optuna
+    so): its summary says it, so that the sweep report counts it and the sweep exits 1."""
+    from tuneup.optuna.objectives import missing, numbers
+
+    absent = missing(summary, objectives)
+    if absent:
+        summary["status"] = "failed"
+        summary["error"] = (
+            f"hydra.sweeper.objectives: {', '.join(absent)} not a number in this run's "
+            f"summary.json, so the trial failed; its numbers: {', '.join(numbers(summary))}"
+        )
 
     def describe(self):
         if self.settings is None:

@@ -16,7 +16,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from tests.conftest import ROOT, python
-from tests.report_tables import png_size, read_table
+from tests.report_tables import png_size, read_table, run_name
 from tests.test_sweeps import sweep
 
 optuna = pytest.importorskip("optuna")
@@ -116,30 +116,69 @@ def test_a_killed_sweeps_running_trial_is_failed_and_asked_again(tmp_path):
         ask(again, other_kind)  # one line, not Optuna's traceback
 
 
+def test_a_continued_study_is_sampled_from_a_seed_of_its_own():
+    """The sampler made again from its node with a seed from the seed and the stored trials:
+    its draws are not the first process's; a new study keeps the seed; QMC keeps its own."""
+    from tuneup.optuna.resume import continued_sampler, derived_seed
+
+    node = OmegaConf.create({"_target_": "optuna.samplers.RandomSampler", "seed": 0})
+    first = optuna.samplers.RandomSampler(seed=0)
+    assert continued_sampler(node, first, 0) is first and derived_seed(0, 0) == 0
+    space = {"x": optuna.distributions.FloatDistribution(0, 1)}
+
+    def draws(sampler) -> list[float]:
+        study = optuna.create_study(sampler=sampler)
+        return [study.ask(space).params["x"] for _ in range(3)]
+
+    again = continued_sampler(node, first, 3)
+    assert draws(again) == draws(continued_sampler(node, first, 3))  # the same command: the same
+    assert not set(draws(again)) & set(draws(optuna.samplers.RandomSampler(seed=0)))
+    grid = OmegaConf.create({"_target_": "optuna.samplers.GridSampler", "_partial_": True,
+                             "seed": 0})  # fmt: skip
+    made = continued_sampler(
+        grid, None, 3
+    )  # partial, as Hydra makes it: the sweeper gives the grid
+    assert made.keywords["seed"] == derived_seed(0, 3) != 0
+    qmc = optuna.samplers.QMCSampler(seed=0)
+    assert continued_sampler(OmegaConf.create({"seed": 0}), qmc, 3) is qmc  # counts its draws
+
+
 def dead_pid() -> int:
     process = subprocess.Popen(["true"])
     process.wait()
     return process.pid
 
 
-def killed_while_running(tmp_path, *args) -> None:
-    """Start ``run.py -m ARGS`` and kill it (SIGKILL: no clean-up) once its first trial runs;
-    returns when that trial's process is gone."""
+def killed_while_running(tmp_path, *args, trial: int = 0, started: str = "") -> None:
+    """Start ``run.py -m ARGS`` and kill it (SIGKILL: no clean-up) once its trial ``trial``
+    runs (once its run directory holds ``started``, when given)."""
     sweep_dir = tmp_path / "sweep"
     command = [*python(), str(ROOT / "run.py"), "-m", f"hydra.sweep.dir={sweep_dir}", *args]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 120
-    while not (sweep_dir / "0").is_dir() and process.poll() is None:
-        assert time.monotonic() < deadline, "the sweep's first trial never started"
+    deadline = time.monotonic() + 240
+    while not (sweep_dir / str(trial) / started).exists() and process.poll() is None:
+        assert time.monotonic() < deadline, f"the sweep's trial {trial} never started"
         time.sleep(0.05)
     process.kill()
     process.wait()
     assert process.returncode == -signal.SIGKILL  # killed, not finished
 
 
+def wait_until_gone(study) -> None:
+    """Until the process of the study's running trial is gone (the zygote ends the trial's
+    process after its client is killed)."""
+    from tuneup.optuna.study import SWEEPER_ATTR, is_gone
+
+    owner = next(t for t in study.trials if t.state.name == "RUNNING").user_attrs[SWEEPER_ATTR]
+    deadline = time.monotonic() + 30
+    while not is_gone(owner):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
 def test_hopeless_trials_are_pruned_and_a_killed_sweep_continues(tmp_path):
-    from tuneup.optuna.study import INTERRUPTED_ATTR, SWEEPER_ATTR, is_gone
+    from tuneup.optuna.study import INTERRUPTED_ATTR
 
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study_args = [
@@ -159,11 +198,7 @@ def test_hopeless_trials_are_pruned_and_a_killed_sweep_continues(tmp_path):
     for folder in ("killed", "continued", "pruned"):
         (tmp_path / folder).mkdir()
     killed_while_running(tmp_path / "killed", *good)
-    owner = optuna.load_study(study_name="tuneup", storage=storage).trials[0].user_attrs
-    deadline = time.monotonic() + 30
-    while not is_gone(owner[SWEEPER_ATTR]):  # the zygote ends the trial's process
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until_gone(optuna.load_study(study_name="tuneup", storage=storage))
     done, continued = sweep(tmp_path / "continued", *good)
     ok(done)
     # The same study again with a hopeless learning-rate range: each new trial is worse than
@@ -192,6 +227,71 @@ def test_hopeless_trials_are_pruned_and_a_killed_sweep_continues(tmp_path):
     assert [r["status"] for r in read_table((sweep_dir / "report.md").read_text())] == [
         "pruned", "pruned"
     ]  # fmt: skip
+
+
+def test_a_sweep_killed_after_some_trials_continues_with_new_values_and_exits_0(tmp_path):
+    """Killed (SIGKILL) in its third trial, then the same command in the same sweep directory:
+    the seeded sampler does not draw the first process's values again, the killed trial's values
+    are run again once, and the killed trial, which does not count, does not fail the sweep."""
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    args = [*SHORT, "hydra.sweeper.n_trials=4", "optimizer.lr=tag(log,interval(1e-3,1))",
+            "optimizer.weight_decay=interval(0,0.1)"]  # fmt: skip
+    killed_while_running(tmp_path, *args, trial=2, started=".hydra/overrides.yaml")  # Hydra's last
+    journal = JournalStorage(JournalFileBackend(str(tmp_path / "sweep" / "optuna.journal")))
+    wait_until_gone(optuna.load_study(study_name="tuneup", storage=journal))
+    done, sweep_dir = sweep(tmp_path, *args)
+    ok(done)  # exit code 0: the killed trial is no failure
+
+    study = optuna.load_study(study_name="tuneup", storage=journal)
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2 + ["FAIL"] + ["COMPLETE"] * 2
+    first, killed, again, new = study.trials[:2], study.trials[2], study.trials[3], study.trials[4:]
+    assert again.params == killed.params  # run again, once
+    drawn = [t.params for t in [*first, killed]]
+    assert all(t.params not in drawn for t in new), [t.params for t in study.trials]
+    assert summary(sweep_dir / "2")["status"] == "interrupted"
+    report = (sweep_dir / "report.md").read_text()
+    rows = {run_name(r): r for r in read_table(report)}
+    assert rows["2"]["status"].startswith("interrupted: the sweep was killed while trial 2 ran")
+    assert rows["2"]["status"].endswith("its values run again as trial 3")
+    assert "did not finish" not in done.stdout + done.stderr
+    assert "5 runs, 4 finished, 0 not, 1 interrupted and run again." in report
+    states = [r["state"] for r in read_table((sweep_dir / "optuna_report.md").read_text())]
+    assert states[2:4] == ["fail (interrupted)", "complete (retry of 2)"]
+
+
+def test_an_objective_the_runs_never_log_is_refused_before_any_trial(tmp_path):
+    """``val.f1``: the task logs val/loss and val/acc; one line, exit code 1, no trial trained."""
+    done, sweep_dir = sweep(tmp_path, *SHORT, "hydra.sweeper.objectives=[val.f1]")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "error: hydra.sweeper.objectives: val.f1 is not logged by this run: task=classification "
+        "logs val/loss, val/acc at each validation; give one of val.loss, val.acc, or a figure "
+        "of summary.json (samples_per_s, peak_memory_bytes...)"
+    )
+    assert not (sweep_dir / "0").exists()
+
+
+def test_a_trial_without_its_objective_fails_and_so_does_the_sweep(tmp_path):
+    """A figure the run does not write (time to target, without a target): the trial failed,
+    its run's summary says why, the report lists it, and the sweep exits 1 (as for any failed
+    trial)."""
+    done, sweep_dir = sweep(tmp_path, *SHORT, "hydra.sweeper.n_trials=1",
+                            "hydra.sweeper.objectives=[time_to_target_s]",
+                            "hydra.sweeper.direction=minimize")  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    run = summary(sweep_dir / "0")
+    assert run["status"] == "failed" and run["steps"] == 4  # it trained, then failed as a trial
+    assert run["error"].startswith("hydra.sweeper.objectives: time_to_target_s not a number in")
+    assert "its numbers: " in run["error"] and " samples_per_s, " in run["error"]
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    journal = JournalStorage(JournalFileBackend(str(sweep_dir / "optuna.journal")))
+    study = optuna.load_study(study_name="tuneup", storage=journal)
+    assert [t.state.name for t in study.trials] == ["FAIL"]
+    (row,) = read_table((sweep_dir / "report.md").read_text())
+    assert row["status"].startswith("failed: hydra.sweeper.objectives: time_to_target_s")
+    assert "1 of 1 runs did not finish" in done.stdout + done.stderr
 
 
 def test_two_objectives_give_a_pareto_front(tmp_path):
@@ -224,3 +324,22 @@ def test_two_objectives_give_a_pareto_front(tmp_path):
     assert png_size(sweep_dir / "pareto.png") == (700, 500)
     results = OmegaConf.load(sweep_dir / "optimization_results.yaml")
     assert sorted(s.trial for s in results.solutions) == front
+
+
+@pytest.mark.parametrize("where", ["sqlite", "journal"])
+def test_a_storage_that_cannot_be_written_is_one_line_before_any_trial(tmp_path, where):
+    """A database in a folder that does not exist, a journal file under a file: one line that
+    names the storage, exit code 1, and no trial run (not SQLAlchemy's two tracebacks)."""
+    (tmp_path / "a_file").write_text("")
+    storage = {
+        "sqlite": f"sqlite:///{tmp_path / 'missing' / 'optuna.db'}",
+        "journal": str(tmp_path / "a_file" / "optuna.journal"),
+    }[where]
+    done, sweep_dir = sweep(tmp_path, *SHORT, f"hydra.sweeper.storage={storage}")
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr
+    assert done.stderr.startswith(f"error: hydra.sweeper.storage={storage}: cannot open or write")
+    hint = {"sqlite": f"the folder {tmp_path / 'missing'} does not exist",
+            "journal": f"{tmp_path / 'a_file'} is not a folder"}[where]  # fmt: skip
+    assert hint in done.stderr and "Traceback" not in done.stdout + done.stderr
+    assert not (sweep_dir / "0").exists()  # no trial ran

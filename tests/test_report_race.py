@@ -9,7 +9,7 @@ import statistics
 import pytest
 from omegaconf import OmegaConf
 
-from tests.report_tables import png_size, read_table
+from tests.report_tables import best_line, png_size, read_table, run_name
 from tuneup.report import build_report, write_report
 from tuneup.trainer import summary as run_summary
 
@@ -124,3 +124,30 @@ def test_a_sweep_without_races_has_curves_but_no_race(tmp_path):
     markdown = write_report(build_report(tmp_path))[0].read_text()
     assert "](curves.png)" in markdown and "Time to target" not in markdown
     assert not (tmp_path / "race.png").exists()
+
+
+def test_with_a_target_the_headline_is_time_to_target_over_the_seeds(tmp_path):
+    """lr=0.5 trains the most samples/s (1.41x) but reaches the target last; seed 1 of each
+    learning rate ran slower (0.6x): the best is the configuration that reached the target
+    first, its seeds one configuration with the mean's interval, not the fastest run."""
+    runs = {  # name: (overrides, accuracies at each validation, s per validation, samples/s)
+        "0": (["optimizer.lr=0.5", "seed=0"], [0.3, 0.6, 0.8, 0.9], 10.0, 1000.0),
+        "1": (["optimizer.lr=0.5", "seed=1"], [0.3, 0.6, 0.8, 0.91], 10.0, 600.0),
+        "2": (["optimizer.lr=0.05", "seed=0"], [0.4, 0.7, 0.9], 10.0, 1410.0),
+        "3": (["optimizer.lr=0.05", "seed=1"], [0.4, 0.7, 0.92], 11.0, 600.0),
+    }
+    for name, (overrides, accs, seconds, speed) in runs.items():
+        make_run(tmp_path, name, overrides, **{**raced(accs, seconds), "samples_per_s": speed})
+    markdown = write_report(build_report(tmp_path))[0].read_text()
+    times = [30.0, 33.0]  # the 3rd validation, 10 and 11 s each
+    half = 12.706205 * statistics.stdev(times) / 2**0.5  # t(0.975, 1)
+    low, high = statistics.fmean(times) - half, statistics.fmean(times) + half
+    assert best_line(markdown) == (
+        f"**Best: `optimizer.lr=0.05`**: val/acc >= 0.9 in 31.5 s (median of 2 seeds; mean 31.5 s, "
+        f"95% interval {low:,.1f} s-{high:,.1f} s), 7,680 samples; 2 of 2 seeds reached it; "
+        "the baseline's `optimizer.lr=0.5`: 40.0 s (2 of 2 reached), 0.79x its time; "
+        "reproduce: `python run.py -m optimizer.lr=0.05 seed=0,1`"
+    )
+    assert "Rule: best = the configuration (runs that differ only in `seed`)" in markdown
+    best = sorted(run_name(r) for r in read_table(markdown.split("## ")[0]) if "best" in r["run"])
+    assert best == ["2", "3"]  # both seeds of the best configuration

@@ -18,7 +18,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 from optuna.trial import FrozenTrial, TrialState
 
-from tuneup.optuna.study import RUN_DIR_ATTR
+from tuneup.optuna.study import INTERRUPTED_ATTR, RETRY_ATTR, RUN_DIR_ATTR
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,7 @@ def markdown(study, trials, best, objectives, storage: str, sweep_dir: Path) -> 
     for t in trials:
         state = t.state.name.lower() + (" (front)" if on_front and t.number in on_front
                                          and len(objectives) > 1 else "")  # fmt: skip
+        state += _continued(t)
         values = (
             t.values if t.values and t.state == TrialState.COMPLETE else [None] * len(objectives)
         )
@@ -142,6 +143,14 @@ def _params_cell(trial: FrozenTrial) -> str:
     """The trial's sampled values as overrides; ``-`` when the space is empty (all fixed)."""
     params = " ".join(f"{k}={_fmt(v)}" for k, v in trial.params.items())
     return f"`{params}`" if params else "-"
+
+
+def _continued(trial: FrozenTrial) -> str:
+    """`` (interrupted)``: its sweep was killed under it; `` (retry of 2)``: runs its values."""
+    if trial.user_attrs.get(INTERRUPTED_ATTR):
+        return " (interrupted)"
+    retried = trial.user_attrs.get(RETRY_ATTR)
+    return "" if retried is None else f" (retry of {retried})"
 
 
 def _run(trial: FrozenTrial, sweep_dir: Path) -> str:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from contextlib import contextmanager
 from pathlib import Path
 
 import optuna
@@ -39,6 +40,8 @@ SWEEPER_ATTR, RUN_DIR_ATTR, INTERRUPTED_ATTR = (
     "tuneup_run_dir",
     "tuneup_interrupted",
 )
+#: The user attribute of a trial that runs an interrupted trial's values again: that one's number.
+RETRY_ATTR = "tuneup_retry_of"
 
 
 def resolve_storage(storage: str | None, sweep_dir: Path) -> str:
@@ -50,13 +53,101 @@ def resolve_storage(storage: str | None, sweep_dir: Path) -> str:
 
 
 def open_storage(storage: str):
-    """The Optuna storage for a resolved ``storage`` string."""
-    if "://" in storage:
-        return optuna.storages.RDBStorage(storage)
-    from optuna.storages.journal import JournalFileBackend, JournalStorage
+    """The Optuna storage for a resolved ``storage`` string, checked writable: one that cannot
+    be opened or written is a :class:`TuneupError` naming it, before any trial runs."""
+    with storage_errors(storage):
+        if "://" in storage:
+            return optuna.storages.RDBStorage(storage)
+        from optuna.storages.journal import (
+            JournalFileBackend,
+            JournalFileSymlinkLock,
+            JournalStorage,
+        )
 
-    Path(storage).parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(storage))
+        Path(storage).parent.mkdir(parents=True, exist_ok=True)
+        with open(storage, "ab"):  # Optuna opens it for writing only when it first appends
+            pass
+        lock = JournalFileSymlinkLock(storage)  # Optuna's default, made here to try it now:
+        lock.acquire()  # a link beside the file, so a read-only folder fails here
+        lock.release()
+        return JournalStorage(JournalFileBackend(storage, lock_obj=lock))
+
+
+@contextmanager
+def storage_errors(storage: str):
+    """The file system's or the database's error, for a storage that cannot be opened or
+    written (a read-only folder, a missing one, a server that does not answer), as one line that
+    names the storage, instead of SQLAlchemy's or sqlite's traceback."""
+    try:
+        yield
+    except TuneupError:
+        raise
+    except Exception as exc:
+        if not _storage_error(exc):
+            raise
+        raise TuneupError(
+            f"hydra.sweeper.storage={_shown(storage)}: cannot open or write the study's "
+            f"{'database' if '://' in storage else 'journal file'}: {_reason(exc)}"
+            f"{_hint(storage)}; {_advice(storage)}"
+        ) from exc
+
+
+def _storage_error(exc: BaseException) -> bool:
+    """Errors of the storage itself: the file system, SQLAlchemy (its driver's included)."""
+    if isinstance(exc, (OSError, ImportError)):
+        return True
+    return any(c.__module__.startswith("sqlalchemy") for c in type(exc).__mro__)
+
+
+def _reason(exc: BaseException) -> str:
+    """The error's own words: sqlite's ``unable to open database file``, ``[Errno 13] ...``."""
+    original = getattr(exc, "orig", None)  # SQLAlchemy's DBAPIError wraps the driver's error
+    text = str(original if original is not None else exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _hint(storage: str) -> str:
+    """What is wrong with the file's folder, where that can be told."""
+    path = _file(storage)
+    if path is None:
+        return ""
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f" ({folder} is not a folder)"
+    if folder != path.parent and "://" in storage:
+        return f" (the folder {path.parent} does not exist)"
+    if not os.access(folder, os.W_OK):
+        return f" (the folder {folder} is read-only)"
+    return ""
+
+
+def _advice(storage: str) -> str:
+    if _file(storage) is None and "://" in storage:
+        return "check the URL, that the server answers, and that its driver is installed"
+    return "give a storage in a folder you can write (a journal file path, or sqlite:///path/optuna.db)"
+
+
+def _file(storage: str) -> Path | None:
+    """The file a storage is kept in: a journal's path, an SQLite database's; None for a server."""
+    if "://" not in storage:
+        return Path(storage)
+    if storage.startswith("sqlite:///") and not storage.startswith("sqlite:///:memory:"):
+        return Path(storage.removeprefix("sqlite:///").split("?", 1)[0]).expanduser()
+    return None
+
+
+def _shown(storage: str) -> str:
+    """The storage as the error shows it: a database URL without its password."""
+    if "://" not in storage:
+        return storage
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(storage).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy reads: shown as given
+        return storage
 
 
 def create_study(storage, name: str, sampler, pruner, directions: list[str]):
@@ -135,7 +226,7 @@ def recover_interrupted(study, storage) -> list[FrozenTrial]:
                                     INTERRUPTED_ATTR, True)  # fmt: skip
         study.tell(trial.number, state=TrialState.FAIL)
         if trial.params and SWEEPER_ATTR in trial.user_attrs:  # it was launched: run it again
-            study.enqueue_trial(trial.params)
+            study.enqueue_trial(trial.params, user_attrs={RETRY_ATTR: trial.number})
         log.info("optuna: trial %d was running when its sweep stopped: marked failed, its "
                  "values asked again", trial.number)  # fmt: skip
         recovered.append(trial)

@@ -33,6 +33,8 @@ from optuna.trial import TrialState
 from tuneup import TuneupError
 from tuneup.autotune.sweeper import user_errors
 from tuneup.optuna import study as studies
+from tuneup.optuna.objectives import objective, objective_problems
+from tuneup.optuna.resume import continued_sampler, mark_interrupted_runs
 from tuneup.optuna.space import Space, override_value, parse_space
 
 log = logging.getLogger(__name__)
@@ -94,7 +96,7 @@ class OptunaSearch:
     def setup(self, *, hydra_context, task_function, config) -> None:
         from hydra.core.plugins import Plugins
 
-        self.config = config
+        self.config, self.hydra_context = config, hydra_context
         with user_errors():
             self.settings = Settings.from_node(self.node)
         self.launcher = Plugins.instance().instantiate_launcher(
@@ -110,6 +112,7 @@ class OptunaSearch:
 
         settings = self.settings
         space = parse_space(self.node.get("params"), arguments)  # a bad setting: nothing written
+        self.check_objectives(space)
         sampler, n_trials = self.complete_sampler(space)
         pruner = self.study_pruner()
         sweep_dir = Path(self.config.hydra.sweep.dir)
@@ -117,9 +120,18 @@ class OptunaSearch:
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         storage = studies.resolve_storage(settings.storage, sweep_dir)
         opened = studies.open_storage(storage)
-        study = studies.create_study(opened, settings.study_name, sampler, pruner,
-                                     settings.directions)  # fmt: skip
-        studies.recover_interrupted(study, opened)
+        with studies.storage_errors(storage):  # an existing read-only file fails on writing
+            study = studies.create_study(opened, settings.study_name, sampler, pruner,
+                                         settings.directions)  # fmt: skip
+            stored = len(study.get_trials(deepcopy=False))
+            recovered = studies.recover_interrupted(study, opened)
+        if stored:  # a continued study: not the first process's draws again (resume.py)
+            node = self.config.hydra.sweeper.get("sampler")
+            study.sampler, _ = self.complete_sampler(
+                space, continued_sampler(node, sampler, stored)
+            )
+            sampler = study.sampler
+        mark_interrupted_runs(sweep_dir, study, recovered)
         log.info("optuna: study '%s' in %s, %s, %s; %d of %d trials finished", study.study_name,
                  storage, type(sampler).__name__, type(pruner).__name__,
                  len(studies.finished(study)), n_trials)  # fmt: skip
@@ -174,9 +186,27 @@ class OptunaSearch:
         _tell(study, trial, state=TrialState.FAIL)
         return True
 
-    def complete_sampler(self, space: Space):
-        """The sampler the config names, and the trials to run (a grid has so many points)."""
-        sampler = self.sampler
+    def check_objectives(self, space: Space) -> None:
+        """Refuse, before any trial trains, a ``val.*`` objective the runs never log
+        (objectives.py), for the config of a trial with each parameter at its first value."""
+        from tuneup.trainer.components import Plan
+
+        first = {key: _first(d) for key, d in space.distributions.items()}
+        try:
+            cfg = self.hydra_context.config_loader.load_sweep_config(
+                self.config, space.overrides(first)
+            )
+            found = objective_problems(self.settings.objectives, cfg, Plan(cfg))
+        except Exception as exc:  # the runs report a config that does not compose or build
+            log.debug("optuna: objectives not checked up front: %s", exc)
+            return
+        if found:
+            raise TuneupError("; ".join(found))
+
+    def complete_sampler(self, space: Space, sampler=None):
+        """The sampler the config names (or ``sampler``, made from its node), and the trials to
+        run (a grid has so many points)."""
+        sampler = self.sampler if sampler is None else sampler
         n_trials = self.settings.n_trials
         if isinstance(sampler, functools.partial):  # the grid: made from the params
             grid = space.grid()
@@ -209,6 +239,12 @@ def ask(study, space: Space):
         ) from exc
 
 
+def _first(distribution):
+    """A parameter's first value: a choice's first, a range's or an interval's low end."""
+    choices = getattr(distribution, "choices", None)
+    return choices[0] if choices is not None else distribution.low
+
+
 def _tell(study, trial, **kwargs) -> None:
     try:
         study.tell(trial, **kwargs)
@@ -222,13 +258,3 @@ def read_summary(run_dir: Path) -> dict:
         return json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return {}
-
-
-def objective(summary: dict, key: str) -> float | None:
-    """``summary.json``'s value at ``key`` (``val.acc``: summary["val"]["acc"]), if a number."""
-    value = summary
-    for part in key.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        return None
-    return float(value)

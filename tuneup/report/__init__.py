@@ -89,6 +89,16 @@ class Report:
     common_overrides: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     drawn: list[Path] = field(default_factory=list)  # the figures written (report.md links them)
+    #: With a target (target.metric and target.value): the runs grouped by configuration over
+    #: their seeds, and the best group (race.py); the headline is then time to target.
+    race: tuple | None = None
+
+    @property
+    def best_runs(self) -> list[Run]:
+        """The runs marked best: the best configuration's seeds in a race, else the best run."""
+        if self.race is not None:
+            return list(self.race[1].runs) if self.race[1] is not None else []
+        return [self.best] if self.best is not None else []
 
     def speed_up(self, run: Run) -> float | None:
         return _ratio(run.samples_per_s, self.baseline.samples_per_s if self.baseline.ok else None)
@@ -112,8 +122,10 @@ class Report:
 
     @property
     def not_ok(self) -> list[Run]:
-        """Runs that did not finish; an Optuna trial its pruner stopped did (plugins/optuna_trial.py)."""
-        return [run for run in self.runs if not run.ok and run.status != "pruned"]
+        """Runs that did not finish; an Optuna trial its pruner stopped did (plugins/optuna_trial.py),
+        and one whose sweep was killed under it is no failure when another trial ran its values
+        again (tuneup/optuna/resume.py)."""
+        return [run for run in self.runs if not (run.ok or run.status == "pruned" or run.run_again)]
 
 
 def build_report(
@@ -142,7 +154,7 @@ def build_report(
     )
     settings.check()
     base = pick_baseline(runs, settings.baseline)
-    return Report(
+    report = Report(
         directory=directory,
         settings=settings,
         runs=ranked(runs, settings.rank_by),
@@ -151,6 +163,10 @@ def build_report(
         common_overrides=_common_overrides(runs),
         notes=_notes(runs, directory),
     )
+    from tuneup.report.race import judge_race
+
+    judge_race(report)  # with a target: the best configuration over its seeds
+    return report
 
 
 def write_report(report: Report) -> list[Path]:
@@ -234,6 +250,12 @@ def accuracy_floor(baseline: Run, settings: Settings) -> float | None:
 
 def best_rule(report: Report) -> str:
     settings = report.settings
+    if report.race is not None:
+        return (
+            "best = the configuration (runs that differ only in `seed`) with the shortest median "
+            "time to the target among those whose seeds all reached it, else among those where "
+            "the most seeds did; see Time to target."
+        )
     if settings.rank_by == "val_acc":
         return "best = the finished run with the highest val acc."
     if accuracy_floor(report.baseline, settings) is None:

@@ -55,11 +55,14 @@ def render_markdown(report: Report) -> str:
 
 
 def best_line(report: Report) -> str:
+    if report.race is not None:  # a target: time to it, seeds grouped (tuneup/report/race.py)
+        from tuneup.report.race import race_headline
+
+        return race_headline(report, *report.race)
     best, base = report.best, report.baseline
     if best is None:
         return "**Best: none**: no finished run qualifies (see the status column)."
-    ran = (best.summary or {}).get("command") or "python run.py"  # as the user started it
-    command = " ".join([ran, *map(shlex.quote, _reproducing(best))])
+    command = reproduce_command(best)
     if best is base:
         facts = f"the baseline itself, val acc {_fixed(best.val_acc, 4)}"
     else:
@@ -81,6 +84,17 @@ def best_line(report: Report) -> str:
     return f"**Best: run {best.name}**: {facts}; reproduce: {code(command)}"
 
 
+def reproduce_command(run: Run, multirun_seeds: list[str] | None = None) -> str:
+    """The command that runs ``run`` again, as the user started it; with ``multirun_seeds``,
+    a sweep over those seeds instead of the run's own."""
+    ran = (run.summary or {}).get("command") or "python run.py"
+    overrides = _reproducing(run)
+    if multirun_seeds:
+        overrides = [o for o in overrides if o.lstrip("+~").partition("=")[0] != "seed"]
+        overrides = ["-m", *overrides, f"seed={','.join(multirun_seeds)}"]
+    return " ".join([ran, *map(shlex.quote, overrides)])
+
+
 def _fact(ratio, of: str) -> str | None:
     return None if ratio is None else f"{ratio:.2f}x {of}"
 
@@ -92,6 +106,7 @@ def _reproducing(run: Run) -> list[str]:
 
 def _about(report: Report) -> str:
     runs, failed = len(report.runs), len(report.not_ok)
+    again = sum(run.run_again for run in report.runs)  # an Optuna trial killed, run again
     base = report.baseline
     chosen = (
         f"report.baseline={report.settings.baseline}"
@@ -99,7 +114,9 @@ def _about(report: Report) -> str:
         else "the first run; choose another with report.baseline=<run or overrides>"
     )
     return (
-        f"{runs} runs, {runs - failed} finished, {failed} not. Baseline: run {base.name} "
+        f"{runs} runs, {runs - failed - again} finished, {failed} not"
+        + (f", {again} interrupted and run again" if again else "")
+        + f". Baseline: run {base.name} "
         f"{code(' '.join(report.varying_overrides(base)) or '-')} ({chosen})."
     )
 
@@ -118,9 +135,8 @@ def _table(report: Report) -> list[str]:
 
 def row(report: Report, run: Run) -> list[str]:
     """One table row: the cells in the order of :data:`COLUMNS`."""
-    marks = [
-        m for m, on in (("baseline", run is report.baseline), ("best", run is report.best)) if on
-    ]
+    best = run is report.best or (report.race is not None and run in report.best_runs)
+    marks = [m for m, on in (("baseline", run is report.baseline), ("best", best)) if on]
     name = f"{run.name} ({', '.join(marks)})" if marks else run.name
     memory = run.peak_memory_bytes
     return [

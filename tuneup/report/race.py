@@ -8,6 +8,11 @@ the seeds (``t_quantile`` of tuneup/autotune/interval.py): with a few seeds it i
 that is the point of showing it. A group where some seeds did not reach the target gives its
 figures over those that did and says how many: the time the others would have needed is not
 known, so those figures flatter the group.
+
+With a target value the report's headline is the race's (:func:`race_headline`): the best
+configuration (:func:`best_group`) with its time and samples to the target over its seeds,
+against the baseline's configuration; not the fastest run's samples/s, which would rank by
+throughput and compare seed 1's runs with seed 0's as if they were another setting.
 """
 
 from __future__ import annotations
@@ -78,6 +83,80 @@ def seed_groups(report: Report) -> list[Group]:
         return (0, statistics.median(times)) if times else (1, 0.0)
 
     return sorted(groups.values(), key=order)  # stable: job order among equals
+
+
+def best_group(groups: list[Group]) -> Group | None:
+    """The configuration that reached its target fastest: the shortest median time to target
+    among those whose seeds all reached it, else among those where the most seeds did (a
+    median over fewer seeds flatters: the others' times are not known). None without a target
+    value or when no run reached it."""
+    scored = [g for g in groups if g.has_value and g.figures("time_to_target_s")]
+    return min(
+        scored,
+        key=lambda g: (len(g.reached) < len(g.runs), -len(g.reached) / len(g.runs),
+                       statistics.median(g.figures("time_to_target_s"))),
+        default=None,
+    )  # fmt: skip
+
+
+def judge_race(report: Report) -> None:
+    """With a target, the best is the configuration that reached it fastest over its seeds, not
+    the fastest run: sets ``report.race`` (the groups, the best), and ``report.best`` to the
+    run of that configuration whose time to target is its median."""
+    groups = seed_groups(report)
+    if not any(group.has_value for group in groups):
+        return
+    best = best_group(groups)
+    report.race = (groups, best)
+    report.best = None
+    if best is not None:
+        times = sorted(best.reached, key=lambda r: r.summary.get("time_to_target_s") or 0.0)
+        report.best = times[(len(times) - 1) // 2]
+
+
+def race_headline(report: Report, groups: list[Group], best: Group | None) -> str:
+    """report.md's first line for a sweep that raced to a target: the best configuration's
+    time and samples to the target over its seeds, with the mean's interval, against the
+    baseline's configuration, and the command that runs its seeds again."""
+    from tuneup.report.markdown import code, reproduce_command
+
+    if best is None:
+        targets = ", ".join(sorted({g.target for g in groups if g.has_value}))
+        return f"**Best: none**: no run reached the target ({targets}); see Time to target."
+    times = best.figures("time_to_target_s")
+    facts = [f"{best.target} in {_seconds(statistics.median(times))}"]
+    interval = t_interval(times)
+    if interval is not None:
+        facts[0] += (f" (median of {len(times)} seeds; mean {_seconds(statistics.fmean(times))}, "
+                     f"{CONFIDENCE:.0%} interval {_seconds(interval[0])}-{_seconds(interval[1])})")  # fmt: skip
+    samples = best.figures("samples_to_target")
+    if samples:
+        facts.append(f"{statistics.median(samples):,.0f} samples")
+    reached = f"{len(best.reached)} of {len(best.runs)} seeds reached it"
+    base = next((g for g in groups if report.baseline in g.runs), None)
+    if base is best:
+        against = "the baseline's configuration itself"
+    elif base is not None and base.figures("time_to_target_s"):
+        base_time = statistics.median(base.figures("time_to_target_s"))
+        against = (f"the baseline's {code(' '.join(base.overrides) or '-')}: "
+                   f"{_seconds(base_time)} ({len(base.reached)} of {len(base.runs)} reached), "
+                   f"{statistics.median(times) / base_time:.2f}x its time")  # fmt: skip
+    elif base is not None:
+        against = f"the baseline's {code(' '.join(base.overrides) or '-')} did not reach it"
+    else:
+        against = "the baseline did not race"
+    seeds = sorted({str(_seed(run)) for run in best.runs if _seed(run) is not None}, key=int)
+    command = reproduce_command(best.runs[0], multirun_seeds=seeds)
+    return (f"**Best: {code(' '.join(best.overrides) or '-')}**: {', '.join(facts)}; {reached}; "
+            f"{against}; reproduce: {code(command)}")  # fmt: skip
+
+
+def _seed(run: Run) -> str | None:
+    for override in run.overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key == SEED and value.lstrip("-").isdigit():
+            return value
+    return None
 
 
 def t_interval(values: list[float]) -> tuple[float, float] | None:

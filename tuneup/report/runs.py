@@ -41,6 +41,13 @@ class Run:
         return self.status == "ok"
 
     @property
+    def run_again(self) -> bool:
+        """Whether the run is an Optuna trial whose sweep was killed under it and whose values
+        a later trial ran again (tuneup/optuna/resume.py): no failure of the sweep."""
+        trial = (self.summary or {}).get("optuna_trial")
+        return isinstance(trial, dict) and trial.get("run_again_as") is not None
+
+    @property
     def samples_per_s(self) -> float | None:
         return (self.summary or {}).get("samples_per_s")
 
