@@ -317,12 +317,12 @@ def _finish(cfg, plugins, trainer, summary: dict, run_dir: Path) -> None:
     summary.update(python=platform.python_version(), torch=_torch_version())
     if plugins is not None:
         summary["plugins"] = plugins.describe(cfg)
-        if trainer is not None:
-            try:
-                plugins.call("report", cfg=cfg, summary=summary)
-            except TuneupError as exc:
-                log.error("%s", exc)
-                summary.setdefault("report_error", str(exc))
+        # each plugin's report by itself: one failing keeps the others' figures
+        failed = (
+            plugins.call_each("report", cfg=cfg, summary=summary) if trainer is not None else {}
+        )
+        if failed:
+            summary["report_errors"] = failed  # the status stays: the run itself is done
     summary["command"] = command_name()
     path = run_summary.write(summary, run_dir)
     if summary["status"] in ("ok", "pruned"):  # pruned: an Optuna trial stopped by its pruner
