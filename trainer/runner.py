@@ -24,6 +24,7 @@ from tuneup.trainer.checks import core_problems, mode_problems
 from tuneup.trainer.components import Plan
 from tuneup.trainer.empty_init import empty_parameters, wanted
 from tuneup.trainer.environment import Environment, threads_as_asked
+from tuneup.trainer.evaluate import evaluate
 from tuneup.trainer.module import TrainingModule, with_batch_transforms
 from tuneup.trainer.plugin_manager import PluginManager
 from tuneup.trainer.state.preemption import (
@@ -93,7 +94,7 @@ def run(cfg, run_dir: str | Path | None = None):
                           "one where you can write: hydra.run.dir=<directory>") from exc  # fmt: skip
     if found := mode_problems(cfg):  # before resume= is resolved: it names what is missing
         raise ConfigError(found)
-    weights_only = weights_only_setting(cfg) or cfg.get("mode") == "validate"  # its weights only
+    weights_only = weights_only_setting(cfg) or cfg.get("mode", "fit") != "fit"  # weights only
     resume_from = resolve(cfg.get("resume"), run_dir, weights_only)  # refused: untouched
     done = None if resume_from is None or weights_only else complete(cfg, run_dir, *resume_from)
     if done:
@@ -149,12 +150,13 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
             summary["resumed_from"] = str(path)  # not claimed when refused (above, or in fit)
             resume_from = checkpoint = None  # Lightning loads it again, into the model
         started = time.perf_counter()
-        if cfg.get("mode") == "validate":  # the checkpoint's weights, evaluated; nothing trained
-            trainer.validate(module, datamodule=data, verbose=False)
-        else:
+        mode = cfg.get("mode", "fit")
+        if mode == "fit":
             trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
-        if cfg.get("mode") != "validate" and _needs_final_validation(trainer, run_state):
-            trainer.validate(module, datamodule=data, verbose=False)
+            if _needs_final_validation(trainer, run_state):
+                trainer.validate(module, datamodule=data, verbose=False)
+        else:  # the checkpoint's weights, evaluated or predicted with; nothing trained
+            summary.update(evaluate(mode, trainer, module, data, run_dir))
         summary["status"] = "ok"
         if ckpt_path is not None and (short := shortfall(trainer, run_state.started_at)):
             summary["short_of_limits"] = short  # a resumed run never ends short without a word
