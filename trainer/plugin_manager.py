@@ -30,7 +30,7 @@ from collections.abc import Iterator
 import pluggy
 from omegaconf import DictConfig, OmegaConf
 
-from tuneup import PROJECT, TuneupError
+from tuneup import PROJECT, TuneupError, console
 from tuneup.config import is_builtin, plugin_dir
 from tuneup.trainer import hookspecs
 
@@ -142,7 +142,8 @@ class PluginManager(pluggy.PluginManager):
         ``load_setuptools_entrypoints`` would not say which plugin failed."""
         source = f"built-in {ep.module}" if is_builtin(ep) else _origin(ep)
         try:
-            obj = ep.load()
+            with console.file_only(f"importing plugin '{ep.name}' ({source})"):  # its noise
+                obj = ep.load()
         except Exception as exc:
             raise PluginError(
                 f"plugin '{ep.name}' ({source}) failed to import: {type(exc).__name__}: {exc}"
