@@ -56,7 +56,7 @@ def test_mode_test_writes_the_test_metrics_of_the_held_out_split(checkpoint, exp
     tuneup.run(compose_config([*TEST, "mode=test", f"resume={checkpoint}"]), run_dir=out)
     summary = json.loads((out / "summary.json").read_text())
     logits, labels = expected
-    assert summary["status"] == "ok" and summary["steps"] == 0
+    assert summary["status"] == "ok" and summary["steps"] == 0 and summary["mode"] == "test"
     assert summary["test"]["loss"] == pytest.approx(F.cross_entropy(logits, labels).item(),
                                                     rel=1e-5)  # fmt: skip
     assert summary["test"]["acc"] == pytest.approx((logits.argmax(1) == labels).float().mean())

@@ -142,7 +142,7 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
         if resume_from is not None:
             path, checkpoint = resume_from
             if weights_only:  # a new run from the weights: Lightning's ckpt_path restores all
-                load_weights(path, checkpoint, module)
+                load_weights(path, checkpoint, module, cfg.get("mode", "fit"))
                 summary["resumed_weights_only"] = True
             else:
                 check_config(path, checkpoint, cfg, trainer, module)
@@ -156,6 +156,7 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
             if _needs_final_validation(trainer, run_state):
                 trainer.validate(module, datamodule=data, verbose=False)
         else:  # the checkpoint's weights, evaluated or predicted with; nothing trained
+            summary["mode"] = mode
             summary.update(evaluate(mode, trainer, module, data, run_dir))
         summary["status"] = "ok"
         if ckpt_path is not None and (short := shortfall(trainer, run_state.started_at)):

@@ -33,7 +33,7 @@ def format_table(summary: dict) -> str:
     Each row is named by its key in summary.json."""
     rows = [(key, value) for make in ROWS for key, value in make(summary) if value]
     width = max(len(k) for k, _ in rows) if rows else 0
-    steps = ", ".join(_count(summary.get(k), k.removesuffix("s")) for k in ("steps", "epochs",
+    steps = f"mode={summary['mode']}" if summary.get("mode") else ", ".join(_count(summary.get(k), k.removesuffix("s")) for k in ("steps", "epochs",
                       "samples") if isinstance(summary.get(k), int))  # fmt: skip
     lines = [f"tuneup run summary: {', '.join(filter(None, (summary.get('status'), steps)))}"]
     lines.append("-" * min(RULE_MAX, max(len(lines[0]), *(width + 2 + len(v) for _, v in rows))))
