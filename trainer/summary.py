@@ -1,4 +1,5 @@
-"""The run summary: printed as a table, written as ``summary.json`` in the run directory."""
+"""The run summary: written as ``summary.json`` in the run directory, and printed as a table of
+its headline figures that fits a screen (the rest is in the file)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 from pathlib import Path
 
 FILE_NAME = "summary.json"
-RULE_MAX = 100  # the table's rules; a long value (a plugin's settings) runs past it
+RULE_MAX = 100  # the table's rules; a long value (a checkpoint's path) runs past it
 
 
 def write(summary: dict, run_dir: Path) -> Path:
@@ -32,14 +33,22 @@ def format_table(summary: dict) -> str:
     speed, the memory), the metrics, where the files are; everything else is in summary.json.
     Each row is named by its key in summary.json."""
     rows = [(key, value) for make in ROWS for key, value in make(summary) if value]
-    width = max(len(k) for k, _ in rows) if rows else 0
-    steps = f"mode={summary['mode']}" if summary.get("mode") else ", ".join(_count(summary.get(k), k.removesuffix("s")) for k in ("steps", "epochs",
-                      "samples") if isinstance(summary.get(k), int))  # fmt: skip
-    lines = [f"tuneup run summary: {', '.join(filter(None, (summary.get('status'), steps)))}"]
-    lines.append("-" * min(RULE_MAX, max(len(lines[0]), *(width + 2 + len(v) for _, v in rows))))
+    width = max((len(k) for k, _ in rows), default=0)
+    lines = [
+        f"tuneup run summary: {', '.join(filter(None, (summary.get('status'), _done(summary))))}"
+    ]
+    lines.append("-" * min(RULE_MAX, max([len(lines[0]), *(width + 2 + len(v) for _, v in rows)])))
     lines += [f"{key:<{width}}  {value}" for key, value in rows]
     lines.append(lines[1])
     return "\n".join(lines)
+
+
+def _done(s: dict) -> str:
+    """What the run did: ``8 steps, 1 epoch, 256 samples``, or the mode that trained nothing."""
+    if s.get("mode"):
+        return f"mode={s['mode']}"
+    counts = [(s.get(k), k.removesuffix("s")) for k in ("steps", "epochs", "samples")]
+    return ", ".join(_count(n, noun) for n, noun in counts if isinstance(n, int))
 
 
 def _target(s: dict):
