@@ -27,6 +27,7 @@ NOISY = """
         @hookimpl
         def report(self, summary):
             summary["noisy"] = {"figure": 1}
+            raise RuntimeError("noisy report failed")
 """
 
 
@@ -61,6 +62,18 @@ def test_the_summary_fits_a_screen_and_leads_with_the_target_speed_and_memory(no
     assert "target_history" not in result.stdout  # a list of dicts: summary.json has it
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["target_history"] and summary["noisy"] == {"figure": 1}  # all still there
+
+
+def test_a_plugin_failing_in_report_is_one_console_line_and_a_summary_row(noisy_run):
+    result, run_dir = noisy_run
+    line = "plugin 'noisy' failed in hook 'report': RuntimeError: noisy report failed"
+    assert (result.stdout + result.stderr).count(line) == 1
+    assert "Traceback" not in result.stdout + result.stderr  # in the log file
+    assert "Traceback" in (run_dir / "tuneup.log").read_text()
+    assert "report_errors.noisy  RuntimeError: noisy report failed" in result.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["report_errors"] == {"noisy": "RuntimeError: noisy report failed"}
+    assert summary["status"] == "ok" and result.returncode == 0
 
 
 def test_a_plugins_import_noise_goes_to_the_log_file_not_the_console(noisy_run):

@@ -218,3 +218,4 @@ def test_a_plugin_failing_in_report_is_named_and_the_other_figures_kept(site, tm
     assert summary["per_rank"][0]["parameter_bytes"] > 0 and summary["probe_started"] is True
     log = (tmp_path / "tuneup.log").read_text()
     assert "plugin 'probe' failed in hook 'report': TypeError: can't convert" in log
+    assert 'raise TypeError("can\'t convert a DTensor to numpy")' in log  # its traceback

@@ -201,7 +201,9 @@ class PluginManager(pluggy.PluginManager):
                 return None
             except Exception as exc:
                 error = self._error(impl.plugin_name, hook_name, exc)
-                log.error("%s", error, exc_info=(type(exc), exc, exc.__traceback__))
+                log.error("%s", error)  # one line on the console; the traceback in the file:
+                log.error("%s: traceback", error, exc_info=(type(exc), exc, exc.__traceback__),
+                          extra={"file_only": True})  # fmt: skip
                 failed.setdefault(impl.plugin_name, f"{type(exc).__name__}: {exc}")
                 return None
 
