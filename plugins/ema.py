@@ -191,9 +191,10 @@ def settings_problems(cfg) -> list[str]:
             "shards only; use strategy.checkpoint=sharded (tuneup-consolidate --ema writes the "
             "full EMA weights from it)"
         )
-    if cfg.get("mode") == "validate":
+    mode = cfg.get("mode")
+    if mode in ("validate", "test", "predict"):
         found.append(
-            "ema=on with mode=validate: mode=validate evaluates a checkpoint's trained weights "
+            f"ema=on with mode={mode}: mode={mode} uses a checkpoint's trained weights "
             "only (its EMA is not read); leave out ema=on"
         )
     return found

@@ -265,7 +265,7 @@ LONGEST_FIRST = (
     "test_ddp.py", "test_kernel_plugins.py", "test_grad_accum.py", "test_micro_batch.py",
     "test_logger_mlflow.py", "test_multinode.py", "test_docs_example.py", "test_plugins.py",
     "test_installed.py", "test_docs_finetune.py", "test_hf_export.py", "test_elastic_resume.py",
-    "test_materialize.py", "test_compile.py", "test_sharded_optimizers.py",
+    "test_materialize.py", "test_modes.py", "test_compile.py", "test_sharded_optimizers.py",
 )  # fmt: skip
 
 

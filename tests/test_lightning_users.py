@@ -53,7 +53,9 @@ def test_mode_validate_evaluates_a_checkpoint_and_trains_nothing(trained, tmp_pa
          "is not allowed: expected a subclass of pytorch_lightning.Callback"),
         (["+callbacks.x=3"], "callbacks.x=3 is not allowed: expected a node with a _target_"),
         (["mode=validate"], "mode=validate needs resume=<checkpoint>"),
-        (["mode=test"], "mode='test' is not allowed: expected one of 'fit', 'validate'"),
+        (["mode=test"], "mode=test needs resume=<checkpoint>"),
+        (["mode=tests"], "mode='tests' is not allowed: expected one of 'fit', 'validate', 'test', "
+         "'predict'; did you mean mode=test?"),
     ],
 )  # fmt: skip
 def test_bad_callbacks_and_modes_are_one_line_before_anything_runs(tmp_path, overrides, message):

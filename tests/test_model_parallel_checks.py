@@ -178,12 +178,11 @@ def test_the_console_table_shows_a_row_per_process():
     from tuneup.trainer.summary import format_table
 
     figures = {"parameter_bytes": 10, "peak_memory_bytes": 2_000_000}
-    table = format_table(
-        {"status": "ok", "per_rank": [{"rank": 0, **figures}, {"rank": 1, **figures}]}
-    )
+    table = format_table({"status": "ok", "world_size": 2,
+                          "per_rank": [{"rank": 0, **figures}, {"rank": 1, **figures}]})  # fmt: skip
     rows = [line for line in table.splitlines() if line.startswith("per_rank.")]
     assert [r.split()[0] for r in rows] == ["per_rank.0", "per_rank.1"]
-    assert "parameter_bytes=10, peak_memory_bytes=2,000,000" in rows[1]
+    assert rows[1].endswith("parameter 10 B, peak_memory 1.91 MiB")
 
 
 def test_lightnings_srun_advice_stays_off_the_console():

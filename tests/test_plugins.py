@@ -193,3 +193,29 @@ def test_plugins_list_prints_plugins_hooks_and_order_without_training(cli, tmp_p
     assert "measure (tryfirst)" in hooks["on_train_batch_start"]
     assert "logger" in hooks["configure_trainer"]
     assert not (tmp_path / "run" / "summary.json").exists()  # nothing was trained
+
+
+def test_a_plugin_failing_in_report_is_named_and_the_other_figures_kept(site, tmp_path):
+    """Issue 43 point 22: a probe plugin raising in ``report`` (``.numpy()`` on a DTensor) left
+    summary.json with little more than the error; pluggy's call stopped at it."""
+    source = """
+        from tuneup import hookimpl
+
+        class Plugin:
+            @hookimpl
+            def report(self, summary):
+                summary["probe_started"] = True
+                raise TypeError("can't convert a DTensor to numpy")
+    """
+    make_distribution(site, "tuneup-probe", {"tuneup_probe": source},
+                      {"probe": "tuneup_probe:Plugin"})  # fmt: skip
+    assert run(compose_config(), run_dir=tmp_path) is not None  # the run's val acc, as always
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["report_errors"] == {"probe": "TypeError: can't convert a DTensor to numpy"}
+    assert summary["status"] == "ok" and "error" not in summary  # the run itself is done
+    assert summary["samples"] == 256 and summary["samples_per_s"] > 0  # measure's report
+    assert summary["loss_curve"]["samples"][-1] == 256 and 0 <= summary["val"]["acc"] <= 1
+    assert summary["per_rank"][0]["parameter_bytes"] > 0 and summary["probe_started"] is True
+    log = (tmp_path / "tuneup.log").read_text()
+    assert "plugin 'probe' failed in hook 'report': TypeError: can't convert" in log
+    assert 'raise TypeError("can\'t convert a DTensor to numpy")' in log  # its traceback

@@ -39,8 +39,12 @@ TRAINER_RULES = {
     "trainer.benchmark": OneOf((True, False, None)),
     "trainer.enable_progress_bar": OneOf((True, False, "auto")),
     "trainer.fast_dev_run": BOOL,
-    "mode": OneOf(("fit", "validate")),
 }
+
+#: ``mode``: train, or evaluate / predict with a checkpoint's weights (Lightning's entry points).
+MODES = ("fit", "validate", "test", "predict")
+#: What a mode that trains nothing does with the checkpoint's weights (its errors say it).
+USES = {"validate": "evaluates", "test": "evaluates", "predict": "predicts with"}
 
 
 def clip_problems(cfg, plan) -> list[str]:
@@ -54,15 +58,40 @@ def clip_problems(cfg, plan) -> list[str]:
 
 
 def mode_problems(cfg) -> list[str]:
-    """``mode=validate`` evaluates a checkpoint's weights: it needs one."""
-    if cfg.get("mode") == "validate" and cfg.get("resume") in (None, "auto"):
-        return ["mode=validate needs resume=<checkpoint> (a .ckpt file or a sharded checkpoint "
-                "directory): the weights it evaluates"]  # fmt: skip
+    """``mode``: one of :data:`MODES`; one that trains nothing needs a checkpoint's weights and
+    refuses what only a fit reads."""
+    mode = cfg.get("mode", "fit")
+    if mode not in MODES:
+        meant = did_you_mean(str(mode), MODES)
+        return [problem("mode", mode, OneOf(MODES)) + (f"; did you mean mode={meant}?" if meant
+                                                       else "")]  # fmt: skip
+    if mode == "fit":
+        return []
+    found = []
+    if cfg.get("resume") in (None, "auto"):
+        found.append(f"mode={mode} needs resume=<checkpoint> (a .ckpt file or a sharded "
+                     f"checkpoint directory): the weights it {USES[mode]}")  # fmt: skip
+    if cfg.get("resume_weights_only"):
+        found.append(f"resume_weights_only=true with mode={mode}: mode={mode} reads the "
+                     "checkpoint's weights only already; leave resume_weights_only out")  # fmt: skip
+    target = (cfg.get("target") or {}).get("metric")
+    if target is not None:
+        found.append(f"target.metric={target} with mode={mode}: a target is raced to while "
+                     "training, and this mode trains nothing; leave target.metric out")  # fmt: skip
+    return found
+
+
+def world_problems(cfg, env) -> list[str]:
+    """``mode=predict`` writes one file of outputs in the data's order: from one process."""
+    if cfg.get("mode") == "predict" and env.world_size > 1:
+        return [f"mode=predict runs in one process, but this run has {env.world_size} "
+                f"(strategy={(cfg.get('strategy') or {}).get('name')}, trainer.devices="
+                f"{cfg.trainer.get('devices')}): use strategy=auto trainer.devices=1"]  # fmt: skip
     return []
 
 
 def core_problems(cfg, env, plan) -> list[str]:
-    found = problems(cfg, TRAINER_RULES)
+    found = problems(cfg, TRAINER_RULES) + world_problems(cfg, env)
     if env.accelerator == "cuda" and not torch.cuda.is_available():
         found.append(
             f"trainer.accelerator={cfg.trainer.accelerator} but this machine has no CUDA device; "

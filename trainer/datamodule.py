@@ -147,6 +147,8 @@ class DataModule(pl.LightningDataModule):
         self.loader_options: dict = {}  # e.g. a user's collate_fn, kept in every loader
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
+        self.test_set: Dataset | None = None  # mode=test; made on demand: :meth:`test_split`
+        self.predict_set: Dataset | None = None  # mode=predict's own split, when one is given
         self.loading: dict = {}  # how the training loader loads: workers, pinning, prefetching
         self._side_stream = None
 
@@ -167,6 +169,37 @@ class DataModule(pl.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         return self.loader(self.val_set, train=False) if self.val_set is not None else []
+
+    def test_split(self) -> Dataset | None:
+        """The held-out split ``mode=test`` evaluates (None: the data have none). A data module
+        whose test split costs something to make makes it here, only when it is asked for."""
+        return self.test_set
+
+    def predict_split(self) -> tuple[str, Dataset | None]:
+        """What ``mode=predict`` runs the model on: its own split where the data give one, else
+        the test split, else the validation split; (its name, the data set)."""
+        for name, dataset in (("predict", self.predict_set), ("test", self.test_split()),
+                              ("val", self.val_set)):  # fmt: skip
+            if dataset is not None:
+                return name, dataset
+        return "none", None
+
+    #: How a user gives this data a test split (the end of mode=test's error without one).
+    test_hint: ClassVar[str] = "this data has no test split"
+
+    def test_dataloader(self) -> DataLoader:
+        dataset = self.test_split()
+        if dataset is None:
+            raise TuneupError(f"mode=test: data={self.settings.get('name')} has no test split: "
+                              f"{self.test_hint}")  # fmt: skip
+        return self.loader(dataset, train=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        dataset = self.predict_split()[1]
+        if dataset is None:
+            raise TuneupError(f"mode=predict: data={self.settings.get('name')} has no predict, "
+                              f"test or validation split: {self.test_hint}")  # fmt: skip
+        return self.loader(dataset, train=False)
 
     def loader(self, dataset: Dataset, train: bool) -> DataLoader:
         """A DataLoader over ``dataset``; training batches are shuffled (resumably) and full-sized."""
@@ -274,6 +307,8 @@ class UserData(DataModule):
     """
 
     inputs = None
+    test_hint = ("return (train, val, test) or {'train': ..., 'val': ..., 'test': ...} from "
+                 "data._target_, or give your LightningDataModule a test_dataloader")  # fmt: skip
 
     def __init__(self, source, settings, configure_loader=None, name: str = "custom") -> None:
         super().__init__(settings, configure_loader)
@@ -281,7 +316,8 @@ class UserData(DataModule):
         self.source = source if isinstance(source, pl.LightningDataModule) else None
         self.own_loader: DataLoader | None = None  # used as it is when it cannot be remade
         if self.source is None:
-            self.train_set, self.val_set = datasets_of(source, name)
+            found = datasets_of(source, name)
+            self.train_set, self.val_set, self.test_set, self.predict_set = found
         else:
             from pytorch_lightning.utilities.model_helpers import is_overridden
 
@@ -324,7 +360,19 @@ class UserData(DataModule):
                 "as it is, so a mid-epoch resume starts that epoch again and DDP sharding is "
                 "the data module's own", self.name)  # fmt: skip
             self.own_loader = train
-        self.val_set = _val_set(self.source)
+        self.val_set = _own_set(self.source, "val_dataloader")
+
+    def test_split(self) -> Dataset | None:
+        if self.source is not None and self.test_set is None:  # its test_dataloader's data set
+            self.source.setup("test")
+            self.test_set = _own_set(self.source, "test_dataloader")
+        return self.test_set
+
+    def predict_split(self) -> tuple[str, Dataset | None]:
+        if self.source is not None and self.predict_set is None:
+            self.source.setup("predict")
+            self.predict_set = _own_set(self.source, "predict_dataloader")
+        return super().predict_split()
 
     def train_dataloader(self) -> DataLoader:
         return self.own_loader if self.own_loader is not None else super().train_dataloader()
@@ -373,25 +421,37 @@ def remakeable(loader: DataLoader) -> bool:
             and loader.batch_size is not None)  # fmt: skip
 
 
-def _val_set(source) -> Dataset | None:
+def _own_set(source, hook: str) -> Dataset | None:
+    """The data set of a LightningDataModule's ``val_dataloader`` (``test_dataloader``,
+    ``predict_dataloader``), remade by tuneup like the training one; None where it has none."""
     from pytorch_lightning.utilities.model_helpers import is_overridden
 
-    if not is_overridden("val_dataloader", source, pl.LightningDataModule):
+    if not is_overridden(hook, source, pl.LightningDataModule):
         return None
-    val = source.val_dataloader()
-    return getattr(val, "dataset", None) if isinstance(val, DataLoader) else None
+    loader = getattr(source, hook)()
+    return getattr(loader, "dataset", None) if isinstance(loader, DataLoader) else None
 
 
-def datasets_of(returned, name: str) -> tuple[Dataset, Dataset | None]:
-    """(train, val) from what a data target returned: a pair, a dict, or one data set."""
+#: The splits a data target may return by name (a dict), and in a tuple's order.
+SPLITS = ("train", "val", "test", "predict")
+
+
+def datasets_of(returned, name: str) -> tuple[Dataset | None, ...]:
+    """(train, val, test, predict) from what a data target returned: a tuple ``(train, val)``
+    or ``(train, val, test)``, a dict with ``train`` (and ``val``, ``test``, ``predict``), or
+    one training data set. A split it does not give is None."""
     if isinstance(returned, Mapping) and "train" in returned:
-        return returned["train"], returned.get("val")
-    if isinstance(returned, (tuple, list)) and len(returned) == 2:
-        return returned[0], returned[1]
+        unknown = sorted(set(returned) - set(SPLITS))
+        if unknown:
+            raise TuneupError(f"data._target_={name} returned a dict with {unknown}; its keys "
+                              f"are the splits: {', '.join(SPLITS)}")  # fmt: skip
+        return tuple(returned.get(split) for split in SPLITS)
+    if isinstance(returned, (tuple, list)) and len(returned) in (2, 3):
+        return (*returned, *(None,) * (len(SPLITS) - len(returned)))
     if isinstance(returned, Dataset):
-        return returned, None
+        return returned, None, None, None
     raise TuneupError(
         f"data._target_={name} returned {type(returned).__name__}; expected a "
-        "LightningDataModule, a (train, val) pair of Datasets, a dict with 'train' (and 'val'), "
-        "or one training Dataset"
+        "LightningDataModule, a (train, val) or (train, val, test) tuple of Datasets, a dict "
+        "with 'train' (and 'val', 'test', 'predict'), or one training Dataset"
     )

@@ -104,11 +104,26 @@ class TrainingModule(pl.LightningModule):
                  sync_dist_group=data_group(trainer))  # fmt: skip
 
     def validation_step(self, batch, batch_idx):
+        self.evaluate(batch, "val")
+
+    def test_step(self, batch, batch_idx):
+        """``mode=test``: the validation step's loss and metrics, on the test split."""
+        self.evaluate(batch, "test")
+
+    def evaluate(self, batch, split: str) -> None:
         loss, output = self.compute(batch)
-        self.log("val/loss", loss, sync_dist=True, prog_bar=True)
+        self.log(f"{split}/loss", loss, sync_dist=True, prog_bar=True)
         if output is not None:
             acc = self.task.accuracy(self.logits_fn(output), batch[1])
-            self.log("val/acc", acc, sync_dist=True, prog_bar=True)
+            self.log(f"{split}/acc", acc, sync_dist=True, prog_bar=True)
+
+    def predict_step(self, batch, batch_idx):
+        """``mode=predict``: the model's output for the batch's inputs (the logits; with
+        task=model_loss, what the model returns for the whole batch, its logits if it has)."""
+        if self.task.model_loss:
+            return tasks.logits_of(tasks.call_model(self.model, batch))
+        x = batch[0] if isinstance(batch, (tuple, list)) else batch
+        return self.logits_fn(tasks.logits_of(tasks.forward(self.model, x)))
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None,
                                     gradient_clip_algorithm=None):  # fmt: skip

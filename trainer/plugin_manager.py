@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import importlib.metadata
 import inspect
+import logging
 import os
 from collections.abc import Iterator
 
 import pluggy
 from omegaconf import DictConfig, OmegaConf
 
-from tuneup import PROJECT, TuneupError
+from tuneup import PROJECT, TuneupError, console
 from tuneup.config import is_builtin, plugin_dir
 from tuneup.trainer import hookspecs
+
+log = logging.getLogger(__name__)
 
 #: Built-in plugins that every run has; they cannot be disabled.
 REQUIRED = ("measure",)
@@ -139,7 +142,8 @@ class PluginManager(pluggy.PluginManager):
         ``load_setuptools_entrypoints`` would not say which plugin failed."""
         source = f"built-in {ep.module}" if is_builtin(ep) else _origin(ep)
         try:
-            obj = ep.load()
+            with console.file_only(f"importing plugin '{ep.name}' ({source})"):  # its noise
+                obj = ep.load()
         except Exception as exc:
             raise PluginError(
                 f"plugin '{ep.name}' ({source}) failed to import: {type(exc).__name__}: {exc}"
@@ -180,6 +184,41 @@ class PluginManager(pluggy.PluginManager):
             if result is not None:
                 value = result
         return value
+
+    def call_each(self, hook_name: str, **kwargs) -> dict[str, str]:
+        """Call every implementation of ``hook_name`` by itself, in pluggy's call order: one
+        that raises is recorded (plugin name -> its error, logged naming the plugin) and the
+        others still run. pluggy's own call stops at the first exception, which skipped every
+        implementation after it (``report``: one plugin's failure blanked the others'
+        figures). Wrappers (``wrapper=True`` or ``hookwrapper=True``) wrap the others as in
+        pluggy: their code before ``yield`` runs first, the rest after."""
+        failed: dict[str, str] = {}
+
+        def attempt(impl, call):
+            try:
+                return call()
+            except StopIteration:  # a wrapper that returned after its yield
+                return None
+            except Exception as exc:
+                error = self._error(impl.plugin_name, hook_name, exc)
+                log.error("%s", error)  # one line on the console; the traceback in the file:
+                log.error("%s: traceback", error, exc_info=(type(exc), exc, exc.__traceback__),
+                          extra={"file_only": True})  # fmt: skip
+                failed.setdefault(impl.plugin_name, f"{type(exc).__name__}: {exc}")
+                return None
+
+        impls = self.call_order(hook_name)
+        opened = []  # wrappers that reached their yield, outermost first
+        for impl in (i for i in impls if i.wrapper or i.hookwrapper):
+            generator = attempt(impl, lambda i=impl: i.function(*(kwargs[a] for a in i.argnames)))
+            if generator is not None and attempt(impl, lambda g=generator: (next(g), g)[1]):
+                opened.append((impl, generator))
+        for impl in (i for i in impls if not (i.wrapper or i.hookwrapper)):
+            attempt(impl, lambda i=impl: i.function(*(kwargs[a] for a in i.argnames)))
+        for impl, generator in reversed(opened):
+            sent = pluggy.Result(None, None) if impl.hookwrapper else None
+            attempt(impl, lambda g=generator, v=sent: g.send(v))
+        return failed
 
     def call_order(self, hook_name: str) -> list:
         """Hook implementations in the order pluggy calls them (first called first)."""

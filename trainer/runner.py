@@ -24,6 +24,7 @@ from tuneup.trainer.checks import core_problems, mode_problems
 from tuneup.trainer.components import Plan
 from tuneup.trainer.empty_init import empty_parameters, wanted
 from tuneup.trainer.environment import Environment, threads_as_asked
+from tuneup.trainer.evaluate import evaluate
 from tuneup.trainer.module import TrainingModule, with_batch_transforms
 from tuneup.trainer.plugin_manager import PluginManager
 from tuneup.trainer.state.preemption import (
@@ -93,7 +94,7 @@ def run(cfg, run_dir: str | Path | None = None):
                           "one where you can write: hydra.run.dir=<directory>") from exc  # fmt: skip
     if found := mode_problems(cfg):  # before resume= is resolved: it names what is missing
         raise ConfigError(found)
-    weights_only = weights_only_setting(cfg) or cfg.get("mode") == "validate"  # its weights only
+    weights_only = weights_only_setting(cfg) or cfg.get("mode", "fit") != "fit"  # weights only
     resume_from = resolve(cfg.get("resume"), run_dir, weights_only)  # refused: untouched
     done = None if resume_from is None or weights_only else complete(cfg, run_dir, *resume_from)
     if done:
@@ -141,7 +142,7 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
         if resume_from is not None:
             path, checkpoint = resume_from
             if weights_only:  # a new run from the weights: Lightning's ckpt_path restores all
-                load_weights(path, checkpoint, module)
+                load_weights(path, checkpoint, module, cfg.get("mode", "fit"))
                 summary["resumed_weights_only"] = True
             else:
                 check_config(path, checkpoint, cfg, trainer, module)
@@ -149,12 +150,14 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
             summary["resumed_from"] = str(path)  # not claimed when refused (above, or in fit)
             resume_from = checkpoint = None  # Lightning loads it again, into the model
         started = time.perf_counter()
-        if cfg.get("mode") == "validate":  # the checkpoint's weights, evaluated; nothing trained
-            trainer.validate(module, datamodule=data, verbose=False)
-        else:
+        mode = cfg.get("mode", "fit")
+        if mode == "fit":
             trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
-        if cfg.get("mode") != "validate" and _needs_final_validation(trainer, run_state):
-            trainer.validate(module, datamodule=data, verbose=False)
+            if _needs_final_validation(trainer, run_state):
+                trainer.validate(module, datamodule=data, verbose=False)
+        else:  # the checkpoint's weights, evaluated or predicted with; nothing trained
+            summary["mode"] = mode
+            summary.update(evaluate(mode, trainer, module, data, run_dir))
         summary["status"] = "ok"
         if ckpt_path is not None and (short := shortfall(trainer, run_state.started_at)):
             summary["short_of_limits"] = short  # a resumed run never ends short without a word
@@ -317,12 +320,12 @@ def _finish(cfg, plugins, trainer, summary: dict, run_dir: Path) -> None:
     summary.update(python=platform.python_version(), torch=_torch_version())
     if plugins is not None:
         summary["plugins"] = plugins.describe(cfg)
-        if trainer is not None:
-            try:
-                plugins.call("report", cfg=cfg, summary=summary)
-            except TuneupError as exc:
-                log.error("%s", exc)
-                summary.setdefault("report_error", str(exc))
+        # each plugin's report by itself: one failing keeps the others' figures
+        failed = (
+            plugins.call_each("report", cfg=cfg, summary=summary) if trainer is not None else {}
+        )
+        if failed:
+            summary["report_errors"] = failed  # the status stays: the run itself is done
     summary["command"] = command_name()
     path = run_summary.write(summary, run_dir)
     if summary["status"] in ("ok", "pruned"):  # pruned: an Optuna trial stopped by its pruner

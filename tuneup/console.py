@@ -11,10 +11,11 @@ is refused (the directory is another run's) writes nothing there.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
 
 #: The run's log file, in its run directory (rank > 0 of a multi-process run: tuneup.rank<N>.log).
@@ -97,6 +98,34 @@ def say(text: str, logger: logging.Logger) -> None:
     shown = any(type(h) is logging.StreamHandler for h in root.handlers)
     if not shown and not any(type(h) is logging.StreamHandler for h in logger.handlers):
         print(text, flush=True)
+
+
+@contextmanager
+def file_only(what: str):
+    """What is said while active goes to the log file only: a third-party module's import
+    (an installed plugin's, and what it imports: transformers' and torchao's notices) prints,
+    warns and logs things nothing in the run needs. Printed text (stdout and stderr, Python's
+    warnings where they are not captured) is kept and logged once it is done, under ``what``;
+    log records below ERROR (captured warnings included) are marked for the file. An error
+    stays on the console: an import that fails raises, and the run names it."""
+    made = logging.getLogRecordFactory()
+
+    def record(*args, **kwargs) -> logging.LogRecord:
+        found = made(*args, **kwargs)
+        if found.levelno < logging.ERROR:
+            found.file_only = True
+        return found
+
+    printed = io.StringIO()
+    logging.setLogRecordFactory(record)
+    try:
+        with redirect_stdout(printed), redirect_stderr(printed):
+            yield
+    finally:
+        logging.setLogRecordFactory(made)
+        if text := printed.getvalue().strip():
+            logging.getLogger(__name__).info("%s printed:\n%s", what, text,
+                                             extra={"file_only": True})  # fmt: skip
 
 
 def traceback_to_file(logger: logging.Logger, exc: BaseException) -> None:

@@ -207,14 +207,19 @@ def _int(value) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def load_weights(path: Path, checkpoint: dict, module) -> None:
-    """``resume_weights_only=true``: the checkpoint's model weights into ``module``, nothing else."""
+def load_weights(path: Path, checkpoint: dict, module, mode: str = "fit") -> None:
+    """``resume_weights_only=true`` (or ``mode=validate|test|predict``): the checkpoint's model
+    weights into ``module``, nothing else."""
     problem = weights_problem(module, checkpoint)
     if problem:
+        setting = "resume_weights_only=true" if mode == "fit" else f"mode={mode}"
         raise TuneupError(
-            f"resume_weights_only=true: the weights of {path} do not fit the model built now "
+            f"{setting}: the weights of {path} do not fit the model built now "
             f"({problem}); build the model as it was (the model.* settings of that run)"
         )
     module.load_state_dict(checkpoint["state_dict"])
+    if mode != "fit":
+        log.info("mode=%s: the weights of %s; nothing is trained", mode, path)
+        return
     log.info("starting a new run from the weights of %s (optimizer, schedule, data order and "
              "step count start afresh)", path)  # fmt: skip

@@ -45,13 +45,22 @@ def digit_pixels(image_size: int, channels: int) -> tuple[torch.Tensor, torch.Te
 
 def split(count: int, val_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Training and validation indices: a fixed random ``val_fraction`` (by ``seed``) validates."""
+    train, val, _ = held_out(count, val_fraction, seed)
+    return train, val
+
+
+def held_out(count: int, val_fraction: float, seed: int, test_fraction: float = 0.0):
+    """Training, validation and test indices: a fixed random ``val_fraction`` (by ``seed``)
+    validates, the next ``test_fraction`` of the same order tests, the rest trains (so the
+    validation digits are the same with or without a test split)."""
     order = torch.randperm(count, generator=torch.Generator().manual_seed(seed))
     val = math.ceil(count * val_fraction)
-    return order[val:].sort().values, order[:val].sort().values
+    test = val + math.ceil(count * test_fraction)
+    return order[test:].sort().values, order[:val].sort().values, order[val:test].sort().values
 
 
-def train_count(val_fraction: float) -> int:
-    return SAMPLES - math.ceil(SAMPLES * val_fraction)
+def train_count(val_fraction: float, test_fraction: float = 0.0) -> int:
+    return SAMPLES - math.ceil(SAMPLES * val_fraction) - math.ceil(SAMPLES * test_fraction)
 
 
 class Digits(ImageData):
@@ -60,6 +69,7 @@ class Digits(ImageData):
         "data.image_size": Integer(low=8),
         "data.channels": OneOf((1, 3)),
         "data.val_fraction": Number(gt=0, lt=1),
+        "data.test_fraction": Number(ge=0, lt=1),
         "data.seed": Integer(low=0),
         "data.preprocess": OneOf(("device", "worker")),
     }
@@ -79,7 +89,8 @@ class Digits(ImageData):
         found = problems(cfg, cls.rules)
         if found:
             return found
-        train, batch = train_count(cfg.data.val_fraction), cfg.data.batch_size
+        train = train_count(cfg.data.val_fraction, cfg.data.get("test_fraction", 0.0))
+        batch = cfg.data.batch_size
         if batch > train:
             found.append(f"data.batch_size={batch} is larger than the {train} training digits "
                          f"(data.val_fraction={cfg.data.val_fraction}): no full batch; lower "
@@ -91,13 +102,23 @@ class Digits(ImageData):
             return
         s = self.settings
         pixels, labels = digit_pixels(s.image_size, s.channels)
-        train, val = split(len(labels), s.val_fraction, s.seed)
+        train, val, test = held_out(
+            len(labels), s.val_fraction, s.seed, s.get("test_fraction", 0.0)
+        )
         scaled = pixels[train].float() / 255
         self.mean = tuple(scaled.mean((0, 2, 3)).tolist())
         self.std = tuple(scaled.std((0, 2, 3)).tolist())
         transform = None if self.device_work else self._normalize
         self.train_set = Images(pixels[train], labels[train], transform)
         self.val_set = Images(pixels[val], labels[val], transform)
+        self.test_set = Images(pixels[test], labels[test], transform) if len(test) else None
+
+    test_hint = ("give data.test_fraction=0.2 (a share of the digits held out for testing, "
+                 "taken from the training part: give it to the fit too)")  # fmt: skip
+
+    def test_split(self):
+        self.setup("test")
+        return self.test_set
 
     def _normalize(self, pixels: torch.Tensor) -> torch.Tensor:
         return normalize(pixels, self.mean, self.std)

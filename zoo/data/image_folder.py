@@ -118,6 +118,17 @@ class ImageFolder(ImageData):
         self.val_set = ImageFiles(val, self._worker_part(val_crop))
         self._name_steps()
 
+    test_hint = "data=imagefolder tests on root/test/<class>/ (as root/val/): add that folder"
+
+    def test_split(self):
+        """``root/test/<class>/*`` where that folder exists (cropped as validation is)."""
+        folder = self.root / "test"
+        if self.test_set is None and self.settings.get("name") == "imagefolder" and folder.is_dir():
+            self.setup("test")
+            samples = _subset(find_samples(folder, self.classes), None, self.settings.seed)
+            self.test_set = ImageFiles(samples, self._worker_part(self._crops()[1]))
+        return self.test_set
+
     @staticmethod
     def place(settings) -> str:
         """The folder the data are in (``data.root``; ``data=shards``: ``data.path``)."""

@@ -2,7 +2,7 @@
 class pattern times ``signal`` plus Gaussian noise, stored as uint8 pixels
 ``127.5 + 31.875 * value`` (normalised back with mean 0.5, std 0.125: values beyond 4
 standard deviations clip). Generated once from ``data.seed``, so every run sees the same
-data. ``data.on_device=true`` generates them into the training device's memory and cuts
+data; ``data.test_samples`` more are drawn after them for ``mode=test``. ``data.on_device=true`` generates them into the training device's memory and cuts
 batches there: no worker, no copy, the model alone (NVIDIA's "synthetic" backend).
 
 What image data share (uint8 batches, the device's part) is in :mod:`tuneup.zoo.data.images`.
@@ -29,6 +29,7 @@ class SyntheticImages(ImageData):
         "data.channels": Integer(low=1),
         "data.train_samples": Integer(low=1),
         "data.val_samples": Integer(low=1),
+        "data.test_samples": Integer(low=0),
         "data.signal": Number(ge=0),
         "data.seed": Integer(low=0),
         "data.preprocess": OneOf(("device", "worker")),
@@ -72,6 +73,24 @@ class SyntheticImages(ImageData):
             else:
                 made.append(Images(pixels, labels, None if self.device_work else self._normalize))
         self.train_set, self.val_set = made
+        self._held_out = (patterns, generator.get_state(), device)  # the test split's draws
+
+    test_hint = "give data.test_samples=N (held-out samples drawn after train and val)"
+
+    def test_split(self):
+        """``data.test_samples`` more samples of the same classes, drawn after the training and
+        validation ones from the same seeded stream: held out, the same for every run."""
+        if self.test_set is None and self.settings.get("test_samples"):
+            self.setup("test")
+            patterns, state, device = self._held_out
+            generator = torch.Generator()
+            generator.set_state(state)
+            pixels, labels = synthetic_pixels(patterns, self.settings.test_samples,
+                                              self.settings.signal, generator)  # fmt: skip
+            self.test_set = (ResidentImages(pixels.to(device), labels.to(device)) if self.resident
+                             else Images(pixels, labels, None if self.device_work
+                                         else self._normalize))  # fmt: skip
+        return self.test_set
 
     def _normalize(self, pixels: torch.Tensor) -> torch.Tensor:
         return normalize(pixels, self.mean, self.std)

@@ -57,6 +57,7 @@ class SyntheticTokens(DataModule):
         "data.context": Integer(low=1),
         "data.train_samples": Integer(low=1),
         "data.val_samples": Integer(low=1),
+        "data.test_samples": Integer(low=0),
         "data.seed": Integer(low=0),
     }
 
@@ -64,6 +65,7 @@ class SyntheticTokens(DataModule):
         super().__init__(settings, configure_loader)
         self.input_shape = (settings.context,)
         self.num_classes = settings.vocab_size
+        self._held_out = None
 
     def setup(self, stage: str | None = None) -> None:
         if self.train_set is not None:
@@ -73,6 +75,21 @@ class SyntheticTokens(DataModule):
         successors = successor_table(s.vocab_size, generator)
         self.train_set = _chain(successors, s.train_samples, s.context, generator)
         self.val_set = _chain(successors, s.val_samples, s.context, generator)
+        self._held_out = (successors, generator.get_state())
+
+    test_hint = "give data.test_samples=N (held-out samples drawn after train and val)"
+
+    def test_split(self):
+        """``data.test_samples`` more walks of the same chain, drawn after the training and
+        validation ones from the same seeded stream: held out, the same for every run."""
+        if self.test_set is None and self.settings.get("test_samples"):
+            self.setup("test")
+            successors, state = self._held_out
+            generator = torch.Generator()
+            generator.set_state(state)
+            s = self.settings
+            self.test_set = _chain(successors, s.test_samples, s.context, generator)
+        return self.test_set
 
 
 #: Up to this vocabulary the successors are the first of a permutation per token (the chain
