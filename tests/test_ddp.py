@@ -145,6 +145,64 @@ def test_a_failing_rank_ends_every_process_in_seconds(tmp_path):
     assert not [rank for rank, pid in ranks.items() if _alive(pid)]
 
 
+SLOW_START_PLUGIN = """
+import os
+import time
+from pathlib import Path
+from tuneup import hookimpl
+
+class Plugin:
+    @hookimpl
+    def configure_trainer(self):
+        rank = os.environ.get("LOCAL_RANK", "0")  # set by the launcher in the ranks it starts
+        Path(os.environ["PIDS_DIR"], rank).write_text(str(os.getpid()))
+        if rank != "0":  # a rank still importing on a loaded machine: joins this much later
+            time.sleep(float(os.environ["SLOW_START_S"]))
+            Path(os.environ["PIDS_DIR"], f"joining{rank}").write_text("")
+"""
+
+
+def slow_start_run(tmp_path: Path, slow_s: float, *overrides: str):
+    """A 2-process run whose rank 1 reaches the rendezvous ``slow_s`` seconds after rank 0."""
+    site = make_distribution(tmp_path / "site", "tuneup-slow", {"slow_start": SLOW_START_PLUGIN},
+                             {"slow_start": "slow_start:Plugin"})  # fmt: skip
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env = {"PYTHONPATH": os.pathsep.join([str(site), *sys.path]), "PIDS_DIR": str(pids),
+           "SLOW_START_S": str(slow_s)}  # fmt: skip
+    result = run_cli(*MLP, "trainer.max_steps=2", "trainer.devices=2", "data.batch_size=16",
+                     f"hydra.run.dir={tmp_path / 'run'}", *overrides, cwd=tmp_path, env=env,
+                     tiny=False)  # fmt: skip
+    return result, pids
+
+
+@pytest.mark.slow
+def test_a_rank_that_starts_later_than_the_collective_timeout_still_joins(tmp_path):
+    """Joining has its own timeout (strategy.join_timeout_s, 30 min): a rank that starts 14 s
+    late joins under strategy.timeout_s=10, which bounds the collectives only (on main the
+    one timeout bounded both: DistStoreError, 1/2 clients joined)."""
+    result, pids = slow_start_run(tmp_path, 14, "strategy=ddp", "strategy.timeout_s=10")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (pids / "joining1").exists()
+    assert summary_of(tmp_path / "run")["steps"] == 2
+
+
+@pytest.mark.slow
+def test_a_rank_that_does_not_join_in_time_fails_the_run_naming_the_setting_and_dies(tmp_path):
+    result, pids = slow_start_run(tmp_path, 120, "strategy=fsdp", "strategy.join_timeout_s=3")
+    assert result.returncode == 1
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: rank 0: 1 of 2 processes joined within "
+                           "strategy.join_timeout_s=3 s")  # fmt: skip
+    assert "Raise strategy.join_timeout_s" in line
+    late = int((pids / "1").read_text())  # rank 1, asleep when rank 0 gave up
+    deadline = time.monotonic() + 15
+    while _alive(late) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(late), "rank 1 outlived the failed run"
+    assert not (pids / "joining1").exists()  # killed asleep: it never retried to join
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -8,7 +8,8 @@ gradients and optimizer state (FSDP2) and, with ``tensor_parallel_size`` > 1, sp
 the blocks' matmuls (:mod:`plugins.strategy.fsdp`, :mod:`plugins.strategy.parallelize`).
 Lightning does the work (:mod:`plugins.strategy.build`); this plugin picks the backend
 (gloo on CPU, NCCL
-on CUDA), a short collective timeout, and fixes what Lightning gets wrong with
+on CUDA), a short collective timeout and a long one for joining (:mod:`plugins.strategy.join`),
+and fixes what Lightning gets wrong with
 Hydra multiruns (:mod:`plugins.strategy.launch`).
 
 Data: every process trains on its own shard of each epoch, chosen by the data
@@ -47,7 +48,7 @@ from tuneup.trainer.environment import Environment, cpus_per_process, usable_cpu
 from tuneup.trainer.state.preemption import Preempted, SignalFlag
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problems
 
-COMMON = {"plugin", "name", "timeout_s"}
+COMMON = {"plugin", "name", "timeout_s", "join_timeout_s"}
 KEYS = {
     "auto": COMMON,
     "ddp": COMMON | {"find_unused_parameters", "static_graph", "gradient_as_bucket_view",
@@ -59,6 +60,7 @@ KEYS = {
 RULES = {
     "strategy.name": OneOf(tuple(KEYS)),
     "strategy.timeout_s": Number(gt=0),
+    "strategy.join_timeout_s": Number(gt=0),
     "strategy.find_unused_parameters": BOOL,
     "strategy.static_graph": BOOL,
     "strategy.gradient_as_bucket_view": BOOL,

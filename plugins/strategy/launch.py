@@ -29,11 +29,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from unittest import mock
 
 import torch
 from pytorch_lightning.strategies.launchers import subprocess_script as pl_launcher
+
+from tuneup.trainer.state.preemption import Preempted
 
 #: Command-line options of a Hydra app that take a value and must reach the child as given.
 CONFIG_OPTIONS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
@@ -45,6 +48,10 @@ SWEEP_ONLY = ("hydra.mode", "hydra.sweep", "hydra.sweeper", "hydra.launcher", "h
 LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
 #: Seconds to wait for the other local ranks to exit after a successful job.
 CHILD_EXIT_S = 120
+#: Seconds the other local ranks get to end by themselves when rank 0 fails, before they are
+#: killed: a failed run leaves no process behind (one still starting would join nobody,
+#: retry connecting until its own timeout, and write into the finished run's log).
+FAILED_CHILD_EXIT_S = 5
 
 
 def config_options(argv: list[str]) -> list[str]:
@@ -136,7 +143,30 @@ class HydraJobLauncher(pl_launcher._SubprocessScriptLauncher):
             forget_previous_job()
         if _launched is None and not self.cluster_environment.creates_processes_externally:
             _launched = (self, {name: os.environ.get(name) for name in LAUNCH_ENV})
-        return super().launch(function, *args, trainer=trainer, **kwargs)
+        try:
+            return super().launch(function, *args, trainer=trainer, **kwargs)
+        except BaseException as exc:
+            self.end_children(CHILD_EXIT_S if isinstance(exc, Preempted) else FAILED_CHILD_EXIT_S)
+            raise
+
+    def end_children(self, grace_s: float) -> None:
+        """Wait up to ``grace_s`` for the local ranks this process started, then kill them.
+
+        A preempted run's ranks are saving and ending together (CHILD_EXIT_S, as after a
+        finished job); any other failure of rank 0 ends the run, and ranks still starting,
+        waiting in a collective or retrying to connect would live on without it (Lightning
+        kills them only on Ctrl-C). They leave Lightning's observer first: it would take
+        their death for a failure and kill this process before it reports its own error.
+        """
+        children = list(self.procs)
+        self.procs.clear()  # the observer's list too (the same object)
+        deadline = time.monotonic() + grace_s
+        for proc in children:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     def _call_children_scripts(self) -> None:
         with hydra_jobs_for_children():
