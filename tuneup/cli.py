@@ -180,7 +180,8 @@ def task(cfg):
     try:
         return run(cfg)
     except Preempted as exc:  # a checkpoint is written (or Ctrl-C): the job can be run again
-        print(f"{exc.label}: {exc}", file=sys.stderr, flush=True)
+        if getattr(exc, "tuneup_rank", 0) == 0:  # one line per run: every rank stopped at the
+            print(f"{exc.label}: {exc}", file=sys.stderr, flush=True)  # same step; rank 0 says
         sys.exit(exc.exit_code)
     except Exception as exc:
         user_error = isinstance(exc, TuneupError)

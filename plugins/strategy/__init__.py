@@ -137,11 +137,14 @@ def resolved(name: str, world_size: int) -> str:
 def layout_note(cfg, env: Environment) -> str | None:
     """What the run does that its strategy does not say: one process for strategy=ddp|fsdp on a
     machine with one device, or more CPU processes than cores."""
-    name = cfg.strategy.name
+    name, given = cfg.strategy.name, cfg.trainer.get("devices")
     if name != "auto" and env.world_size == 1:
-        where = f"{torch.cuda.device_count()} GPU" if env.is_cuda else env.accelerator
-        return (f"strategy={name} with trainer.devices=auto on {where}: one device, so one "
-                "process; set trainer.devices=N to start N processes")  # fmt: skip
+        if given == "auto":
+            where = f"{torch.cuda.device_count()} GPU" if env.is_cuda else env.accelerator
+            return (f"strategy={name} with trainer.devices=auto on {where}: one device, so one "
+                    "process; set trainer.devices=N to start N processes")  # fmt: skip
+        return (f"strategy={name} with trainer.devices={given}: one process (FSDP over a mesh "
+                "of one); set trainer.devices=N to start N processes")  # fmt: skip
     cpus = usable_cpus()
     if not env.is_cuda and env.devices > cpus:
         return (f"{env.devices} processes on {cpus} CPU core(s): each gets less than a core, so "
