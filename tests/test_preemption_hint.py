@@ -80,8 +80,10 @@ TERM_RANK_0 = """
 
 
 def test_a_preempted_run_of_two_processes_says_so_once_in_rank_0s_words(tmp_path):
-    """Every rank stops at the same step and raises; only rank 0 prints (on main each rank
-    printed its own line: rank 1's said 'received a stop signal on another rank')."""
+    """Every rank stops at the same step and raises; only the command's own process (local
+    rank 0) prints, not the rank it started on the same console (on main each rank printed its
+    own line: rank 1's said 'received a stop signal on another rank'). One command per node:
+    tests/test_multinode.py."""
     site = make_distribution(tmp_path / "site", "tuneup-term0", {"tuneup_term0": TERM_RANK_0},
                              {"term0": "tuneup_term0:Plugin"})  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(site), "PYTHONUNBUFFERED": "1"}
