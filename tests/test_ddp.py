@@ -227,6 +227,19 @@ def problems_for(*overrides):
     return settings_problems(cfg, Environment.from_config(cfg))
 
 
+def test_a_rank_that_cannot_reach_rank_0_in_time_names_the_setting_too():
+    """What a process of another node says when rank 0 never came up (torch's client error)."""
+    from tuneup.plugins.strategy.join import not_joined
+
+    torch_said = ("The client socket has timed out after 600000ms while trying to connect to "
+                  "(10.0.0.1, 29500).\nException raised from throwTimeoutError")  # fmt: skip
+    line = not_joined(torch_said, 3, 4, 600)
+    assert line.startswith("process 3 of 4 could not reach rank 0 within "
+                           "strategy.join_timeout_s=600 s: rank 0 did not start or has ended "
+                           "(The client socket has timed out")  # fmt: skip
+    assert "\n" not in line and "Raise strategy.join_timeout_s" in line
+
+
 def test_ddp_with_one_process_given_explicitly_is_a_problem():
     (found,) = problems_for("strategy=ddp", "trainer.devices=1")
     assert "one process" in found and "trainer.devices=2" in found

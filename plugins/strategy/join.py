@@ -24,6 +24,7 @@ import re
 from datetime import timedelta
 
 import torch.distributed as dist
+from lightning_fabric.utilities.distributed import _destroy_dist_connection
 
 from tuneup import TuneupError
 
@@ -59,7 +60,7 @@ def connect(strategy, join_s: float) -> None:
         device_id=device if device.type != "cpu" else None,
     )
     if strategy._process_group_backend == "nccl":  # as Lightning does: torch warns otherwise
-        atexit.register(dist.destroy_process_group)
+        atexit.register(_destroy_dist_connection)
 
 
 def not_joined(message: str, rank: int, world: int, join_s: float) -> str:
