@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import compose_config, run_cli
+from tests.conftest import ROOT, compose_config, python, run_cli
 from tests.plugin_dists import make_distribution
 from tuneup.plugins.strategy import settings_problems
 from tuneup.plugins.strategy.launch import config_options, job_command
@@ -225,6 +227,32 @@ def _state(pid: int) -> str:
 def problems_for(*overrides):
     cfg = compose_config([*MLP, *overrides], tiny=False)
     return settings_problems(cfg, Environment.from_config(cfg))
+
+
+@pytest.mark.slow
+def test_a_rank_still_starting_ends_with_a_rank_0_that_was_killed(tmp_path):
+    """kill -9 (or the OOM killer) of rank 0 while rank 1 is still starting: rank 1 is ended by
+    the kernel with it (PR_SET_PDEATHSIG), instead of retrying to reach it for
+    strategy.join_timeout_s. On main it lived on, orphaned."""
+    env, pids = slow_start(tmp_path, 120)
+    command = [*python(), str(ROOT / "run.py"), *MLP, *DDP, f"hydra.run.dir={tmp_path / 'run'}"]
+    run = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, **env},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    late = pids / "1"
+    try:
+        deadline = time.monotonic() + 240
+        while not late.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert late.exists(), "rank 1 did not start"
+        os.kill(int((pids / "0").read_text()), signal.SIGKILL)  # rank 0, waiting for rank 1
+        run.wait(timeout=60)
+        deadline = time.monotonic() + 15
+        while _alive(int(late.read_text())) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(int(late.read_text())), "rank 1 outlived rank 0"
+    finally:
+        if late.exists() and _alive(int(late.read_text())):
+            os.kill(int(late.read_text()), signal.SIGKILL)
 
 
 def test_a_rank_that_cannot_reach_rank_0_in_time_names_the_setting_too():

@@ -26,11 +26,14 @@ whole tuneup process.
 
 from __future__ import annotations
 
+import functools
 import os
+import signal
 import subprocess
 import sys
 import time
 from contextlib import contextmanager
+from types import SimpleNamespace
 from unittest import mock
 
 import torch
@@ -115,13 +118,39 @@ def hydra_job_command(local_rank: int) -> tuple[list[str], str]:
 
 @contextmanager
 def hydra_jobs_for_children():
-    """While active, Lightning's launcher starts children with :func:`hydra_job_command`.
+    """While active, Lightning's launcher starts children with :func:`hydra_job_command`,
+    each ended by the kernel when this process ends (:func:`ended_with_parent`).
 
-    The launcher calls the module-level function by name; there is no argument to
-    pass a different one, so the name is replaced for the duration of the launch.
+    The launcher calls the module-level function (and ``subprocess.Popen``) by name; there is
+    no argument to pass others, so the names are replaced in its module for the launch.
     """
-    with mock.patch.object(pl_launcher, "_hydra_subprocess_cmd", hydra_job_command):
+    popen = functools.partial(subprocess.Popen, preexec_fn=ended_with_parent())
+    with (
+        mock.patch.object(pl_launcher, "_hydra_subprocess_cmd", hydra_job_command),
+        mock.patch.object(pl_launcher, "subprocess", SimpleNamespace(Popen=popen)),
+    ):
         yield
+
+
+def ended_with_parent():
+    """A ``preexec_fn`` that has the child killed when the process that started it ends, as
+    it is on Linux (``PR_SET_PDEATHSIG``); None elsewhere. Rank 0 killed (the OOM killer, a
+    ``kill -9``) while a rank it started is still importing would leave that rank to retry
+    reaching it for ``strategy.join_timeout_s``; with this it ends with rank 0."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the fork
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    return preexec
+
+
+#: prctl(2)'s option: the signal a process gets when its parent ends.
+PR_SET_PDEATHSIG = 1
 
 
 class HydraJobLauncher(pl_launcher._SubprocessScriptLauncher):
