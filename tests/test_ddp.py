@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import compose_config, run_cli
+from tests.conftest import ROOT, compose_config, python, run_cli
 from tests.plugin_dists import make_distribution
 from tuneup.plugins.strategy import settings_problems
 from tuneup.plugins.strategy.launch import config_options, job_command
@@ -45,9 +47,10 @@ def relative_difference(a: dict, b: dict) -> float:
     return max(float((a[k] - b[k]).norm() / b[k].norm()) for k in b)
 
 
-def ddp_run(tmp_path: Path, *overrides: str, name: str = "ddp"):
+def ddp_run(tmp_path: Path, *overrides: str, name: str = "ddp", env: dict | None = None):
     run_dir = tmp_path / name
-    result = run_cli(*MLP, *DDP, f"hydra.run.dir={run_dir}", *overrides, cwd=tmp_path, tiny=False)
+    result = run_cli(*MLP, *DDP, f"hydra.run.dir={run_dir}", *overrides, cwd=tmp_path, tiny=False,
+                     env=env)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("tuneup: mlp on") == 1  # the start-up line once, not per process
     return run_dir
@@ -89,12 +92,18 @@ def test_ddp_equals_one_process_on_the_whole_batch(tmp_path, train):
 
 
 @pytest.mark.slow
-def test_fp16_gradient_compression_runs_on_cpu(tmp_path, train):
+def test_fp16_gradient_compression_runs_on_cpu_and_a_rank_joining_late_joins(tmp_path, train):
+    """Two promises, one pair of processes (a pair costs 10 CPU-seconds): fp16 compression, and
+    joining has its own timeout (strategy.join_timeout_s, 30 min): a rank that reaches the
+    rendezvous 14 s after rank 0 joins under strategy.timeout_s=10, which bounds collectives
+    only (on main the one timeout bounded both: DistStoreError, 1/2 clients joined)."""
     steps = 3
+    env, pids = slow_start(tmp_path, 14)
     run_dir = ddp_run(
         tmp_path, f"trainer.max_steps={steps}", "strategy.comm_hook=fp16",
-        "strategy.count_allreduces=true",
+        "strategy.count_allreduces=true", "strategy.timeout_s=10", env=env,
     )  # fmt: skip
+    assert (pids / "joining1").exists()  # rank 1 did sleep before joining
     summary = summary_of(run_dir)
     assert summary["plugins"]["strategy"]["comm_hook"] == "fp16"
     assert summary["gradient_allreduces"] == steps  # the hook is registered on CPU too
@@ -145,6 +154,58 @@ def test_a_failing_rank_ends_every_process_in_seconds(tmp_path):
     assert not [rank for rank, pid in ranks.items() if _alive(pid)]
 
 
+SLOW_START_PLUGIN = """
+import os
+import time
+from pathlib import Path
+from tuneup import hookimpl
+
+class Plugin:
+    def __init__(self):  # as early as a plugin gets: the run's plugins are being made
+        rank = os.environ.get("LOCAL_RANK", "0")  # set by the launcher in the ranks it starts
+        Path(os.environ["PIDS_DIR"], rank).write_text(str(os.getpid()))
+
+    @hookimpl
+    def configure_trainer(self):
+        rank = os.environ.get("LOCAL_RANK", "0")
+        if rank != "0":  # a rank still importing on a loaded machine: joins this much later
+            time.sleep(float(os.environ["SLOW_START_S"]))
+            Path(os.environ["PIDS_DIR"], f"joining{rank}").write_text("")
+"""
+
+
+def slow_start(tmp_path: Path, slow_s: float) -> tuple[dict, Path]:
+    """The environment of a 2-process run whose rank 1 reaches the rendezvous ``slow_s`` seconds
+    after rank 0, and the folder where each rank writes its pid."""
+    site = make_distribution(tmp_path / "site", "tuneup-slow", {"slow_start": SLOW_START_PLUGIN},
+                             {"slow_start": "slow_start:Plugin"})  # fmt: skip
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env = {"PYTHONPATH": os.pathsep.join([str(site), *sys.path]), "PIDS_DIR": str(pids),
+           "SLOW_START_S": str(slow_s)}  # fmt: skip
+    return env, pids
+
+
+@pytest.mark.slow
+def test_a_rank_that_does_not_join_in_time_fails_the_run_naming_the_setting_and_dies(tmp_path):
+    env, pids = slow_start(tmp_path, 120)
+    result = run_cli(*MLP, "trainer.devices=2", "strategy=fsdp", "strategy.join_timeout_s=3",
+                     f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env=env, tiny=False)  # fmt: skip
+    assert result.returncode == 1
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith("error:")]
+    assert line.startswith("error: rank 0: 1 of 2 processes joined within "
+                           "strategy.join_timeout_s=3 s")  # fmt: skip
+    assert "Raise strategy.join_timeout_s" in line
+    # Rank 1 was killed asleep (or, on a loaded machine, before it got as far as writing its
+    # pid): alive, it would write its pid in a moment and go on to join.
+    late = pids / "1"
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not (late.exists() and not _alive(int(late.read_text()))):
+        time.sleep(0.2)
+    assert not (late.exists() and _alive(int(late.read_text()))), "rank 1 outlived the failed run"
+    assert not (pids / "joining1").exists()  # it never went on to join
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -166,6 +227,45 @@ def _state(pid: int) -> str:
 def problems_for(*overrides):
     cfg = compose_config([*MLP, *overrides], tiny=False)
     return settings_problems(cfg, Environment.from_config(cfg))
+
+
+@pytest.mark.slow
+def test_a_rank_still_starting_ends_with_a_rank_0_that_was_killed(tmp_path):
+    """kill -9 (or the OOM killer) of rank 0 while rank 1 is still starting: rank 1 is ended by
+    the kernel with it (PR_SET_PDEATHSIG), instead of retrying to reach it for
+    strategy.join_timeout_s. On main it lived on, orphaned."""
+    env, pids = slow_start(tmp_path, 120)
+    command = [*python(), str(ROOT / "run.py"), *MLP, *DDP, f"hydra.run.dir={tmp_path / 'run'}"]
+    run = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, **env},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    late = pids / "1"
+    try:
+        deadline = time.monotonic() + 240
+        while not late.exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert late.exists(), "rank 1 did not start"
+        os.kill(int((pids / "0").read_text()), signal.SIGKILL)  # rank 0, waiting for rank 1
+        run.wait(timeout=60)
+        deadline = time.monotonic() + 15
+        while _alive(int(late.read_text())) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(int(late.read_text())), "rank 1 outlived rank 0"
+    finally:
+        if late.exists() and _alive(int(late.read_text())):
+            os.kill(int(late.read_text()), signal.SIGKILL)
+
+
+def test_a_rank_that_cannot_reach_rank_0_in_time_names_the_setting_too():
+    """What a process of another node says when rank 0 never came up (torch's client error)."""
+    from tuneup.plugins.strategy.join import not_joined
+
+    torch_said = ("The client socket has timed out after 600000ms while trying to connect to "
+                  "(10.0.0.1, 29500).\nException raised from throwTimeoutError")  # fmt: skip
+    line = not_joined(torch_said, 3, 4, 600)
+    assert line.startswith("process 3 of 4 could not reach rank 0 within "
+                           "strategy.join_timeout_s=600 s: rank 0 did not start or has ended "
+                           "(The client socket has timed out")  # fmt: skip
+    assert "\n" not in line and "Raise strategy.join_timeout_s" in line
 
 
 def test_ddp_with_one_process_given_explicitly_is_a_problem():

@@ -104,6 +104,8 @@ def test_resume_on_one_process_says_what_the_doc_says_and_exports(walked):
     assert len(promised) == 2
     for line in promised:
         assert line in out
+    (said,) = re.findall(r"`(strategy=fsdp with trainer\.devices=1: one process[^`]*)`", section)
+    assert said in out  # the devices the command gave, not "auto" (issue 43)
     summary = json.loads((project / "outputs" / "ft" / "summary.json").read_text())
     assert summary["world_size"] == 1 and summary["steps"] == 12
     assert summary["micro_batch_size"] == 16

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from tests.conftest import compose_config, run_cli
-from tuneup.plugins.strategy import settings_problems
+from tuneup.plugins.strategy import layout_note, settings_problems
 from tuneup.plugins.strategy.parallelize import expand, plan_problems, shard_block_names
 from tuneup.trainer.components import Plan
 from tuneup.trainer.environment import Environment
@@ -31,6 +31,15 @@ def test_a_sound_fsdp_and_tp_config_has_no_problem():
     assert problems("trainer.devices=4", "strategy.tensor_parallel_size=2") == []
     assert problems("trainer.devices=2", "strategy.sequence_parallel=true",
                     "strategy.tensor_parallel_size=2") == []  # fmt: skip
+
+
+def test_one_process_is_said_with_the_devices_the_user_gave():
+    """A resume on one process (trainer.devices=1) was told 'trainer.devices=auto'."""
+    for devices, said in (("1", "strategy=fsdp with trainer.devices=1: one process"),
+                          ("auto", "strategy=fsdp with trainer.devices=auto on cpu: one device")):  # fmt: skip
+        cfg = compose_config([*GPT, f"trainer.devices={devices}"])
+        assert problems(f"trainer.devices={devices}") == []
+        assert layout_note(cfg, Environment.from_config(cfg)).startswith(said)
 
 
 def test_a_tensor_parallel_size_that_does_not_divide_the_world_is_named():

@@ -7,7 +7,7 @@ import os
 import shlex
 import subprocess
 
-from tests.conftest import ROOT, TINY, python
+from tests.conftest import ROOT, TINY, TINY_IMAGES, python
 from tests.plugin_dists import make_distribution
 from tuneup.trainer.state.preemption import EXIT_CODE
 
@@ -62,3 +62,36 @@ def test_in_a_slurm_launcher_job_the_hint_runs_tuneup_itself(monkeypatch, tmp_pa
     assert hint == f"python -m tuneup resume=auto hydra.run.dir={tmp_path / 'run'}"
     monkeypatch.setattr("sys.argv", ["/home/me/train.py"])  # a user's own script: run again
     assert preemption.continue_command("r").startswith("python /home/me/train.py resume=auto")
+
+
+TERM_RANK_0 = """
+    import os
+    import signal
+
+    from tuneup import hookimpl
+
+
+    class Plugin:
+        @hookimpl
+        def on_after_backward(self, trainer):
+            if trainer.global_rank == 0 and trainer.global_step == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def test_a_preempted_run_of_two_processes_says_so_once_in_rank_0s_words(tmp_path):
+    """Every rank stops at the same step and raises; only the command's own process (local
+    rank 0) prints, not the rank it started on the same console (on main each rank printed its
+    own line: rank 1's said 'received a stop signal on another rank'). One command per node:
+    tests/test_multinode.py."""
+    site = make_distribution(tmp_path / "site", "tuneup-term0", {"tuneup_term0": TERM_RANK_0},
+                             {"term0": "tuneup_term0:Plugin"})  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(site), "PYTHONUNBUFFERED": "1"}
+    run = subprocess.run([*python(), str(ROOT / "run.py"), *TINY, TINY_IMAGES, "strategy=ddp",
+                          "trainer.accelerator=cpu", "trainer.devices=2", "data.batch_size=16",
+                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == EXIT_CODE, run.stderr[-3000:]
+    (line,) = [x for x in run.stderr.splitlines() if x.startswith("preempted:")]
+    assert line.startswith("preempted: received SIGTERM: stopped after step 2 and saved ")
+    assert "another rank" not in run.stderr

@@ -191,7 +191,8 @@ def task(cfg):
     try:
         return run(cfg)
     except Preempted as exc:  # a checkpoint is written (or Ctrl-C): the job can be run again
-        print(f"{exc.label}: {exc}", file=sys.stderr, flush=True)
+        if _first_on_its_node():  # every rank stopped at the same step: one line per console
+            print(f"{exc.label}: {exc}", file=sys.stderr, flush=True)
         sys.exit(exc.exit_code)
     except Exception as exc:
         user_error = isinstance(exc, TuneupError)
@@ -209,6 +210,13 @@ def task(cfg):
         line = exc if user_error else crash_line(exc)
         print(f"error: {_rank(exc)}{line}", file=sys.stderr, flush=True)
         sys.exit(1)
+
+
+def _first_on_its_node() -> bool:
+    """Whether this process is its node's local rank 0: the command the user (or the cluster)
+    started, whose console the other local ranks share (started by Lightning's launcher, or
+    by srun into the same job output)."""
+    return (os.environ.get("LOCAL_RANK") or os.environ.get("SLURM_LOCALID") or "0") == "0"
 
 
 def crash_line(exc: BaseException) -> str:

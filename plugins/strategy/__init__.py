@@ -8,7 +8,8 @@ gradients and optimizer state (FSDP2) and, with ``tensor_parallel_size`` > 1, sp
 the blocks' matmuls (:mod:`plugins.strategy.fsdp`, :mod:`plugins.strategy.parallelize`).
 Lightning does the work (:mod:`plugins.strategy.build`); this plugin picks the backend
 (gloo on CPU, NCCL
-on CUDA), a short collective timeout, and fixes what Lightning gets wrong with
+on CUDA), a short collective timeout and a long one for joining (:mod:`plugins.strategy.join`),
+and fixes what Lightning gets wrong with
 Hydra multiruns (:mod:`plugins.strategy.launch`).
 
 Data: every process trains on its own shard of each epoch, chosen by the data
@@ -47,7 +48,7 @@ from tuneup.trainer.environment import Environment, cpus_per_process, usable_cpu
 from tuneup.trainer.state.preemption import Preempted, SignalFlag
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problems
 
-COMMON = {"plugin", "name", "timeout_s"}
+COMMON = {"plugin", "name", "timeout_s", "join_timeout_s"}
 KEYS = {
     "auto": COMMON,
     "ddp": COMMON | {"find_unused_parameters", "static_graph", "gradient_as_bucket_view",
@@ -59,6 +60,7 @@ KEYS = {
 RULES = {
     "strategy.name": OneOf(tuple(KEYS)),
     "strategy.timeout_s": Number(gt=0),
+    "strategy.join_timeout_s": Number(gt=0),
     "strategy.find_unused_parameters": BOOL,
     "strategy.static_graph": BOOL,
     "strategy.gradient_as_bucket_view": BOOL,
@@ -135,11 +137,14 @@ def resolved(name: str, world_size: int) -> str:
 def layout_note(cfg, env: Environment) -> str | None:
     """What the run does that its strategy does not say: one process for strategy=ddp|fsdp on a
     machine with one device, or more CPU processes than cores."""
-    name = cfg.strategy.name
+    name, given = cfg.strategy.name, cfg.trainer.get("devices")
     if name != "auto" and env.world_size == 1:
-        where = f"{torch.cuda.device_count()} GPU" if env.is_cuda else env.accelerator
-        return (f"strategy={name} with trainer.devices=auto on {where}: one device, so one "
-                "process; set trainer.devices=N to start N processes")  # fmt: skip
+        if given == "auto":
+            where = f"{torch.cuda.device_count()} GPU" if env.is_cuda else env.accelerator
+            return (f"strategy={name} with trainer.devices=auto on {where}: one device, so one "
+                    "process; set trainer.devices=N to start N processes")  # fmt: skip
+        return (f"strategy={name} with trainer.devices={given}: one process (FSDP over a mesh "
+                "of one); set trainer.devices=N to start N processes")  # fmt: skip
     cpus = usable_cpus()
     if not env.is_cuda and env.devices > cpus:
         return (f"{env.devices} processes on {cpus} CPU core(s): each gets less than a core, so "

@@ -16,8 +16,11 @@ Two subclasses fill the gaps:
 The backend follows the accelerator: NCCL on CUDA, gloo on CPU. The collective
 ``timeout`` is short (``strategy.timeout_s``, 60 s by default, torch's default is
 30 minutes): a rank that hangs makes the others fail with an error in a minute.
-A rank that dies is noticed sooner: gloo/NCCL report the closed connection, and
-Lightning's launcher kills every local process when one exits with an error.
+Joining at the start has its own, long one (``strategy.join_timeout_s``, 30 minutes):
+processes start unevenly (:mod:`plugins.strategy.join`). A rank that dies is noticed
+sooner: gloo/NCCL report the closed connection, and Lightning's launcher kills every
+local process when one exits with an error; when rank 0 fails, it ends the local ranks it
+started (:mod:`plugins.strategy.launch`).
 """
 
 from __future__ import annotations
@@ -27,10 +30,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from lightning_fabric.utilities.seed import reset_seed
 from pytorch_lightning.strategies import DDPStrategy, ModelParallelStrategy
+from pytorch_lightning.strategies.parallel import ParallelStrategy
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+from tuneup.plugins.strategy.join import DEFAULT_JOIN_S, connect
 from tuneup.plugins.strategy.launch import HydraJobLauncher
 from tuneup.plugins.strategy.materialize import materialize
 from tuneup.plugins.strategy.parallelize import Layout, Settings, parallelize
@@ -70,10 +76,18 @@ class AllReduceCount:
 class DDP(DDPStrategy):
     """Lightning's ``DDPStrategy`` + hooks on every device + Hydra-job children."""
 
-    def __init__(self, *args, allreduce_count: AllReduceCount | None = None, **kwargs) -> None:
+    def __init__(self, *args, allreduce_count: AllReduceCount | None = None,
+                 join_timeout_s: float = DEFAULT_JOIN_S, **kwargs) -> None:  # fmt: skip
         super().__init__(*args, **kwargs)
+        self.join_timeout_s = join_timeout_s
         if allreduce_count is not None:
             self._ddp_comm_hook = allreduce_count.wrap(self._ddp_comm_hook)
+
+    def setup_distributed(self) -> None:  # Lightning's, with a join timeout of its own
+        reset_seed()
+        self.set_world_ranks()
+        self._process_group_backend = self._get_process_group_backend()
+        connect(self, self.join_timeout_s)
 
     def _configure_launcher(self) -> None:
         super()._configure_launcher()
@@ -103,8 +117,10 @@ class ModelParallel(ModelParallelStrategy):
     - Hydra-job children (:mod:`plugins.strategy.launch`).
     """
 
-    def __init__(self, *args, settings: Settings | None = None, **kwargs) -> None:
+    def __init__(self, *args, settings: Settings | None = None,
+                 join_timeout_s: float = DEFAULT_JOIN_S, **kwargs) -> None:  # fmt: skip
         super().__init__(*args, **kwargs)
+        self.join_timeout_s = join_timeout_s
         #: What parallelize does (plugins/strategy/fsdp.py); the precision plugin sets its
         #: param_dtype (FSDP2's mixed precision) in configure_trainer.
         self.settings = settings or Settings()
@@ -116,6 +132,13 @@ class ModelParallel(ModelParallelStrategy):
         # of a sweep is forgotten; its LOCAL_RANK would otherwise leave the next job alone.
         self._launcher = HydraJobLauncher(self.cluster_environment, self.num_processes,
                                           self.num_nodes)  # fmt: skip
+
+    def _setup_distributed(self) -> None:  # Lightning's, with a join timeout of its own
+        ParallelStrategy.setup_environment(self)
+        reset_seed()
+        self.set_world_ranks()
+        self._process_group_backend = self._get_process_group_backend()
+        connect(self, self.join_timeout_s)
 
     def data_shard(self) -> tuple[int, int]:
         """(data-parallel rank, size): the mesh is (data_parallel, tensor_parallel), row-major."""
@@ -185,6 +208,7 @@ def common(settings, accelerator: str, environment) -> dict:
     return {
         "process_group_backend": backend(accelerator),
         "timeout": timedelta(seconds=settings.timeout_s),
+        "join_timeout_s": settings.get("join_timeout_s", DEFAULT_JOIN_S),
         "cluster_environment": environment,
     }
 

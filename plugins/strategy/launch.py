@@ -26,14 +26,20 @@ whole tuneup process.
 
 from __future__ import annotations
 
+import functools
 import os
+import signal
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
+from types import SimpleNamespace
 from unittest import mock
 
 import torch
 from pytorch_lightning.strategies.launchers import subprocess_script as pl_launcher
+
+from tuneup.trainer.state.preemption import Preempted
 
 #: Command-line options of a Hydra app that take a value and must reach the child as given.
 CONFIG_OPTIONS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
@@ -45,6 +51,10 @@ SWEEP_ONLY = ("hydra.mode", "hydra.sweep", "hydra.sweeper", "hydra.launcher", "h
 LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")
 #: Seconds to wait for the other local ranks to exit after a successful job.
 CHILD_EXIT_S = 120
+#: Seconds the other local ranks get to end by themselves when rank 0 fails, before they are
+#: killed: a failed run leaves no process behind (one still starting would join nobody,
+#: retry connecting until its own timeout, and write into the finished run's log).
+FAILED_CHILD_EXIT_S = 5
 
 
 def config_options(argv: list[str]) -> list[str]:
@@ -108,13 +118,39 @@ def hydra_job_command(local_rank: int) -> tuple[list[str], str]:
 
 @contextmanager
 def hydra_jobs_for_children():
-    """While active, Lightning's launcher starts children with :func:`hydra_job_command`.
+    """While active, Lightning's launcher starts children with :func:`hydra_job_command`,
+    each ended by the kernel when this process ends (:func:`ended_with_parent`).
 
-    The launcher calls the module-level function by name; there is no argument to
-    pass a different one, so the name is replaced for the duration of the launch.
+    The launcher calls the module-level function (and ``subprocess.Popen``) by name; there is
+    no argument to pass others, so the names are replaced in its module for the launch.
     """
-    with mock.patch.object(pl_launcher, "_hydra_subprocess_cmd", hydra_job_command):
+    popen = functools.partial(subprocess.Popen, preexec_fn=ended_with_parent())
+    with (
+        mock.patch.object(pl_launcher, "_hydra_subprocess_cmd", hydra_job_command),
+        mock.patch.object(pl_launcher, "subprocess", SimpleNamespace(Popen=popen)),
+    ):
         yield
+
+
+def ended_with_parent():
+    """A ``preexec_fn`` that has the child killed when the process that started it ends, as
+    it is on Linux (``PR_SET_PDEATHSIG``); None elsewhere. Rank 0 killed (the OOM killer, a
+    ``kill -9``) while a rank it started is still importing would leave that rank to retry
+    reaching it for ``strategy.join_timeout_s``; with this it ends with rank 0."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the fork
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+    return preexec
+
+
+#: prctl(2)'s option: the signal a process gets when its parent ends.
+PR_SET_PDEATHSIG = 1
 
 
 class HydraJobLauncher(pl_launcher._SubprocessScriptLauncher):
@@ -136,7 +172,30 @@ class HydraJobLauncher(pl_launcher._SubprocessScriptLauncher):
             forget_previous_job()
         if _launched is None and not self.cluster_environment.creates_processes_externally:
             _launched = (self, {name: os.environ.get(name) for name in LAUNCH_ENV})
-        return super().launch(function, *args, trainer=trainer, **kwargs)
+        try:
+            return super().launch(function, *args, trainer=trainer, **kwargs)
+        except BaseException as exc:
+            self.end_children(CHILD_EXIT_S if isinstance(exc, Preempted) else FAILED_CHILD_EXIT_S)
+            raise
+
+    def end_children(self, grace_s: float) -> None:
+        """Wait up to ``grace_s`` for the local ranks this process started, then kill them.
+
+        A preempted run's ranks are saving and ending together (CHILD_EXIT_S, as after a
+        finished job); any other failure of rank 0 ends the run, and ranks still starting,
+        waiting in a collective or retrying to connect would live on without it (Lightning
+        kills them only on Ctrl-C). They leave Lightning's observer first: it would take
+        their death for a failure and kill this process before it reports its own error.
+        """
+        children = list(self.procs)
+        self.procs.clear()  # the observer's list too (the same object)
+        deadline = time.monotonic() + grace_s
+        for proc in children:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
     def _call_children_scripts(self) -> None:
         with hydra_jobs_for_children():
