@@ -51,6 +51,10 @@ RULES = {
 class ScheduleFreeAdamW(schedulefree.AdamWScheduleFree):
     """``AdamWScheduleFree`` that trains at ``y`` and leaves ``x`` in the model after each step."""
 
+    #: Entries of its param groups that are state, not settings: a resume keeps the saved ones
+    #: (trainer/state/changes.py ``adopt_optimizer_settings``).
+    group_state_keys = ("k", "train_mode", "weight_sum", "lr_max", "scheduled_lr")
+
     @torch.no_grad()
     def step(self, closure=None):
         self.train()  # a closure (Lightning's forward and backward) runs at y
