@@ -16,7 +16,8 @@ applying it; it is meant for the hidden layers' matrices only. Which parameter g
   and biases, and no layer is guessed.
 - Convolution filters (4-D) stay with AdamW: ``torch.optim.Muon`` takes 2-D parameters
   only. airbench's CIFAR-10 record runs Muon on the flattened filters with its own
-  implementation; here Muon pays on MLPs and transformers (docs/optimizers.md).
+  implementation; here Muon pays on MLPs and transformers (docs/optimizers.md), and a model
+  with no hidden ``nn.Linear`` (the zoo's ResNets) is refused rather than trained by AdamW alone.
 
 Both run inside one ``torch.optim.Optimizer`` (:class:`MuonWithAdamW`): its param groups are
 Muon's followed by AdamW's (each flagged ``use_muon``) and its state is theirs, so Lightning
@@ -124,6 +125,13 @@ def build(cfg, model: nn.Module, params) -> MuonWithAdamW:
     o = cfg.optimizer
     adamw_params = o.get("adamw_params")
     muon_ids, _ = split(model, list(adamw_params) if adamw_params is not None else None)
+    if not muon_ids:
+        raise TuneupError(
+            f"optimizer=muon found no hidden nn.Linear weight in {type(model).__name__} (Muon "
+            "trains nn.Linear weights but the output layer's; conv filters, embeddings, norms "
+            "and biases go to AdamW): use optimizer=adamw, or optimizer.adamw_params=[...] if "
+            "the last nn.Linear is not the output layer"
+        )
     groups = params if params and isinstance(params[0], dict) else [{"params": list(params)}]
     muon_groups, adamw_groups = [], []
     for group in groups:

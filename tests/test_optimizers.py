@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from torch import nn
 
 from tests.conftest import compose_config
-from tuneup import hookimpl
+from tuneup import TuneupError, hookimpl
 from tuneup.plugins import muon
 from tuneup.plugins.weight_decay import param_groups
 from tuneup.trainer.optim import build_scheduler
@@ -220,7 +220,9 @@ def test_muon_keeps_the_weight_decay_groups():
 
 
 def test_muon_adamw_params_that_match_nothing_is_named():
-    with pytest.raises(Exception, match=r"optimizer.adamw_params=\['fc\.\*'\]: fc\.\* matches no"):
+    with pytest.raises(
+        TuneupError, match=r"optimizer.adamw_params=\['fc\.\*'\]: fc\.\* matches no"
+    ):
         groups(MLP(64, 10, [8]), "optimizer.adamw_params=[fc.*]")
 
 
@@ -307,3 +309,14 @@ def test_a_bad_choice_is_one_line(tmp_path, overrides, expected):
         run(compose_config(overrides), run_dir=tmp_path)
     line = next(x for x in str(info.value).splitlines() if expected in x)
     assert "\n" not in line
+
+
+def test_muon_refuses_a_model_without_hidden_linear_layers():
+    """A ResNet's only nn.Linear is its output layer: Muon would train nothing."""
+    from zoo.models.small import SmallResNet
+
+    model = SmallResNet(in_channels=3, num_classes=10, width=4, blocks=[1])
+    with pytest.raises(
+        TuneupError, match=r"optimizer=muon found no hidden nn\.Linear weight in Small"
+    ):
+        groups(model)
