@@ -82,6 +82,19 @@ def split(model: nn.Module, adamw_params=None) -> tuple[set[int], set[int]]:
     return hidden - embeddings - named, named
 
 
+def muon_parameters(model: nn.Module, adamw_params) -> set[int]:
+    """:func:`split`'s Muon part; a model where it is empty is an error."""
+    muon_ids, _ = split(model, list(adamw_params) if adamw_params is not None else None)
+    if not muon_ids:
+        raise TuneupError(
+            f"optimizer=muon found no hidden nn.Linear weight in {type(model).__name__} (Muon "
+            "trains nn.Linear weights but the output layer's; conv filters, embeddings, norms "
+            "and biases go to AdamW): use optimizer=adamw, or optimizer.adamw_params=[...] if "
+            "the last nn.Linear is not the output layer"
+        )
+    return muon_ids
+
+
 class MuonWithAdamW(torch.optim.Optimizer):
     """``torch.optim.Muon`` on the groups flagged ``use_muon``, ``torch.optim.AdamW`` on the
     others; one optimizer to Lightning, one state dict. Either part may be empty."""
@@ -124,14 +137,7 @@ def build(cfg, model: nn.Module, params) -> MuonWithAdamW:
     """The optimizer for ``params`` (tensors, or groups of them: their options are kept)."""
     o = cfg.optimizer
     adamw_params = o.get("adamw_params")
-    muon_ids, _ = split(model, list(adamw_params) if adamw_params is not None else None)
-    if not muon_ids:
-        raise TuneupError(
-            f"optimizer=muon found no hidden nn.Linear weight in {type(model).__name__} (Muon "
-            "trains nn.Linear weights but the output layer's; conv filters, embeddings, norms "
-            "and biases go to AdamW): use optimizer=adamw, or optimizer.adamw_params=[...] if "
-            "the last nn.Linear is not the output layer"
-        )
+    muon_ids = muon_parameters(model, adamw_params)
     groups = params if params and isinstance(params[0], dict) else [{"params": list(params)}]
     muon_groups, adamw_groups = [], []
     for group in groups:
@@ -182,6 +188,12 @@ class Plugin:
                 "each whole weight matrix, and FSDP2/tensor parallelism give every process a "
                 "shard of it; use strategy=ddp (or auto), or another optimizer"
             )
+        model = plan.meta_model() if plan is not None and plan.sound else None
+        if model is not None and not found and not plan.lightning:  # the split, before building
+            try:
+                muon_parameters(model, cfg.optimizer.get("adamw_params"))
+            except TuneupError as error:
+                found.append(str(error))
         if plan is not None and plan.lightning:
             found.append(
                 f"optimizer=muon cannot apply to model=lightning: the LightningModule "

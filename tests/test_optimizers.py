@@ -295,6 +295,8 @@ def test_wsd_learning_rate_at_known_steps(shape):
          "scheduler.decay_shape='step' is not allowed: expected one of 'linear', 'cosine', 'sqrt'"),
         (["optimizer=muon", "strategy=fsdp"],
          "optimizer=muon cannot run under strategy=fsdp: Newton-Schulz orthogonalises each whole"),
+        (["optimizer=muon"],  # model=small_resnet: its only nn.Linear is the output layer
+         "optimizer=muon found no hidden nn.Linear weight in SmallResNet"),
         (["optimizer=muon", "optimizer.ns_steps=0"],
          "optimizer.ns_steps=0 is not allowed"),
         (["optimizer=schedulefree"],
@@ -309,14 +311,3 @@ def test_a_bad_choice_is_one_line(tmp_path, overrides, expected):
         run(compose_config(overrides), run_dir=tmp_path)
     line = next(x for x in str(info.value).splitlines() if expected in x)
     assert "\n" not in line
-
-
-def test_muon_refuses_a_model_without_hidden_linear_layers():
-    """A ResNet's only nn.Linear is its output layer: Muon would train nothing."""
-    from zoo.models.small import SmallResNet
-
-    model = SmallResNet(in_channels=3, num_classes=10, width=4, blocks=[1])
-    with pytest.raises(
-        TuneupError, match=r"optimizer=muon found no hidden nn\.Linear weight in Small"
-    ):
-        groups(model)
