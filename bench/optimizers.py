@@ -31,11 +31,14 @@ TASK = ["data=digits", "model=mlp", "model.hidden=[64]", "data.image_size=8", "d
         "trainer.enable_progress_bar=false", "measure.console_table=false"]  # fmt: skip
 #: name -> (overrides, learning rates swept)
 CANDIDATES = {
-    "sgd (default), cosine": (["optimizer=sgd"], [0.05, 0.2]),
-    "adamw, cosine": (["optimizer=adamw"], [1e-3, 1e-2]),
-    "nadamw, cosine": (["optimizer=nadamw"], [1e-3, 1e-2]),
-    "muon, cosine": (["optimizer=muon"], [0.02, 0.05]),
-    "schedulefree, constant": (["optimizer=schedulefree", "scheduler=constant"], [2.5e-3, 1e-2]),
+    "sgd (default), cosine": (["optimizer=sgd"], [0.05, 0.2, 0.5]),
+    "adamw, cosine": (["optimizer=adamw"], [1e-3, 1e-2, 3e-2]),
+    "nadamw, cosine": (["optimizer=nadamw"], [1e-3, 1e-2, 3e-2]),
+    "muon, cosine": (["optimizer=muon"], [0.02, 0.05, 0.1]),
+    "schedulefree, constant": (
+        ["optimizer=schedulefree", "scheduler=constant"],
+        [2.5e-3, 1e-2, 3e-2],
+    ),
     "adamw, wsd": (["optimizer=adamw", "scheduler=wsd"], [1e-3, 1e-2]),
     "sgd, wsd": (["optimizer=sgd", "scheduler=wsd"], [0.05, 0.2]),
 }
@@ -60,12 +63,14 @@ def sweep(overrides: list[str], lrs: list[float], seeds: list[int], folder: Path
 
 
 def table(results: dict, seeds: list[int]) -> str:
+    """Runs missing from ``results`` (``--lrs``, ``--only``) are left out."""
     lines = [f"| candidate | lr | samples to target (seeds {', '.join(map(str, seeds))}) | mean |",
              "|---|---|---|---|"]  # fmt: skip
     for name, (_, lrs) in CANDIDATES.items():
         if name not in results:
             continue
         means = {}
+        lrs = [lr for lr in lrs if any((lr, s) in results[name] for s in seeds)]
         for lr in lrs:
             counts = [results[name].get((lr, s)) for s in seeds]
             means[lr] = statistics.mean(counts) if None not in counts else None
@@ -84,12 +89,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--only", nargs="+", help="candidate names starting with these")
+    parser.add_argument("--lrs", type=int, nargs="+", help="only these of each learning rate list "
+                        "(0-based positions), to split the work")  # fmt: skip
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         for i, (name, (overrides, lrs)) in enumerate(CANDIDATES.items()):
             if args.only and not name.startswith(tuple(args.only)):
                 continue
+            lrs = [lr for j, lr in enumerate(lrs) if args.lrs is None or j in args.lrs]
             results[name] = sweep(overrides, lrs, args.seeds, Path(tmp) / str(i))
             print(f"done: {name}: {results[name]}", file=sys.stderr, flush=True)
     print(f"`{shlex.join(['tuneup', *TASK])}`, per candidate `-m optimizer.lr=...`\n")
