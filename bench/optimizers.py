@@ -7,7 +7,7 @@ exact, whatever the machine's load. Prints a markdown table: per learning rate, 
 samples to target (``-``: not reached in 30 epochs) and their mean; the best learning rate
 of each candidate in bold.
 
-    python bench/optimizers.py                        # ~17 CPU-minutes (69 runs of ~15 CPU-s)
+    python bench/optimizers.py                        # ~18 CPU-minutes (72 runs of ~15 CPU-s)
     python bench/optimizers.py --seeds 0 1 --only muon adamw
 """
 
@@ -34,7 +34,7 @@ CANDIDATES = {
     "sgd (default), cosine": (["optimizer=sgd"], [0.05, 0.2, 0.5]),
     "adamw, cosine": (["optimizer=adamw"], [1e-3, 1e-2, 3e-2, 0.1]),
     "nadamw, cosine": (["optimizer=nadamw"], [1e-3, 1e-2, 3e-2, 0.1]),
-    "muon, cosine": (["optimizer=muon"], [0.02, 0.05, 0.1, 0.2]),
+    "muon, cosine": (["optimizer=muon"], [0.02, 0.05, 0.1, 0.2, 0.5]),
     "schedulefree, constant": (
         ["optimizer=schedulefree", "scheduler=constant"],
         [2.5e-3, 1e-2, 3e-2, 0.1],
