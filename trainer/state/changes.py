@@ -229,14 +229,20 @@ def adopt_optimizer_settings(checkpoint: dict, trainer) -> None:
     # Layouts are equal here (optimizer_layout_problem was asked first).
     states = checkpoint.get("optimizer_states") or []
     for state, optimizer in zip(states, trainer.optimizers, strict=False):
-        kept = getattr(optimizer, "group_state_keys", ())  # state that lives in the groups
         for saved, fresh in zip(state.get("param_groups", []), optimizer.param_groups, strict=True):
-            adopt_group(saved, {k: v for k, v in fresh.items() if k not in kept})
+            adopt_group(saved, group_settings(optimizer, fresh))
     schedulers = checkpoint.get("lr_schedulers") or []
     for state, config in zip(schedulers, trainer.lr_scheduler_configs, strict=False):
         base = getattr(config.scheduler, "base_lrs", None)
         if base is not None and "base_lrs" in state:
             state["base_lrs"] = list(base)
+
+
+def group_settings(optimizer, group: dict) -> dict:
+    """A param group's settings: all but its ``params`` and the entries that are state, which
+    the optimizer names in ``group_state_keys`` (plugins/schedulefree.py)."""
+    kept = ("params", *getattr(optimizer, "group_state_keys", ()))
+    return {k: v for k, v in group.items() if k not in kept}
 
 
 def adopt_group(saved: dict, fresh: dict) -> None:
