@@ -261,6 +261,7 @@ LONGEST_FIRST = (
     "test_autotune_race.py", "test_sweeps.py", "test_pretrained.py", "test_precision.py",
     "test_run_dirs.py", "test_resume.py", "test_optuna.py", "test_ema.py",
     "test_async_checkpoint.py", "test_data_path.py", "test_resume_every_checkpoint.py",
+    "test_optimizers.py",
     "test_sweep_presets.py", "test_docs_commands.py", "test_activation_checkpointing.py",
     "test_ddp.py", "test_kernel_plugins.py", "test_grad_accum.py", "test_micro_batch.py",
     "test_logger_mlflow.py", "test_multinode.py", "test_docs_example.py", "test_plugins.py",

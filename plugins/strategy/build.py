@@ -40,7 +40,7 @@ from tuneup.plugins.strategy.join import DEFAULT_JOIN_S, connect
 from tuneup.plugins.strategy.launch import HydraJobLauncher
 from tuneup.plugins.strategy.materialize import materialize
 from tuneup.plugins.strategy.parallelize import Layout, Settings, parallelize
-from tuneup.trainer.state.changes import adopt_group
+from tuneup.trainer.state.changes import adopt_group, group_settings
 
 #: ``strategy.comm_hook`` -> torch's hook (None: DDP's built-in all-reduce of fp32 buckets).
 COMM_HOOKS = {
@@ -180,8 +180,7 @@ class ModelParallel(ModelParallelStrategy):
             sharded.verify(path)
         # Lightning restores the optimizers here, in place, with the saved settings (the
         # single-file path adopts this run's in the checkpoint dict: trainer/state/changes.py)
-        fresh = [[{k: v for k, v in g.items() if k != "params"} for g in o.param_groups]
-                 for o in self.optimizers]  # fmt: skip
+        fresh = [[group_settings(o, g) for g in o.param_groups] for o in self.optimizers]
         metadata = super().load_checkpoint(path, weights_only=weights_only)
         if path.is_dir():  # plugin state shaped like the model (ema=on): in this run's layout
             sharded.load_plugin_shards(path, metadata, self.model)

@@ -229,7 +229,9 @@ def adopt_optimizer_settings(checkpoint: dict, trainer) -> None:
     """Put this run's optimizer settings (lr, momentum, weight decay, betas...) into the
     checkpoint's optimizer and scheduler states, in place, before Lightning restores them.
 
-    The state proper (step counts, momentum buffers, moments) is kept. A changed learning
+    The state proper (step counts, momentum buffers, moments) is kept, and so are the group
+    entries an optimizer names in its ``group_state_keys`` attribute (schedule-free AdamW keeps
+    its step count and average weights in the groups). A changed learning
     rate keeps the schedule's current factor: ``lr = saved lr x new initial / saved initial``.
     Equal settings change nothing, so an unchanged resume stays bit-exact.
     """
@@ -237,12 +239,19 @@ def adopt_optimizer_settings(checkpoint: dict, trainer) -> None:
     states = checkpoint.get("optimizer_states") or []
     for state, optimizer in zip(states, trainer.optimizers, strict=False):
         for saved, fresh in zip(state.get("param_groups", []), optimizer.param_groups, strict=True):
-            adopt_group(saved, fresh)
+            adopt_group(saved, group_settings(optimizer, fresh))
     schedulers = checkpoint.get("lr_schedulers") or []
     for state, config in zip(schedulers, trainer.lr_scheduler_configs, strict=False):
         base = getattr(config.scheduler, "base_lrs", None)
         if base is not None and "base_lrs" in state:
             state["base_lrs"] = list(base)
+
+
+def group_settings(optimizer, group: dict) -> dict:
+    """A param group's settings: all but its ``params`` and the entries that are state, which
+    the optimizer names in ``group_state_keys`` (plugins/schedulefree.py)."""
+    kept = ("params", *getattr(optimizer, "group_state_keys", ()))
+    return {k: v for k, v in group.items() if k not in kept}
 
 
 def adopt_group(saved: dict, fresh: dict) -> None:
