@@ -229,7 +229,7 @@ def test_the_logged_training_loss_is_the_mean_over_the_processes(two_processes):
     assert max(abs(own[0][s] - own[1][s]) for s in mean) > 1e-3  # rank 0's would not do
     with open(two_processes / "metrics.csv") as f:
         rows = [row for row in csv.DictReader(f) if row.get("train/loss")]
-    logged = {int(row["step"]) + 1: float(row["train/loss"]) for row in rows}  # step: 0-based
+    logged = {int(row["step"]): float(row["train/loss"]) for row in rows}  # after N steps
     assert sorted(logged) == list(range(1, 9))
     assert max(abs(logged[s] - mean[s]) for s in mean) < 1e-6
     summary = json.loads((two_processes / "summary.json").read_text())

@@ -197,12 +197,12 @@ def test_sigterm_finishes_the_step_saves_and_exits_75_then_resumes_exactly(
     stopped = summary(tmp_path)
     assert stopped["status"] == "preempted" and stopped["micro_batches"] == 18
     assert list_checkpoints(tmp_path / "checkpoints")[0].name == checkpoint_name(1, 6)
-    assert logged_steps(tmp_path / "metrics.csv") == list(range(6))  # steps 1..6, 0-based
+    assert logged_steps(tmp_path / "metrics.csv") == list(range(1, 7))  # after 1..6 steps
 
     resume_auto(tmp_path, "grad_accum.steps=3", every)
     assert_bitwise_equal(tmp_path, reference(3))
     before, after = (logged_steps(tmp_path / name) for name in ("metrics-1.csv", "metrics.csv"))
-    assert before + after == list(range(12))  # 3 epochs x 4 steps, each once
+    assert before + after == list(range(1, 13))  # 3 epochs x 4 steps, each once
 
 
 def logged_steps(path) -> list[int]:
