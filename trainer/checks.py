@@ -153,17 +153,23 @@ def _other_options(group: str, key: str) -> str:
     return f"; it is a setting of {' and '.join(f'{group}={o}' for o in others)}" if others else ""
 
 
-def inert_problems(cfg) -> list[str]:
-    """A setting of a plugin that is off (``ema=off ema.decay=0.9``) does nothing: refused in
-    a single run, as a key nothing reads is. In a sweep it is inert where the plugin is off,
-    read where it is on (``-m ema=off,on ema.decay=0.9``): each job is one point of the
-    sweep's grid, which gives the setting to all of them."""
+def inert_problems(cfg, given: list[str] | None = None) -> list[str]:
+    """A setting of a plugin that is off, given on the command line of a single run
+    (``ema=off ema.decay=0.9``), does nothing: refused, as a key nothing reads is. The same
+    setting from a config file is kept for when the plugin is switched on (a preset's
+    ``activation_checkpointing.block_types: [Block]``, docs/your_own_model.md), and in a sweep
+    it is inert where the plugin is off, read where it is on (``-m ema=off,on ema.decay=0.9``):
+    each job is one point of the sweep's grid, which gives the setting to all of them.
+    ``given``: the command line's overrides (default: this command's, from Hydra; none for a
+    config composed in-process or a sweep's job)."""
     from tuneup.config import inert_settings, options_switching_on
 
-    if _in_a_sweep():
-        return []
+    given = _single_run_overrides() if given is None else given
+    named = {o.split("=", 1)[0].lstrip("+~") for o in given}
     found = []
     for group, key, value in inert_settings(cfg):
+        if f"{group}.{key}" not in named:
+            continue
         on = " or ".join(f"{group}={o}" for o in options_switching_on(group))
         found.append(f"{group}.{key}={value} does nothing: {group}=off leaves the plugin out, "
                      f"nothing reads its settings; switch it on with {on}, or leave "
@@ -172,12 +178,15 @@ def inert_problems(cfg) -> list[str]:
     return found
 
 
-def _in_a_sweep() -> bool:
-    """Whether this run is one job of a Hydra multirun (a sweep, an autotune's trial)."""
+def _single_run_overrides() -> list[str]:
+    """The command line's overrides of this run, where it is a command's single run (not one
+    job of a Hydra multirun: a sweep, an autotune's trial); none otherwise."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+    if not HydraConfig.initialized() or HydraConfig.get().mode == RunMode.MULTIRUN:
+        return []
+    return list(HydraConfig.get().overrides.task)
 
 
 #: Feature groups whose plugin names its own unknown keys in its check.
