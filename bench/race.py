@@ -58,12 +58,20 @@ def tuneup(args: list[str]) -> None:
 
 
 def autotune_pick(task: dict, folder: Path, minutes: float) -> tuple[list[str], dict]:
+    """The time-to-target study's pick (docs/autotune.md): its overrides, and its measured time
+    to target on the study's paired seeds (its samples to target: printed to stderr)."""
     sweep = folder / "autotune"
     tuneup(["-m", "experiment=autotune", "autotune.objective=time_to_target",
-            f"autotune.race_dimensions={task['dimensions']}", f"autotune.budget_minutes={minutes}",
-            f"hydra.sweep.dir={sweep}", *task["command"]])  # fmt: skip
-    recipe = json.loads((sweep / "autotune.json").read_text())["recipe"]
-    return recipe["found"], recipe["time_to_target"]["interval"]
+            f"autotune.budget_minutes={minutes}", f"hydra.sweep.dir={sweep}", *task["command"]])  # fmt: skip
+    record = json.loads((sweep / "autotune.json").read_text())
+    recipe = record["recipe"]
+    row = next(r for r in record["confirmed"] if r["overrides"] == recipe["found"])
+    samples = recipe["samples_to_target"]
+    print(f"autotune pick {recipe['found']}: samples to target on seeds "
+          f"{record['seeds']['confirm']}: {row['samples_to_target']}, mean "
+          f"{samples['estimate']:.0f} [{samples['low']:.0f}, {samples['high']:.0f}]; "
+          f"{record['verdict']}", file=sys.stderr)  # fmt: skip
+    return recipe["found"], row["measured_time_interval"]
 
 
 def race(task: dict, extra: list[str], seeds: list[int], folder: Path) -> list[dict]:

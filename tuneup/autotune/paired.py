@@ -22,8 +22,9 @@ from tuneup.autotune.interval import t_quantile
 BETTER, WORSE, NOISE, MISSED = "better", "worse", "not significant", "missed the target"
 
 
-def mean_interval(values: list[float], confidence: float) -> dict | None:
-    """The mean and its Student's t interval; None without values (one value: no width)."""
+def mean_interval(values: list[float], confidence: float, floor: float | None = None):
+    """The mean and its Student's t interval; None without values (one value: no width).
+    ``floor``: the lowest value the quantity can take (0 for samples and seconds)."""
     if not values:
         return None
     mean = statistics.fmean(values)
@@ -32,7 +33,8 @@ def mean_interval(values: list[float], confidence: float) -> dict | None:
     half = (
         t_quantile(confidence, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     )
-    return {"estimate": mean, "low": mean - half, "high": mean + half, "n": len(values),
+    low = mean - half if floor is None else max(floor, mean - half)
+    return {"estimate": mean, "low": low, "high": mean + half, "n": len(values),
             "confidence": confidence}  # fmt: skip
 
 

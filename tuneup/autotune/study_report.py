@@ -24,10 +24,11 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
             "jobs": [t.job for t in runs], "reached": all(reached(t) for t in runs),
             "samples_to_target": samples,
             "samples_interval": paired.mean_interval([s for s in samples if s is not None],
-                                                     confidence),
-            "measured_time_s": times, "measured_time_interval": paired.mean_interval(times,
-                                                                                    confidence),
+                                                     confidence, floor=0.0),
+            "measured_time_s": times,
+            "measured_time_interval": paired.mean_interval(times, confidence, floor=0.0),
             "decision": entry.get("decision"), "estimated_time": None,
+            "samples_budget": entry.get("samples_budget"),
         }  # fmt: skip
         confirmed.append(row)
     speed = None
@@ -143,11 +144,13 @@ def render_study_markdown(record: dict, sweep_dir: Path) -> str:
     for row in record["confirmed"]:
         decision = row["decision"] or {}
         per_seed = ", ".join("missed" if s is None else f"{s:,}" for s in row["samples_to_target"])
+        budget = row.get("samples_budget")
+        per_seed += f" (budget {budget:,})" if budget and None in row["samples_to_target"] else ""
         lines.append(
             f"| {code(row['label'])} | {_interval(row['samples_interval'], ',.0f')} | {per_seed} | "
             f"{_interval(decision.get('interval'), '+,.0f') if decision else '-'} | "
             f"{decision.get('verdict', 'reference')} | "
-            f"{_interval(row['estimated_time'], '.3g')} | "
+            f"{_estimated(row['estimated_time'])} | "
             f"{_interval(row['measured_time_interval'], '.3g')} |"
         )
     if record["speed"]:
@@ -177,6 +180,12 @@ def render_study_markdown(record: dict, sweep_dir: Path) -> str:
     lines += ["", "![every configuration: the target metric against samples and time]"
               "(autotune.png)", ""]  # fmt: skip
     return "\n".join(lines)
+
+
+def _estimated(found: dict | None) -> str:
+    """An estimated time; at least it where a seed missed (counted at the samples it ran)."""
+    text = _interval(found, ".3g")
+    return f">= {text}" if found and found.get("at_least") else text
 
 
 def _interval(found: dict | None, spec: str) -> str:

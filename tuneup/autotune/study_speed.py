@@ -100,14 +100,16 @@ class Speed:
         costs = [t.figure("validation_time_s") / t.figure("validations") for t in entry["trials"]
                  if t.figure("validations") and t.figure("validation_time_s") is not None]  # fmt: skip
         validation = statistics.fmean(validations) * (statistics.median(costs) if costs else 0.0)
-        interval = paired.mean_interval(samples, self.search.settings.confidence)
+        interval = paired.mean_interval(samples, self.search.settings.confidence, floor=0.0)
+        missed = not all(ok for _, ok in map(_figures, entry["trials"]))
 
         def at(value):
             return None if value is None else max(0.0, value) * per_sample + validation
 
         return {"estimate": at(interval["estimate"]), "low": at(interval["low"]),
                 "high": at(interval["high"]), "seconds_per_sample": per_sample,
-                "validation_s": validation}  # fmt: skip
+                "validation_s": validation,
+                "at_least": missed}  # a miss counts at the samples it ran  # fmt: skip
 
 
 def _figures(trial) -> tuple[float, bool]:
