@@ -21,7 +21,13 @@ def draw_study_figure(record: dict, path: Path) -> Path:
     pick = " ".join(record["recipe"]["found"])
     study = {t["job"]: t for t in record["explore"] if t["job"] is not None}
     colours, shown = {}, set()
-    for trial in record["trials"]:
+    ran = {t["job"] for t in record["trials"]}
+    earlier = [
+        {"job": t["job"], "curve": t["curve"]}
+        for t in record["explore"]
+        if t["job"] not in ran and t.get("curve")
+    ]  # a continued search's first part
+    for trial in [*earlier, *record["trials"]]:
         curve = trial.get("curve") or {}
         if not curve.get("samples"):
             continue

@@ -93,13 +93,23 @@ def _storage_arg(storage: str) -> str:
 
 
 def _study_trial(trial) -> dict:
+    """A study trial, with its run's curve read back from its summary.json (a continued
+    search's earlier trials ran in the killed process)."""
+    import json
+
     attrs = trial.user_attrs
+    curve = None
+    run_dir = attrs.get("tuneup_run_dir")
+    if run_dir and (Path(run_dir) / "summary.json").is_file():
+        history = json.loads((Path(run_dir) / "summary.json").read_text()).get("target_history")
+        curve = {key: [e[key] for e in history or []] for key in ("samples", "time_s", "value")}
     return {"number": trial.number, "state": trial.state.name, "value": trial.value,
             "params": trial.params, "overrides": attrs.get("tuneup_overrides"),
             "job": attrs.get("tuneup_job"), "baseline": bool(attrs.get("tuneup_baseline")),
             "reached": attrs.get("reached"), "pruned_at_samples": attrs.get("pruned_at_samples"),
             "samples_seen": attrs.get("samples_seen"),
-            "never_launched": attrs.get("tuneup_never_launched"), "error": attrs.get("error")}  # fmt: skip
+            "never_launched": attrs.get("tuneup_never_launched"), "error": attrs.get("error"),
+            "curve": curve}  # fmt: skip
 
 
 def _curve(trial) -> dict:

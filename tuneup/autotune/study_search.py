@@ -35,14 +35,20 @@ import math
 import warnings
 
 from tuneup import TuneupError
-from tuneup.autotune import paired
 from tuneup.autotune.outcome import BASELINE, label
 from tuneup.autotune.race import race_settings, reached
 from tuneup.autotune.study_space import build_space, default_params
+from tuneup.autotune.study_trials import (
+    BASELINE_ATTR,
+    JOB_ATTR,
+    NEVER_ATTR,
+    OVERRIDES_ATTR,
+    config_value,
+    contains,
+    relative_gap,
+    samples_seen,
+)
 from tuneup.autotune.trials import Trial
-
-BASELINE_ATTR, JOB_ATTR, OVERRIDES_ATTR = "tuneup_baseline", "tuneup_job", "tuneup_overrides"
-NEVER_ATTR = "tuneup_never_launched"
 
 
 class StudySearch:
@@ -112,7 +118,7 @@ class StudySearch:
                 f"the baseline trial (your command as it is) failed: {trial.error}; see "
                 f"{trial.directory}; the autotune needs a command that trains"
             )
-        seen = _samples_seen(trial)
+        seen = samples_seen(trial)
         hit = trial.figure("samples_to_target") if reached(trial) else None
         budget = math.ceil(hit * self.settings.race_margin) if hit else seen
         self.baseline = {"job": trial.job, "reached": hit is not None, "samples_to_target": hit,
@@ -130,11 +136,11 @@ class StudySearch:
             return
         values = {}
         for key, dist in self.space.distributions.items():
-            value = _lookup(config, key)
+            value = config_value(config, key)
             if self.space.parent(key) and str(values.get(self.space.parent(key))).lower() in (
                 "off", "none", "false"):  # fmt: skip
                 continue
-            if value is None or not _contains(dist, value):
+            if value is None or not contains(dist, value):
                 return  # the user's value is outside the space: no such trial
             values[key] = value
         if not self.baseline["reached"]:
@@ -169,7 +175,7 @@ class StudySearch:
             trial.set_user_attr(studies.SWEEPER_ATTR, studies.sweeper_id())
             values = self.space.sample(trial)
             overrides = self.space.overrides({k: v for k, v in values.items()
-                                              if _lookup(self.user_config, k) != v})  # fmt: skip
+                                              if config_value(self.user_config, k) != v})  # fmt: skip
             trial.set_user_attr(OVERRIDES_ATTR, list(overrides))
             inspection = self.checks.inspect(overrides)
             if not inspection.ok:
@@ -189,7 +195,7 @@ class StudySearch:
 
         trial.set_user_attr(JOB_ATTR, run.job)
         trial.set_user_attr(studies.RUN_DIR_ATTR, str(run.directory))
-        trial.set_user_attr("samples_seen", _samples_seen(run))
+        trial.set_user_attr("samples_seen", samples_seen(run))
         status = (run.summary or {}).get("status")
         if status == "pruned":
             trial.set_user_attr("pruned_at_samples", (run.summary.get("pruned") or {}).get("step"))
@@ -202,7 +208,7 @@ class StudySearch:
             self.study.tell(trial, float(run.figure("samples_to_target")))
         else:
             trial.set_user_attr("reached", False)
-            self.study.tell(trial, float(_samples_seen(run) * (1 + max(0.0, _gap(run)))))
+            self.study.tell(trial, float(samples_seen(run) * (1 + max(0.0, relative_gap(run)))))
 
     def explored(self) -> list:
         """The study's finished trials, the baseline's aside (what autotune.budget_trials counts)."""
@@ -211,68 +217,14 @@ class StudySearch:
         return [t for t in studies.finished(self.study) if not t.user_attrs.get(BASELINE_ATTR)]
 
     def confirm(self) -> None:
-        """The baseline and the best configurations on the paired seeds."""
-        from optuna.trial import TrialState
+        from tuneup.autotune.study_confirm import confirm
 
-        best, seen = [], set()
-        hits = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if t.user_attrs.get("reached") and not t.user_attrs.get(BASELINE_ATTR)]  # fmt: skip
-        for trial in sorted(hits, key=lambda t: t.value):
-            overrides = tuple(trial.user_attrs.get(OVERRIDES_ATTR) or ())
-            if overrides and overrides not in seen and len(best) < self.settings.confirm:
-                seen.add(overrides)
-                best.append((overrides, trial.number))
-        for overrides, number in [((), None), *best]:
-            name = label(overrides)
-            cost = self._typical_seconds() * len(self.confirm_seeds)
-            if overrides and self._left() - self._speed_reserve() < cost:
-                self.notes.append(f"`{name}` (trial {number}) not confirmed: the budget ran out")
-                continue
-            # the baseline within your own limits (its true samples to target on each seed);
-            # a candidate within the baseline's most x autotune.race_margin
-            samples = self._confirm_samples() if overrides else None
-            runs = [self.race_run(name, overrides, seed, samples=samples,
-                                  limit_s=max(1.0, self._left() - self._speed_reserve()))
-                    for seed in self.confirm_seeds]  # fmt: skip
-            self.confirmed[name] = {"overrides": overrides, "trial": number, "trials": runs,
-                                    "samples_budget": samples}  # fmt: skip
-        base = [_pair(t) for t in self.confirmed[BASELINE]["trials"]]
-        for name, entry in self.confirmed.items():
-            if name != BASELINE:
-                entry["decision"] = paired.paired_gain(
-                    base, [_pair(t) for t in entry["trials"]], self.settings.confidence
-                )
-
-    def _confirm_samples(self) -> int:
-        """A candidate's budget on the paired seeds: the baseline's most samples to target
-        there x autotune.race_margin (at least the study's trial budget)."""
-        base = [s for s, ok in map(_pair, self.confirmed[BASELINE]["trials"]) if ok]
-        most = math.ceil(max(base) * self.settings.race_margin) if base else 0
-        return max(most, self.baseline["trial_samples"])
+        confirm(self)
 
     def decide(self) -> None:
-        """The pick (paired seeds), then its speed against the baseline's (study_speed.py)."""
-        from tuneup.autotune.study_speed import Speed
+        from tuneup.autotune.study_confirm import decide
 
-        decisions = {n: e["decision"] for n, e in self.confirmed.items() if n != BASELINE}
-        means = {n: sum(s for s, _ in map(_pair, e["trials"])) / len(e["trials"])
-                 for n, e in self.confirmed.items()}  # fmt: skip
-        chosen = paired.pick(decisions, means)
-        if chosen is None:
-            self.verdict = ("not significant: no configuration needed fewer samples to the target "
-                            "than your command in every paired seed beyond the noise; your "
-                            "command is kept")  # fmt: skip
-            return
-        pick = self.confirmed[chosen]
-        self.speed = Speed(self, pick).run()
-        time_verdict = self.speed.time_verdict()
-        if time_verdict == "slower":
-            self.verdict = (f"`{chosen}` needs fewer samples, but is slower to the target in "
-                            "estimated time (paired throughput windows): your command is kept")  # fmt: skip
-            return
-        self.recipe = pick["overrides"]
-        self.verdict = (f"`{chosen}` needs fewer samples to the target in every paired seed "
-                        f"beyond the noise; estimated time to target: {time_verdict}")  # fmt: skip
+        decide(self)
 
     # -- trials and the budget -------------------------------------------------------------------
 
@@ -335,49 +287,3 @@ class StudySearch:
     def _warmup_range(self) -> int | None:
         steps = self.baseline.get("steps_to_target")
         return max(2, steps // 2) if steps else None
-
-
-def _samples_seen(trial: Trial) -> int:
-    history = trial.figure("target_history") or []
-    seen = history[-1]["samples"] if history else 0
-    return int(trial.figure("samples_to_target") or seen or 0)
-
-
-def _gap(trial: Trial) -> float:
-    """The relative distance to the target at the trial's last validation."""
-    target = trial.figure("target") or {}
-    history = trial.figure("target_history") or []
-    value, goal = (history[-1]["value"] if history else None), target.get("value")
-    if value is None or goal is None or not math.isfinite(value):
-        return 1.0
-    gap = goal - value if target.get("mode") == "max" else value - goal
-    return gap / abs(goal) if goal else gap
-
-
-def _pair(trial: Trial) -> tuple[float, bool]:
-    """(samples to target, reached) of a confirm trial; a miss: the samples it ran."""
-    if reached(trial):
-        return float(trial.figure("samples_to_target")), True
-    return float(_samples_seen(trial)), False
-
-
-def _lookup(config, key: str):
-    node = config
-    for part in key.split("."):
-        node = node.get(part) if hasattr(node, "get") else None
-        if node is None:
-            return None
-    if hasattr(node, "get") and "name" in node:
-        return node.get("name")  # a group: its choice's name
-    return node
-
-
-def _contains(dist, value) -> bool:
-    from optuna.distributions import CategoricalDistribution
-
-    if isinstance(dist, CategoricalDistribution):
-        return value in dist.choices
-    try:
-        return dist.low <= value <= dist.high
-    except TypeError:
-        return False

@@ -113,6 +113,6 @@ class Speed:
 
 
 def _figures(trial) -> tuple[float, bool]:
-    from tuneup.autotune.study_search import _pair
+    from tuneup.autotune.study_trials import seed_figure
 
-    return _pair(trial)
+    return seed_figure(trial)
