@@ -65,13 +65,15 @@ def autotune_pick(task: dict, folder: Path, minutes: float) -> tuple[list[str], 
             f"autotune.budget_minutes={minutes}", f"hydra.sweep.dir={sweep}", *task["command"]])  # fmt: skip
     record = json.loads((sweep / "autotune.json").read_text())
     recipe = record["recipe"]
-    row = next(r for r in record["confirmed"] if r["overrides"] == recipe["found"])
-    samples = recipe["samples_to_target"]
+    row = next((r for r in record["confirmed"] if r["overrides"] == recipe["found"]), {})
+    samples = recipe["samples_to_target"] or {"estimate": 0, "low": 0, "high": 0}
+    new = recipe["samples_to_target_next_seed"] or {}
     print(f"autotune pick {recipe['found']}: samples to target on seeds "
-          f"{record['seeds']['confirm']}: {row['samples_to_target']}, mean "
-          f"{samples['estimate']:.0f} [{samples['low']:.0f}, {samples['high']:.0f}]; "
-          f"{record['verdict']}", file=sys.stderr)  # fmt: skip
-    return recipe["found"], row["measured_time_interval"]
+          f"{record['seeds']['confirm']}: {row.get('samples_to_target')}, mean "
+          f"{samples['estimate']:.0f} [{samples['low']:.0f}, {samples['high']:.0f}], a new seed "
+          f"[{new.get('low', 0):.0f}, {new.get('high', 0):.0f}]; {record['verdict']}",
+          file=sys.stderr)  # fmt: skip
+    return recipe["found"], row.get("measured_time_interval") or samples
 
 
 def race(task: dict, extra: list[str], seeds: list[int], folder: Path) -> list[dict]:

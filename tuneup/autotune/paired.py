@@ -38,6 +38,20 @@ def mean_interval(values: list[float], confidence: float, floor: float | None = 
             "confidence": confidence}  # fmt: skip
 
 
+def prediction_interval(values: list[float], confidence: float, floor: float | None = None):
+    """Where one more seed's value falls (Student's t prediction interval: the mean's
+    interval widened by sqrt(1 + 1/n)); what a re-run on a seed the search never saw should
+    land in. None with fewer than two values."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    half = (t_quantile(confidence, len(values) - 1) * statistics.stdev(values)
+            * math.sqrt(1 + 1 / len(values)))  # fmt: skip
+    low = mean - half if floor is None else max(floor, mean - half)
+    return {"estimate": mean, "low": low, "high": mean + half, "n": len(values),
+            "confidence": confidence}  # fmt: skip
+
+
 def paired_gain(
     baseline: list[tuple[float, bool]], candidate: list[tuple[float, bool]], confidence: float
 ) -> dict:

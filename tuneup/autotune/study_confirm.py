@@ -27,11 +27,16 @@ def confirm(search) -> None:
         if overrides and overrides not in seen and len(best) < search.settings.confirm:
             seen.add(overrides)
             best.append((overrides, trial.number))
+    if not best:
+        search.notes.append("no study trial reached the target: nothing to confirm")
+        return
     for overrides, number in [((), None), *best]:
         name = label(overrides)
         cost = search._typical_seconds() * len(search.confirm_seeds)
-        if overrides and search._left() - search._speed_reserve() < cost:
+        if search._left() - search._speed_reserve() < cost:
             search.notes.append(f"`{name}` (trial {number}) not confirmed: the budget ran out")
+            if not overrides:
+                return  # without the baseline on the paired seeds nothing can be decided
             continue
         # the baseline within your own limits (its true samples to target on each seed);
         # a candidate within the baseline's most x autotune.race_margin
@@ -41,6 +46,8 @@ def confirm(search) -> None:
                 for seed in search.confirm_seeds]  # fmt: skip
         search.confirmed[name] = {"overrides": overrides, "trial": number, "trials": runs,
                                 "samples_budget": samples}  # fmt: skip
+    if BASELINE not in search.confirmed:
+        return
     base = [seed_figure(t) for t in search.confirmed[BASELINE]["trials"]]
     for name, entry in search.confirmed.items():
         if name != BASELINE:
@@ -65,6 +72,10 @@ def decide(search) -> None:
     means = {n: sum(s for s, _ in map(seed_figure, e["trials"])) / len(e["trials"])
              for n, e in search.confirmed.items()}  # fmt: skip
     chosen = paired.pick(decisions, means)
+    if not decisions:
+        search.verdict = ("nothing confirmed on paired seeds (see the notes): your command is "
+                          "kept; raise autotune.budget_minutes or autotune.budget_trials")  # fmt: skip
+        return
     if chosen is None:
         search.verdict = ("not significant: no configuration needed fewer samples to the target "
                         "than your command in every paired seed beyond the noise; your "

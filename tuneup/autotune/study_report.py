@@ -23,6 +23,9 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
             "label": name, "overrides": list(entry["overrides"]), "study_trial": entry["trial"],
             "jobs": [t.job for t in runs], "reached": all(reached(t) for t in runs),
             "samples_to_target": samples,
+            "samples_prediction": paired.prediction_interval(
+                [s for s in samples if s is not None], confidence, floor=0.0
+            ),
             "samples_interval": paired.mean_interval([s for s in samples if s is not None],
                                                      confidence, floor=0.0),
             "measured_time_s": times,
@@ -137,6 +140,11 @@ def render_study_markdown(record: dict, sweep_dir: Path) -> str:
         f"{', '.join(map(str, record['seeds']['confirm']))}.",
         "",
         f"**Recipe: {code(found)}**: {escape(record['verdict'])}.",
+        "",
+        f"Its samples to target: mean {_interval(record['recipe']['samples_to_target'], ',.0f')}"
+        f" over the paired seeds ({pct} interval of the mean); on a new seed "
+        f"{_interval(record['recipe']['samples_to_target_next_seed'], ',.0f')} ({pct} "
+        "prediction interval: where a re-run on a seed the search never saw should land).",
         "",
         f"Run it: `{record['recipe']['command']}` (the preset is `{record['recipe']['file']}`).",
         "",
