@@ -45,6 +45,7 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
                 row["estimated_time"] = s.estimate(search.confirmed[BASELINE], BASELINE)
             elif row["label"] == " ".join(s.pick["overrides"]):
                 row["estimated_time"] = s.estimate(s.pick, "pick")
+    mine = next((r for r in confirmed if r["overrides"] == list(search.recipe)), {})
     summary = search.lab.trials[0].summary if search.lab.trials else {}
     study = search.study
     return {
@@ -78,10 +79,8 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
         "recipe": {
             **recipe,
             "found": list(search.recipe),
-            "samples_to_target": next(
-                (r["samples_interval"] for r in confirmed if r["overrides"] == list(search.recipe)),
-                None,
-            ),
+            "samples_to_target": mine.get("samples_interval"),
+            "samples_to_target_next_seed": mine.get("samples_prediction"),
         },
         "trials": [{**trial_dict(t), **_curve(t)} for t in search.lab.trials],
     }

@@ -81,7 +81,7 @@ class StudySearch:
         self.baseline_run(config)
         params = self.settings.params
         if params is None:
-            params = default_params(config, self._warmup_range())
+            params = default_params(config, self._warmup_range(), own_loop(config))
         self.space = build_space(params, self.sweeps, self.checks, self.is_group)
         self.add_baseline_trial(config)
         self.explore()
@@ -287,3 +287,13 @@ class StudySearch:
     def _warmup_range(self) -> int | None:
         steps = self.baseline.get("steps_to_target")
         return max(2, steps // 2) if steps else None
+
+
+def own_loop(config) -> bool:
+    """Whether the model is the user's own LightningModule (its code builds the optimizer)."""
+    from tuneup.trainer.components import Plan
+
+    try:
+        return bool(Plan(config).lightning)
+    except Exception:  # a model that cannot be imported here: the checks say so
+        return False

@@ -27,15 +27,19 @@ from tuneup.optuna.space import override_value, parse_space
 OFF = ("off", "none", "false")
 
 
-def default_params(cfg, warmup_steps: int | None = None) -> dict[str, str]:
-    """What decides races, around the user's own values (docs/autotune.md#time-to-target)."""
+def default_params(cfg, warmup_steps: int | None = None, own_loop: bool = False) -> dict[str, str]:
+    """What decides races, around the user's own values (docs/autotune.md#time-to-target).
+    ``own_loop``: the model is the user's LightningModule, whose own code builds the optimizer,
+    schedule and loss: those keys would change nothing (its own arguments: sweep them, e.g.
+    ``model.lr='tag(log, interval(1e-3, 1))'``)."""
     found: dict[str, str] = {}
-    optimizer = cfg.get("optimizer") or {}
+    optimizer = {} if own_loop else cfg.get("optimizer") or {}
     lr = optimizer.get("lr")
     if isinstance(lr, int | float) and lr > 0:
         found["optimizer.lr"] = f"tag(log, interval({_num(lr / 10)}, {_num(lr * 30)}))"
-    found["scheduler"] = "choice(constant, cosine, wsd)"
-    if warmup_steps:
+    if not own_loop:
+        found["scheduler"] = "choice(constant, cosine, wsd)"
+    if warmup_steps and not own_loop:
         found["scheduler.warmup_steps"] = f"range(0, {max(1, int(warmup_steps)) + 1})"
     decay = optimizer.get("weight_decay")
     if isinstance(decay, int | float) and decay > 0:
@@ -46,8 +50,9 @@ def default_params(cfg, warmup_steps: int | None = None) -> dict[str, str]:
     if isinstance(batch, int) and batch >= 8:
         sizes = sorted({max(1, batch // 2), batch, batch * 2, batch * 4})
         found["data.batch_size"] = f"choice({', '.join(map(str, sizes))})"
-    found["label_smoothing"] = "choice(off, on)"
-    found["label_smoothing.amount"] = "interval(0.02, 0.3)"
+    if not own_loop:
+        found["label_smoothing"] = "choice(off, on)"
+        found["label_smoothing.amount"] = "interval(0.02, 0.3)"
     found["ema"] = "choice(off, on)"
     found["ema.decay"] = "interval(0.9, 0.999)"
     return found
