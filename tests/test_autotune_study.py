@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import tuneup
-from tests.conftest import ROOT, compose_config, run_cli
+from tests.conftest import ROOT, compose_config, python, run_cli
 from tuneup.autotune.paired import (
     BETTER,
     MISSED,
@@ -171,7 +171,7 @@ def continued(tmp_path_factory):
     before = {t.number: t.user_attrs["tuneup_job"] for t in finished_trials(journal)}
     first.send_signal(signal.SIGKILL)
     first.wait()
-    done = subprocess.run([sys.executable, *study_command(sweep_dir)], cwd=folder, env=env,
+    done = subprocess.run([*python(), *study_command(sweep_dir)], cwd=folder, env=env,
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     record = json.loads((sweep_dir / "autotune.json").read_text())
