@@ -32,7 +32,7 @@ def confirm(search) -> None:
         return
     for overrides, number in [((), None), *best]:
         name = label(overrides)
-        cost = search._typical_seconds() * len(search.confirm_seeds)
+        cost = search._confirm_seconds() * len(search.confirm_seeds)
         if search._left() - search._speed_reserve() < cost:
             search.notes.append(f"`{name}` (trial {number}) not confirmed: the budget ran out")
             if not overrides:

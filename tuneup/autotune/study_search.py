@@ -282,7 +282,12 @@ class StudySearch:
     def _reserve(self) -> float:
         """Room kept for confirm and speed: their trials at the typical trial's time."""
         runs = (self.settings.confirm + 1) * len(self.confirm_seeds)
-        return runs * self._typical_seconds() + self._speed_reserve()
+        return runs * self._confirm_seconds() + self._speed_reserve()
+
+    def _confirm_seconds(self) -> float:
+        """A confirm run's expected seconds: a run to the target, as the baseline's (the
+        study's median trial is a pruned one, far shorter)."""
+        return max(self._typical_seconds(), self.baseline.get("seconds", 1.0))
 
     def _warmup_range(self) -> int | None:
         steps = self.baseline.get("steps_to_target")
