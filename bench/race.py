@@ -64,12 +64,22 @@ def tuneup(args: list[str]) -> None:
 
 
 def autotune_pick(task: dict, folder: Path, minutes: float) -> tuple[list[str], dict]:
+    """The time-to-target study's pick (docs/autotune.md): its overrides, and its measured time
+    to target on the study's paired seeds (its samples to target: printed to stderr)."""
     sweep = folder / "autotune"
     tuneup(["-m", "experiment=autotune", "autotune.objective=time_to_target",
-            f"autotune.race_dimensions={task['dimensions']}", f"autotune.budget_minutes={minutes}",
-            f"hydra.sweep.dir={sweep}", *task["command"]])  # fmt: skip
-    recipe = json.loads((sweep / "autotune.json").read_text())["recipe"]
-    return recipe["found"], recipe["time_to_target"]["interval"]
+            f"autotune.budget_minutes={minutes}", f"hydra.sweep.dir={sweep}", *task["command"]])  # fmt: skip
+    record = json.loads((sweep / "autotune.json").read_text())
+    recipe = record["recipe"]
+    row = next((r for r in record["confirmed"] if r["overrides"] == recipe["found"]), {})
+    samples = recipe["samples_to_target"] or {"estimate": 0, "low": 0, "high": 0}
+    new = recipe["samples_to_target_next_seed"] or {}
+    print(f"autotune pick {recipe['found']}: samples to target on seeds "
+          f"{record['seeds']['confirm']}: {row.get('samples_to_target')}, mean "
+          f"{samples['estimate']:.0f} [{samples['low']:.0f}, {samples['high']:.0f}], a new seed "
+          f"[{new.get('low', 0):.0f}, {new.get('high', 0):.0f}]; {record['verdict']}",
+          file=sys.stderr)  # fmt: skip
+    return recipe["found"], row.get("measured_time_interval") or samples
 
 
 def algoperf_trials(task: dict, trials: int = 5, seed: int = 0) -> list[list[str]]:
