@@ -163,7 +163,7 @@ def main() -> None:
                 contenders["autotune"] = ("autotune's pick", pick)
             for run in args.runs:
                 who, extra = contenders[run]
-                found = race(task, extra, args.seeds, folder / run)
+                found = race(task, extra, args.seeds, folder / f"race-{run}")
                 rows.append((name, who, " ".join(extra) or "-", found))
     print(f"seeds {', '.join(map(str, args.seeds))}; median (per seed)\n")
     print("| data | run | overrides | time to target, s | samples to target | steps |")

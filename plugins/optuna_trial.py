@@ -151,8 +151,21 @@ class Plugin:
         if self.pruned is not None and summary.get("status") == "ok":
             summary["status"] = "pruned"  # stopped by the pruner, not by an error
             summary["pruned"] = self.pruned
-        if self.settings is not None and summary.get("status") == "ok":
+        if self.settings is not None and summary.get("status") == "ok" and self.metric != TARGET:
+            # an autotune trial's figure is its samples to target, read by the autotune itself
             failed_trial(summary, self.settings.get("objectives") or ["val.acc"])
+
+    def describe(self):
+        if self.settings is None:
+            return {"trial": None, "effect": "none: not a trial of the Optuna sweeper"}
+        described = {"trial": self.settings["trial"], "study": self.settings["study_name"],
+                     "storage": self.settings["storage"]}  # fmt: skip
+        described["reports"] = (
+            "the distance to target.value" if self.metric == TARGET
+            else f"val/{self.metric}" if self.metric else "nothing (see docs/sweeps.md)"
+        )  # fmt: skip
+        described["step"] = "samples seen" if self.by_samples else "optimizer steps"
+        return described
 
 
 def failed_trial(summary: dict, objectives: list[str]) -> None:
@@ -167,15 +180,3 @@ def failed_trial(summary: dict, objectives: list[str]) -> None:
             f"hydra.sweeper.objectives: {', '.join(absent)} not a number in this run's "
             f"summary.json, so the trial failed; its numbers: {', '.join(numbers(summary))}"
         )
-
-    def describe(self):
-        if self.settings is None:
-            return {"trial": None, "effect": "none: not a trial of the Optuna sweeper"}
-        described = {"trial": self.settings["trial"], "study": self.settings["study_name"],
-                     "storage": self.settings["storage"]}  # fmt: skip
-        described["reports"] = (
-            "the distance to target.value" if self.metric == TARGET
-            else f"val/{self.metric}" if self.metric else "nothing (see docs/sweeps.md)"
-        )  # fmt: skip
-        described["step"] = "samples seen" if self.by_samples else "optimizer steps"
-        return described
