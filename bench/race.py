@@ -15,7 +15,8 @@ the two picks are each run to the target (``target.stop=true``) in the seeds giv
 10, 11, 12: seeds neither search saw), one ``tuneup -m seed=...`` sweep each, and the table
 gives each one's time to target and samples to target per seed. Prints a markdown table.
 
-    python bench/race.py                     # about 5 minutes on 2 CPU cores
+    python bench/race.py                     # each task within 10 minutes of search on 2 idle cores, then 12 x 3 runs
+    python bench/race.py --runs algoperf --tasks digits   # one contender
     python bench/race.py --seeds 10 11 12 13 --tasks digits
 """
 
@@ -64,12 +65,22 @@ def tuneup(args: list[str]) -> None:
 
 
 def autotune_pick(task: dict, folder: Path, minutes: float) -> tuple[list[str], dict]:
+    """The time-to-target study's pick (docs/autotune.md): its overrides, and its measured time
+    to target on the study's paired seeds (its samples to target: printed to stderr)."""
     sweep = folder / "autotune"
     tuneup(["-m", "experiment=autotune", "autotune.objective=time_to_target",
-            f"autotune.race_dimensions={task['dimensions']}", f"autotune.budget_minutes={minutes}",
-            f"hydra.sweep.dir={sweep}", *task["command"]])  # fmt: skip
-    recipe = json.loads((sweep / "autotune.json").read_text())["recipe"]
-    return recipe["found"], recipe["time_to_target"]["interval"]
+            f"autotune.budget_minutes={minutes}", f"hydra.sweep.dir={sweep}", *task["command"]])  # fmt: skip
+    record = json.loads((sweep / "autotune.json").read_text())
+    recipe = record["recipe"]
+    row = next((r for r in record["confirmed"] if r["overrides"] == recipe["found"]), {})
+    samples = recipe["samples_to_target"] or {"estimate": 0, "low": 0, "high": 0}
+    new = recipe["samples_to_target_next_seed"] or {}
+    print(f"autotune pick {recipe['found']}: samples to target on seeds "
+          f"{record['seeds']['confirm']}: {row.get('samples_to_target')}, mean "
+          f"{samples['estimate']:.0f} [{samples['low']:.0f}, {samples['high']:.0f}], a new seed "
+          f"[{new.get('low', 0):.0f}, {new.get('high', 0):.0f}]; {record['verdict']}",
+          file=sys.stderr)  # fmt: skip
+    return recipe["found"], row.get("measured_time_interval") or samples
 
 
 def algoperf_trials(task: dict, trials: int = 5, seed: int = 0) -> list[list[str]]:
@@ -122,11 +133,16 @@ def cell(summaries: list[dict], key: str, digits: int) -> str:
     return f"{median} ({shown})"
 
 
+RUNS = ("baseline", "hand", "algoperf", "autotune")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[10, 11, 12])
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--autotune-minutes", type=float, default=1.0)
+    parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=RUNS,
+                        help="which contenders (default: all four)")  # fmt: skip
+    parser.add_argument("--autotune-minutes", type=float, default=10.0)
     parser.add_argument("--out", help="keep the runs here (default: a temporary folder)")
     args = parser.parse_args()
     rows, notes = [], []
@@ -134,20 +150,20 @@ def main() -> None:
         tmp = args.out or tmp
         for name in args.tasks:
             task, folder = TASKS[name], Path(tmp) / name
-            pick, stated = autotune_pick(task, folder, args.autotune_minutes)
-            notes.append(
-                f"{name}: autotune's own figure for its pick (seeds 0, 1): "
-                f"{stated['estimate']:.2f} s [{stated['low']:.2f}, {stated['high']:.2f}]"
-            )
-            algoperf, trials = algoperf_pick(task, folder)
-            notes.append(
-                f"{name}: AlgoPerf's 5 trials on seed 0, samples to target: "
-                + ", ".join(str(s.get("samples_to_target") or "not reached") for s in trials)
-            )
-            for who, extra in (("baseline", []), ("hand-made", task["hand"]),
-                               ("AlgoPerf's protocol", algoperf),
-                               ("autotune's pick", pick)):  # fmt: skip
-                found = race(task, extra, args.seeds, folder / who[:4])
+            contenders = {"baseline": ("baseline", []), "hand": ("hand-made", task["hand"])}
+            if "algoperf" in args.runs:
+                algoperf, trials = algoperf_pick(task, folder)
+                contenders["algoperf"] = ("AlgoPerf's protocol", algoperf)
+                notes.append(
+                    f"{name}: AlgoPerf's 5 trials on seed 0, samples to target: "
+                    + ", ".join(str(s.get("samples_to_target") or "not reached") for s in trials)
+                )
+            if "autotune" in args.runs:
+                pick, _ = autotune_pick(task, folder, args.autotune_minutes)
+                contenders["autotune"] = ("autotune's pick", pick)
+            for run in args.runs:
+                who, extra = contenders[run]
+                found = race(task, extra, args.seeds, folder / f"race-{run}")
                 rows.append((name, who, " ".join(extra) or "-", found))
     print(f"seeds {', '.join(map(str, args.seeds))}; median (per seed)\n")
     print("| data | run | overrides | time to target, s | samples to target | steps |")

@@ -14,6 +14,13 @@ objective's value at the optimizer step (``trial.report``) and asks the study's 
 summary.json says ``status: pruned`` and the step. Only an objective the validation
 measures (``val.acc``, ``val.loss``...) of a study with one objective can be reported
 (Optuna prunes single-objective studies only).
+
+The autotune's time-to-target search (tuneup/autotune/study_search.py) launches its trials
+the same way, with ``hydra.sweeper.objectives=[target]`` and ``hydra.sweeper.step=samples``:
+such a trial reports its distance to the target (``target.value - metric`` for a metric that
+rises, ``metric - target.value`` for one that falls: lower is better, as the study's samples
+to target) at the samples seen so far, so successive halving compares trials at equal
+samples, not at equal steps of different batch sizes.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ from tuneup import hookimpl
 log = logging.getLogger(__name__)
 
 SWEEPER = "hydra_plugins.tuneup_optuna.optuna_sweeper.OptunaSweeper"
+AUTOTUNE = "hydra_plugins.tuneup_autotune.autotune_sweeper.AutotuneSweeper"
+#: ``hydra.sweeper.objectives=[target]``: the distance to ``target.value`` (autotune).
+TARGET = "target"
 
 
 def trial_settings() -> dict | None:
@@ -35,7 +45,7 @@ def trial_settings() -> dict | None:
     if not HydraConfig.initialized():
         return None
     sweeper = HydraConfig.get().sweeper
-    if sweeper.get("_target_") != SWEEPER or sweeper.get("trial") is None:
+    if sweeper.get("_target_") not in (SWEEPER, AUTOTUNE) or sweeper.get("trial") is None:
         return None
     return OmegaConf.to_container(sweeper, resolve=True)
 
@@ -43,6 +53,8 @@ def trial_settings() -> dict | None:
 def reported_metric(settings: dict) -> str | None:
     """The validation metric a trial reports (``acc`` for ``val.acc``), or None: none can be."""
     objectives = settings.get("objectives") or ["val.acc"]
+    if list(objectives) == [TARGET]:
+        return TARGET
     if len(objectives) != 1 or not str(objectives[0]).startswith("val."):
         return None
     return str(objectives[0]).removeprefix("val.")
@@ -62,10 +74,26 @@ def report_and_ask(trial, value: float, step: int) -> bool:
     return trial.should_prune()
 
 
+def target_gap(cfg, metrics: dict) -> float | None:
+    """How far the validation's target metric is from ``target.value``; lower is better."""
+    from tuneup.plugins.target import direction
+
+    node = cfg.get("target") or {}
+    metric, goal = node.get("metric"), node.get("value")
+    value = metrics.get(metric) if metric else None
+    if value is None or goal is None:
+        return None
+    mode = direction(metric, node.get("mode", "auto")) or "max"
+    return float(goal) - float(value) if mode == "max" else float(value) - float(goal)
+
+
 class Plugin:
-    def __init__(self) -> None:
+    def __init__(self, cfg=None) -> None:
+        self.cfg = cfg
         self.settings = trial_settings()
         self.metric = reported_metric(self.settings) if self.settings else None
+        self.by_samples = bool(self.settings) and self.settings.get("step") == "samples"
+        self.samples = 0  # seen by all processes (hydra.sweeper.step=samples)
         self.trial = None
         self.pruned: dict | None = None  # {"step", "value"} where the pruner stopped the run
 
@@ -73,6 +101,14 @@ class Plugin:
     def on_fit_start(self, trainer):
         if self.metric is not None and trainer.is_global_zero:
             self.trial = open_trial(self.settings)
+
+    @hookimpl
+    def on_train_batch_end(self, trainer, batch):
+        if self.by_samples:
+            from tuneup.trainer.batches import first_tensor
+
+            first = first_tensor(batch)
+            self.samples += (len(first) if first is not None else 0) * trainer.world_size
 
     @hookimpl
     def on_validation_end(self, trainer):
@@ -83,9 +119,13 @@ class Plugin:
         if self.metric is None or trainer.sanity_checking:
             return
         fitting = trainer.state.fn == TrainerFn.FITTING
-        stop, value, step = False, None, trainer.global_step
+        stop, value = False, None
+        step = self.samples if self.by_samples else trainer.global_step
         if self.trial is not None:
-            value = validation_metrics(trainer.callback_metrics).get(self.metric)
+            if self.metric == TARGET:
+                value = target_gap(self.cfg, trainer.callback_metrics)
+            else:
+                value = validation_metrics(trainer.callback_metrics).get(self.metric)
             if value is not None:
                 stop = report_and_ask(self.trial, value, step) and fitting
         if trainer.world_size > 1:
@@ -111,8 +151,21 @@ class Plugin:
         if self.pruned is not None and summary.get("status") == "ok":
             summary["status"] = "pruned"  # stopped by the pruner, not by an error
             summary["pruned"] = self.pruned
-        if self.settings is not None and summary.get("status") == "ok":
+        if self.settings is not None and summary.get("status") == "ok" and self.metric != TARGET:
+            # an autotune trial's figure is its samples to target, read by the autotune itself
             failed_trial(summary, self.settings.get("objectives") or ["val.acc"])
+
+    def describe(self):
+        if self.settings is None:
+            return {"trial": None, "effect": "none: not a trial of the Optuna sweeper"}
+        described = {"trial": self.settings["trial"], "study": self.settings["study_name"],
+                     "storage": self.settings["storage"]}  # fmt: skip
+        described["reports"] = (
+            "the distance to target.value" if self.metric == TARGET
+            else f"val/{self.metric}" if self.metric else "nothing (see docs/sweeps.md)"
+        )  # fmt: skip
+        described["step"] = "samples seen" if self.by_samples else "optimizer steps"
+        return described
 
 
 def failed_trial(summary: dict, objectives: list[str]) -> None:
@@ -127,13 +180,3 @@ def failed_trial(summary: dict, objectives: list[str]) -> None:
             f"hydra.sweeper.objectives: {', '.join(absent)} not a number in this run's "
             f"summary.json, so the trial failed; its numbers: {', '.join(numbers(summary))}"
         )
-
-    def describe(self):
-        if self.settings is None:
-            return {"trial": None, "effect": "none: not a trial of the Optuna sweeper"}
-        described = {"trial": self.settings["trial"], "study": self.settings["study_name"],
-                     "storage": self.settings["storage"]}  # fmt: skip
-        described["reports"] = (
-            f"val/{self.metric}" if self.metric else "nothing (see docs/sweeps.md)"
-        )
-        return described

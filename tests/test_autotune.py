@@ -202,6 +202,17 @@ def test_refused_candidates_and_the_budget_never_launch_anything():
     assert {o.verdict for o in stingy.outcomes} == {"not tried"}
 
 
+def test_no_trial_is_allowed_past_the_budget():
+    now = [0.0]
+    lab = FakeLab(lambda o, job: 100.0)
+    settings = Settings(dimensions=("x",), space={"x": [("c=1",)]}, budget_minutes=10)
+    found = Search(settings, lab, FakeChecks(), Budget(600, clock=lambda: now[0]))
+    found.baseline = lab.run("baseline", ())
+    assert found.time_limit(("c=1",)) == 60  # a minute at least, well inside the budget
+    now[0] = 590.0  # 10 s left: a trial gets those, not a minute (bench/race.py: 1 min -> 8.3)
+    assert found.time_limit(("c=1",)) == 10
+
+
 def test_batch_size_is_the_largest_multiple_of_8_that_fits_with_its_learning_rate():
     # peak = 100 MiB + 2 MiB per sample (1 MiB with checkpointing); the limit is 0.8 x 1000 MiB
     # available = 800 MiB: 350 fit -> 344; with checkpointing 700, capped at 8 x 64 = 512.

@@ -113,7 +113,7 @@ def test_autotune_time_to_target_returns_a_recipe_that_reached_the_target(tmp_pa
     sweep_dir = tmp_path / "sweep"
     done = run_cli(
         "-m", "experiment=autotune", "autotune.objective=time_to_target",
-        f"hydra.sweep.dir={sweep_dir}", *RACE,
+        "autotune.method=greedy", "autotune.seeds=2", f"hydra.sweep.dir={sweep_dir}", *RACE,
         "autotune.race_dimensions=[label_smoothing,slow,batch_size,precision]",
         "+autotune.space.slow=['optimizer.lr=0.0001']",
         "autotune.space.precision=['precision=fp16','precision=bf16-true']",

@@ -9,8 +9,12 @@ sweeper         the Hydra sweeper: runs the search through the sweep's launcher,
                 the answer (hydra_plugins/tuneup_autotune is the class Hydra sees)
 settings        the ``autotune`` config node, checked
 search          the path: the recipe so far, one dimension at a time, rounds, the budget
-race            autotune.objective=time_to_target: candidates trained to the target over
-                seeds, ranked by time to target (race_report: its autotune.json and .md)
+study_search    autotune.objective=time_to_target: an Optuna study (study_space: its space;
+                study_trials: a trial's figures), confirmed on paired seeds
+                (study_confirm, paired: the decision), timed by paired throughput windows
+                (study_speed); study_report, study_figure: autotune.json, .md and .png
+race            autotune.method=greedy: the earlier walk, candidates trained to the target
+                over seeds, ranked by time to target (race_report: its autotune.json and .md)
 space           candidates, and which may be launched (the run's own checks, no build)
 batch           the batch-size dimension: memory probes, the largest batch that fits, lr
 trials          a trial is an ordinary job of the sweep: launched, its summary read

@@ -242,12 +242,14 @@ class Search:
 
     def time_limit(self, overrides: tuple[str, ...]) -> float:
         """A trial's limit: autotune.trial_time_factor x the baseline's trial (x the batch
-        factor), at least a minute (a first compile). A candidate that slow cannot be the
+        factor), at least a minute (a first compile), and at most what is left of the budget
+        (a slow first compile no longer runs past it). A candidate that slow cannot be the
         fastest; what it ran is measured."""
         times = [t.seconds for t in self.lab.trials[1:] if t.label == BASELINE]
         typical = statistics.median(times or [self.baseline.seconds])
         factor = self.settings.trial_time_factor * self._batch_factor(overrides, ())
-        return max(MIN_TRIAL_LIMIT_S, factor * typical)
+        left = max(1.0, self.budget.seconds - self.budget.elapsed)  # never past the budget
+        return min(left, max(MIN_TRIAL_LIMIT_S, factor * typical))
 
     def estimate(self, overrides: tuple[str, ...]) -> float:
         """Expected seconds of one trial of this configuration (see the module docstring)."""

@@ -18,6 +18,10 @@ from tuneup import TuneupError
 BATCH = "batch_size"
 LR_RULES = ("linear", "sqrt", "keep")
 OBJECTIVES = ("throughput", "time_to_target")
+#: time_to_target: ``study`` (Optuna: explore, confirm over paired seeds, speed; study_search.py)
+#: or ``greedy`` (the earlier walk through race_dimensions, race.py).
+METHODS = ("study", "greedy")
+PRUNERS = ("successive_halving", "hyperband", "none")
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,14 @@ class Settings:
     objective: str = "throughput"
     seeds: int = 2
     race_margin: float = 1.5
+    method: str = "study"
+    budget_trials: int = 20
+    budget_samples: int | None = None
+    confirm: int = 3
+    pruner: str = "successive_halving"
+    storage: str | None = None
+    study_name: str = "autotune"
+    params: dict[str, str] | None = None
     dimensions: tuple[str, ...] = ()
     race_dimensions: tuple[str, ...] = ()
     space: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
@@ -55,6 +67,7 @@ class Settings:
         space = values.pop("space", None) or {}
         dimensions = tuple(values.pop("dimensions", None) or ())
         race_dimensions = tuple(values.pop("race_dimensions", None) or ())
+        params = values.pop("params", None)
         unknown = sorted(set(values) - set(cls.__dataclass_fields__))
         if unknown:
             raise TuneupError(
@@ -65,6 +78,7 @@ class Settings:
             **values,
             dimensions=dimensions,
             race_dimensions=race_dimensions,
+            params=None if params is None else flat_params(params),
             space={str(k): [tuple(shlex.split(str(c))) for c in v or []] for k, v in space.items()},
         )
         settings.check()
@@ -98,6 +112,18 @@ class Settings:
             "objective": (self.objective in OBJECTIVES, " | ".join(OBJECTIVES)),
             "seeds": (_whole(self.seeds, 2), "an integer >= 2 (one seed: no interval)"),
             "race_margin": (_number(self.race_margin, 1), "a number >= 1"),
+            "method": (self.method in METHODS, " | ".join(METHODS)),
+            "budget_trials": (_whole(self.budget_trials, 1), "an integer >= 1"),
+            "budget_samples": (
+                self.budget_samples is None or _whole(self.budget_samples, 1),
+                "null or an integer >= 1",
+            ),
+            "confirm": (_whole(self.confirm, 1), "an integer >= 1"),
+            "pruner": (self.pruner in PRUNERS, " | ".join(PRUNERS)),
+            "study_name": (
+                isinstance(self.study_name, str) and self.study_name != "",
+                "a non-empty name",
+            ),
         }
         found = [
             f"autotune.{key}={getattr(self, key)!r} is not allowed: expected {allowed}"
@@ -111,12 +137,48 @@ class Settings:
                     f"autotune.{key} has {name!r}, which autotune.space does not define; "
                     f"the dimensions defined are: {', '.join([*self.space, BATCH])}"
                 )
+        found += params_problems(self.params)
+        if len(found) == 1:
+            raise TuneupError(f"autotune settings: {found[0]}")
         if found:
             raise TuneupError("autotune settings:\n" + "\n".join(f"  - {f}" for f in found))
 
     @property
     def budget_seconds(self) -> float:
         return self.budget_minutes * 60
+
+
+def flat_params(params, prefix: str = "") -> dict[str, str]:
+    """``autotune.params`` as ``{"optimizer.lr": "tag(log, interval(...))"}``: a nested node
+    (``+autotune.params.model.lr=...`` nests) flattened to dotted keys."""
+    if not isinstance(params, dict):
+        return {prefix.rstrip(".") or "params": params}
+    found = {}
+    for key, value in params.items():
+        if isinstance(value, dict):
+            found.update(flat_params(value, f"{prefix}{key}."))
+        else:
+            found[f"{prefix}{key}"] = value
+    return found
+
+
+def params_problems(params: dict | None) -> list[str]:
+    """Each ``autotune.params`` entry that is not Hydra sweeper syntax Optuna can sample."""
+    if params is None:
+        return []
+    from tuneup.optuna.space import parse_space
+
+    found = []
+    for key, value in params.items():
+        try:
+            parse_space({key: value}, [])
+        except Exception as exc:  # Hydra's parse errors, and the space's own TuneupError
+            first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+            found.append(
+                f"autotune.params.{key}={value!r} is not allowed: {first}; expected a value or "
+                "choice(a, b), interval(low, high), tag(log, interval(low, high)), range(...)"
+            )
+    return found
 
 
 def _whole(value, low: int) -> bool:

@@ -50,21 +50,33 @@ class Autotune:
         )
 
     def sweep(self, arguments: list[str]) -> Search:
+        study = self.settings.objective == TIME_TO_TARGET and self.settings.method == "study"
         with user_errors():
-            command = single_command(arguments)
+            command, sweeps = split_command(arguments) if study else (single_command(arguments), [])
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
         race = self.settings.objective == TIME_TO_TARGET
         trial = race_settings() if race else trial_settings(self.settings.trial_steps)
         checks = Checks(lambda overrides: self.compose([*command, *trial, *overrides]))
-        lab = Lab(self.launcher, sweep_dir, command, self.settings.trial_steps)
+        lab = Lab(self.launcher, sweep_dir, command, self.settings.trial_steps,
+                  first_job=next_job(sweep_dir))  # fmt: skip
         budget = Budget(self.settings.budget_seconds)
         trials = (f"trials to the target over {self.settings.seeds} seeds" if race
                   else f"trials of {self.settings.trial_steps} steps")  # fmt: skip
         log.info("autotune: budget %g min, %s, into %s", self.settings.budget_minutes, trials,
                  sweep_dir)  # fmt: skip
         with user_errors():
+            if study:
+                from tuneup.autotune.study_search import StudySearch
+                from tuneup.optuna.study import resolve_storage
+
+                seed = int(self.compose(command).get("seed") or 0)
+                storage = resolve_storage(self.settings.storage, sweep_dir)
+                search = StudySearch(self.settings, lab, checks, budget, seed, storage, sweeps,
+                                     self.is_group).run()  # fmt: skip
+                self.answer_study(search, command, sweep_dir)
+                return search
             if race:
                 seed = int(self.compose(command).get("seed") or 0)
                 search = RaceSearch(self.settings, lab, checks, budget, seed).run()
@@ -112,6 +124,37 @@ class Autotune:
         log.info("autotune: %s", ", ".join(str(p) for p in written))
         log.info("autotune: the full run: %s", recipe["command"])
 
+    def answer_study(self, search, command: list[str], sweep_dir: Path) -> None:
+        from tuneup.autotune.markdown import MARKDOWN_FILE
+        from tuneup.autotune.study_report import build_study_record, render_study_markdown
+
+        overrides = recipe_overrides(command, search.recipe)
+        header = [
+            f"tuneup autotune (time to target): {sweep_dir / MARKDOWN_FILE}",
+            "the full run: tuneup --config-dir <this file's conf folder> experiment=recipe "
+            "target.stop=true",
+        ]
+        path = write_recipe(sweep_dir, overrides, self.is_group, header)
+        recipe = {
+            "overrides": overrides,
+            "file": str(RELATIVE_PATH),
+            "command": f"tuneup --config-dir {shlex.quote(str(path.parents[1]))} experiment=recipe "
+            "target.stop=true",
+        }
+        record = build_study_record(search, command, recipe)
+        write_record(sweep_dir, record)
+        (sweep_dir / MARKDOWN_FILE).write_text(render_study_markdown(record, sweep_dir))
+        written = [path, sweep_dir / MARKDOWN_FILE]
+        try:
+            from tuneup.autotune.study_figure import draw_study_figure
+        except ImportError:
+            log.warning("autotune.png not drawn: it needs matplotlib (pip install 'tuneup[sweep]')")
+        else:
+            written.append(draw_study_figure(record, sweep_dir / "autotune.png"))
+        log.info("autotune: %s", ", ".join(str(p) for p in written))
+        log.info("autotune: %s", record["verdict"])
+        log.info("autotune: the full run: %s", recipe["command"])
+
     def projection(self, search: Search, command: list[str]) -> dict:
         full = self.compose(command)
         baseline = [t.summary for t in search.lab.trials if t.label == "baseline" and t.ok]
@@ -150,6 +193,21 @@ def single_command(arguments: list[str]) -> list[str]:
                 "values; give one value (the autotune searches the features itself)"
             )
     return list(arguments)
+
+
+def split_command(arguments: list[str]) -> tuple[list[str], list[str]]:
+    """The user's overrides and their sweeps (``model.lr='tag(log, interval(1e-3, 1))'``),
+    which the time-to-target study searches as hparams_search=optuna would."""
+    command, sweeps = [], []
+    for override in OverridesParser.create().parse_overrides(list(arguments)):
+        (sweeps if override.is_sweep_override() else command).append(override.input_line)
+    return command, sweeps
+
+
+def next_job(sweep_dir: Path) -> int:
+    """The first job number no folder of the sweep directory has (a continued search)."""
+    numbers = [int(p.name) for p in Path(sweep_dir).iterdir() if p.is_dir() and p.name.isdigit()]
+    return max(numbers, default=-1) + 1
 
 
 def training_set_size(cfg) -> int | None:

@@ -85,8 +85,11 @@ class Trial:
 class Lab:
     """Launches trials through the sweep's launcher, one at a time, and reads their summaries."""
 
-    def __init__(self, launcher, sweep_dir: Path, command: list[str], steps: int) -> None:
+    def __init__(
+        self, launcher, sweep_dir: Path, command: list[str], steps: int, first_job: int = 0
+    ) -> None:
         self.launcher = launcher
+        self.first_job = first_job  # a continued search: after the killed one's job folders
         self.sweep_dir = Path(sweep_dir)
         self.command = list(command)  # the user's overrides, as given to the sweep
         self.steps = steps
@@ -101,7 +104,7 @@ class Lab:
         settings: list[str] | None = None,
     ) -> Trial:
         """``settings``: what makes the run a trial, if not :func:`trial_settings` (a race's)."""
-        job = len(self.trials)
+        job = self.first_job + len(self.trials)
         own = trial_settings(steps or self.steps, limit_s) if settings is None else settings
         line = [*self.command, *own, *overrides]
         started = time.monotonic()

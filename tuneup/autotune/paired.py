@@ -1,0 +1,113 @@
+"""Decisions on paired seeds: a candidate joins the recipe only when its gain holds seed by seed.
+
+Samples to target are exact and repeat for the same seed (on a CPU), so the noise they carry
+is the seed's, not the machine's. A candidate and the baseline run on the same seeds; the
+gain is the mean of the per-seed differences (candidate - baseline) with Student's t interval
+(``autotune.confidence``). It is ``better`` only when the interval lies below 0, ``worse``
+when above, else ``not significant`` (the recipe stays). A candidate that misses the target
+in a seed cannot be accepted. A baseline that misses it in a seed counts at the samples it ran
+(a lower bound of its samples to target): the candidate's difference is then at least what is
+stated, so the decision stays on the safe side.
+
+Pure Python: unit-tested on given per-seed samples (tests/test_autotune_study.py).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from tuneup.autotune.interval import t_quantile
+
+BETTER, WORSE, NOISE, MISSED = "better", "worse", "not significant", "missed the target"
+
+
+def mean_interval(values: list[float], confidence: float, floor: float | None = None):
+    """The mean and its Student's t interval; None without values (one value: no width).
+    ``floor``: the lowest value the quantity can take (0 for samples and seconds)."""
+    if not values:
+        return None
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return {"estimate": mean, "low": None, "high": None, "n": 1, "confidence": confidence}
+    half = (
+        t_quantile(confidence, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    )
+    low = mean - half if floor is None else max(floor, mean - half)
+    return {"estimate": mean, "low": low, "high": mean + half, "n": len(values),
+            "confidence": confidence}  # fmt: skip
+
+
+def prediction_interval(values: list[float], confidence: float, floor: float | None = None):
+    """Where one more seed's value falls (Student's t prediction interval: the mean's
+    interval widened by sqrt(1 + 1/n)); what a re-run on a seed the search never saw should
+    land in. None with fewer than two values."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    half = (t_quantile(confidence, len(values) - 1) * statistics.stdev(values)
+            * math.sqrt(1 + 1 / len(values)))  # fmt: skip
+    low = mean - half if floor is None else max(floor, mean - half)
+    return {"estimate": mean, "low": low, "high": mean + half, "n": len(values),
+            "confidence": confidence}  # fmt: skip
+
+
+def paired_gain(
+    baseline: list[tuple[float, bool]], candidate: list[tuple[float, bool]], confidence: float
+) -> dict:
+    """The decision on per-seed ``(samples, reached)`` of the baseline and a candidate (same
+    seeds, same order; a miss's samples: what it ran)."""
+    if len(baseline) != len(candidate):
+        raise ValueError("paired seeds: the baseline and the candidate ran different seeds")
+    missed = [i for i, (_, ok) in enumerate(candidate) if not ok]
+    differences = [c - b for (b, _), (c, _) in zip(baseline, candidate, strict=True)]
+    interval = mean_interval(differences, confidence)
+    found = {"differences": differences, "interval": interval,
+             "baseline_censored": [i for i, (_, ok) in enumerate(baseline) if not ok]}  # fmt: skip
+    if missed:
+        return {**found, "verdict": MISSED, "missed_seeds": missed}
+    if interval is None or interval["low"] is None:
+        return {**found, "verdict": NOISE}
+    if interval["high"] < 0:
+        return {**found, "verdict": BETTER}
+    if interval["low"] > 0 and not found["baseline_censored"]:
+        return {**found, "verdict": WORSE}
+    return {**found, "verdict": NOISE}
+
+
+def pick(decisions: dict[str, dict], means: dict[str, float]) -> str | None:
+    """The candidate with the fewest mean samples among those ``better`` than the baseline."""
+    better = [name for name, d in decisions.items() if d["verdict"] == BETTER]
+    return min(better, key=lambda name: means[name]) if better else None
+
+
+def product_interval(samples: dict, speed_ratio) -> dict | None:
+    """Estimated time-to-target ratio (candidate / baseline) from the samples' ratio interval
+    and the seconds-per-sample ratio interval: each end the product of the ends (both
+    independent and positive), so it is at least as wide as either."""
+    if samples is None or speed_ratio is None:
+        return None
+    low = samples["low"] * speed_ratio["low"] if samples["low"] is not None else None
+    high = (samples["high"] * speed_ratio["high"]
+            if samples["high"] is not None and speed_ratio["high"] is not None else None)  # fmt: skip
+    return {"estimate": samples["estimate"] * speed_ratio["estimate"], "low": low, "high": high}
+
+
+def ratio_interval(baseline: list[float], candidate: list[float], confidence: float):
+    """Mean per-seed log ratio candidate / baseline as a ratio with its t interval."""
+    logs = [math.log(c / b) for b, c in zip(baseline, candidate, strict=True) if b > 0 and c > 0]
+    found = mean_interval(logs, confidence)
+    if found is None:
+        return None
+    return {
+        "estimate": math.exp(found["estimate"]),
+        "low": None if found["low"] is None else math.exp(found["low"]),
+        "high": None if found["high"] is None else math.exp(found["high"]),
+    }
+
+
+def verdict_of(ratio: dict | None) -> str:
+    """``faster`` / ``slower`` when a time ratio's interval excludes 1, else not significant."""
+    if not ratio or ratio.get("low") is None or ratio.get("high") is None:
+        return NOISE
+    return "faster" if ratio["high"] < 1 else "slower" if ratio["low"] > 1 else NOISE

@@ -1,0 +1,304 @@
+"""``autotune.objective=time_to_target``: an Optuna study over what decides races, then
+paired seeds, then paired throughput windows.
+
+::
+
+    baseline    the user's command trained to its target (target.stop=true) on the search
+                seed, within the user's own limits: its samples to target S set each trial's
+                budget (S x autotune.race_margin samples; not reached: the samples it ran)
+    explore     an Optuna study (ask and tell; storage and continuation as hparams_search=optuna:
+                tuneup/optuna/study.py) over autotune.params (study_space.py), TPE seeded
+                (multivariate, grouped for the conditional keys); each trial trains to the
+                target on the search seed and reports its distance to the target at every
+                validation against the samples seen (plugins/optuna_trial.py); successive
+                halving (or Hyperband) prunes the trials that are behind at equal samples.
+                The value: samples to target; a trial that does not reach it within its
+                budget: its samples x (1 + its last relative distance), above every hit
+    confirm     the best autotune.confirm configurations and the baseline, each on the same
+                autotune.seeds seeds the study never saw (seed+1, seed+2, ...); a candidate
+                wins only when its per-seed differences from the baseline have a t interval
+                below 0 (paired.py); the fewest mean samples among winners is the pick
+    speed       the pick and the baseline's seconds per sample, from short interleaved
+                throughput trials (study_speed.py); estimated time to target = samples x
+                s/sample + the validations' cost; a pick slower in that, beyond the noise, is
+                refused
+
+The budget: ``autotune.budget_trials`` study trials (the baseline aside), or
+``autotune.budget_samples`` samples trained by them, whichever comes first; and
+``autotune.budget_minutes`` over everything: a trial gets ``trainer.max_time`` of what is left
+(less the room kept for the later stages), and no trial starts that could not finish in it.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+from tuneup import TuneupError
+from tuneup.autotune.outcome import BASELINE, label
+from tuneup.autotune.race import race_settings, reached
+from tuneup.autotune.study_space import build_space, default_params
+from tuneup.autotune.study_trials import (
+    BASELINE_ATTR,
+    JOB_ATTR,
+    NEVER_ATTR,
+    OVERRIDES_ATTR,
+    config_value,
+    contains,
+    relative_gap,
+    samples_seen,
+)
+from tuneup.autotune.trials import Trial
+
+
+class StudySearch:
+    def __init__(self, settings, lab, checks, budget, seed: int, storage: str, sweeps=(),
+                 is_group=lambda key: False) -> None:  # fmt: skip
+        self.settings, self.lab, self.checks, self.budget = settings, lab, checks, budget
+        self.seed, self.storage, self.sweeps, self.is_group = seed, storage, list(sweeps), is_group
+        self.confirm_seeds = [seed + 1 + i for i in range(settings.seeds)]
+        self.recipe: tuple[str, ...] = ()
+        self.baseline: dict = {}  # the baseline's figures on the search seed
+        self.space = None
+        self.study = None
+        self.confirmed: dict[str, dict] = {}  # label -> {"overrides", "trials", "decision"}
+        self.speed = None  # study_speed.Speed
+        self.verdict = ""  # the answer, in words
+        self.notes: list[str] = []
+
+    # -- the stages ---------------------------------------------------------------------------
+
+    def run(self) -> StudySearch:
+        config = self.checks.inspect(()).config
+        target = (config or {}).get("target") or {}
+        if not target.get("metric") or target.get("value") is None:
+            raise TuneupError(
+                "autotune.objective=time_to_target needs a target: add e.g. "
+                "target.metric=val/acc target.value=0.9 (and target.check_every_n_steps=...)"
+            )
+        self.user_config = config
+        self.open_study()
+        self.baseline_run(config)
+        params = self.settings.params
+        if params is None:
+            params = default_params(config, self._warmup_range(), own_loop(config))
+        self.space = build_space(params, self.sweeps, self.checks, self.is_group)
+        self.add_baseline_trial(config)
+        self.explore()
+        self.confirm()
+        self.decide()
+        return self
+
+    def open_study(self) -> None:
+        import optuna
+
+        from tuneup.optuna import study as studies
+
+        opened = studies.open_storage(self.storage)
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(
+            seed=self.seed, multivariate=True, group=True,
+            n_startup_trials=max(3, min(10, self.settings.budget_trials // 3)),
+        )  # fmt: skip
+        self.study = studies.create_study(opened, self.settings.study_name, sampler, None,
+                                          ["minimize"])  # fmt: skip
+        studies.recover_interrupted(self.study, opened)
+        self._opened = opened
+
+    def baseline_run(self, config) -> None:
+        stored = self.study.user_attrs.get(BASELINE_ATTR)
+        if stored:  # a continued study: its baseline ran already
+            self.baseline = stored
+            self.notes.append(f"continued study '{self.study.study_name}': the baseline and "
+                              f"{len(self.explored())} finished trial(s) kept")  # fmt: skip
+            return
+        trial = self.race_run(BASELINE, (), self.seed, samples=None, limit_s=self._left())
+        if not trial.ok:
+            raise TuneupError(
+                f"the baseline trial (your command as it is) failed: {trial.error}; see "
+                f"{trial.directory}; the autotune needs a command that trains"
+            )
+        seen = samples_seen(trial)
+        hit = trial.figure("samples_to_target") if reached(trial) else None
+        budget = math.ceil(hit * self.settings.race_margin) if hit else seen
+        self.baseline = {"job": trial.job, "reached": hit is not None, "samples_to_target": hit,
+                         "steps_to_target": trial.figure("steps_to_target"),
+                         "samples_seen": seen, "seconds": trial.seconds,
+                         "trial_samples": max(1, budget)}  # fmt: skip
+        self.study.set_user_attr(BASELINE_ATTR, self.baseline)
+
+    def add_baseline_trial(self, config) -> None:
+        """The user's own values as a finished trial of the study (not run again), so the
+        sampler knows where the search started."""
+        import optuna
+
+        if any(t.user_attrs.get(BASELINE_ATTR) for t in self.study.get_trials(deepcopy=False)):
+            return
+        values = {}
+        for key, dist in self.space.distributions.items():
+            value = config_value(config, key)
+            if self.space.parent(key) and str(values.get(self.space.parent(key))).lower() in (
+                "off", "none", "false"):  # fmt: skip
+                continue
+            if value is None or not contains(dist, value):
+                return  # the user's value is outside the space: no such trial
+            values[key] = value
+        if not self.baseline["reached"]:
+            return
+        trial = optuna.trial.create_trial(
+            params=values,
+            distributions={k: self.space.distributions[k] for k in values},
+            value=float(self.baseline["samples_to_target"]),
+            user_attrs={BASELINE_ATTR: True, JOB_ATTR: self.baseline["job"], OVERRIDES_ATTR: []},
+        )
+        self.study.add_trial(trial)
+
+    def explore(self) -> None:
+        from optuna.trial import TrialState
+
+        from tuneup.optuna import study as studies
+
+        while True:
+            done = self.explored()
+            if len(done) >= self.settings.budget_trials:
+                break
+            used = sum(t.user_attrs.get("samples_seen") or 0 for t in done)
+            if self.settings.budget_samples is not None and used >= self.settings.budget_samples:
+                self.notes.append(f"explore stopped at autotune.budget_samples: {used:,} samples")
+                break
+            limit = self._left() - self._reserve()
+            if limit < self._typical_seconds():
+                self.notes.append(f"explore stopped by autotune.budget_minutes after "
+                                  f"{len(done)} trial(s): the rest is kept for confirm and speed")  # fmt: skip
+                break
+            trial = self.study.ask()
+            trial.set_user_attr(studies.SWEEPER_ATTR, studies.sweeper_id())
+            values = self.space.sample(trial)
+            overrides = self.space.overrides({k: v for k, v in values.items()
+                                              if config_value(self.user_config, k) != v})  # fmt: skip
+            trial.set_user_attr(OVERRIDES_ATTR, list(overrides))
+            inspection = self.checks.inspect(overrides)
+            if not inspection.ok:
+                trial.set_user_attr(NEVER_ATTR, "; ".join(inspection.problems))
+                self.study.tell(trial, state=TrialState.FAIL)
+                continue
+            job = [f"+hydra.sweeper.{k}={v}" for k, v in self._job_settings(trial).items()]
+            run = self.race_run(label(overrides), overrides, self.seed,
+                                samples=self.baseline["trial_samples"], limit_s=limit,
+                                extra=[*job, "+optuna_trial.plugin=optuna_trial"])  # fmt: skip
+            self.tell(trial, run)
+
+    def tell(self, trial, run: Trial) -> None:
+        from optuna.trial import TrialState
+
+        from tuneup.optuna import study as studies
+
+        trial.set_user_attr(JOB_ATTR, run.job)
+        trial.set_user_attr(studies.RUN_DIR_ATTR, str(run.directory))
+        trial.set_user_attr("samples_seen", samples_seen(run))
+        status = (run.summary or {}).get("status")
+        if status == "pruned":
+            trial.set_user_attr("pruned_at_samples", (run.summary.get("pruned") or {}).get("step"))
+            self.study.tell(trial, state=TrialState.PRUNED)
+        elif not run.ok:
+            trial.set_user_attr("error", run.error)
+            self.study.tell(trial, state=TrialState.FAIL)
+        elif reached(run):
+            trial.set_user_attr("reached", True)
+            self.study.tell(trial, float(run.figure("samples_to_target")))
+        else:
+            trial.set_user_attr("reached", False)
+            self.study.tell(trial, float(samples_seen(run) * (1 + max(0.0, relative_gap(run)))))
+
+    def explored(self) -> list:
+        """The study's finished trials, the baseline's aside (what autotune.budget_trials counts)."""
+        from tuneup.optuna import study as studies
+
+        return [t for t in studies.finished(self.study) if not t.user_attrs.get(BASELINE_ATTR)]
+
+    def confirm(self) -> None:
+        from tuneup.autotune.study_confirm import confirm
+
+        confirm(self)
+
+    def decide(self) -> None:
+        from tuneup.autotune.study_confirm import decide
+
+        decide(self)
+
+    # -- trials and the budget -------------------------------------------------------------------
+
+    def race_run(self, name, overrides, seed, samples, limit_s, extra=()) -> Trial:
+        """``overrides`` trained to the target on ``seed``, for at most ``samples`` samples
+        (None: the user's own limits) and ``limit_s`` seconds."""
+        budget = []
+        if samples is not None:
+            batch = self._batch(overrides)
+            budget = [f"trainer.max_steps={max(1, math.ceil(samples / batch))}",
+                      "trainer.max_epochs=-1"]  # fmt: skip
+        settings = [*race_settings(max(1.0, limit_s)), *budget, *extra]
+        return self.lab.run(name, (*overrides, f"seed={seed}"), settings=settings)
+
+    def _batch(self, overrides) -> int:
+        """Samples per optimizer step of a configuration (data.batch_size x grad_accum.steps)."""
+        cfg = self.checks.inspect(tuple(overrides)).config or self.checks.inspect(()).config
+        batch = int((cfg.get("data") or {}).get("batch_size") or 1)
+        return batch * int((cfg.get("grad_accum") or {}).get("steps") or 1)
+
+    def _job_settings(self, trial) -> dict:
+        from tuneup.optuna.space import override_value
+
+        return {"trial": trial.number, "storage": override_value(self.storage),
+                "study_name": override_value(self.study.study_name), "objectives": "[target]",
+                "step": "samples", "pruner": self.pruner_spec()}  # fmt: skip
+
+    def pruner_spec(self) -> str:
+        """The pruner as a Hydra override value (the job makes the same one), in samples."""
+        hit = self.baseline.get("samples_to_target") or self.baseline["trial_samples"] / 3
+        low = max(1, int(hit // 9))
+        if self.settings.pruner == "hyperband":
+            return (f"{{_target_:optuna.pruners.HyperbandPruner,min_resource:{low},"
+                    f"max_resource:{self.baseline['trial_samples']},reduction_factor:3}}")  # fmt: skip
+        if self.settings.pruner == "none":
+            return "none"
+        return (
+            f"{{_target_:optuna.pruners.SuccessiveHalvingPruner,min_resource:{low},"
+            "reduction_factor:3,min_early_stopping_rate:0}"
+        )
+
+    def _left(self) -> float:
+        return self.budget.seconds - self.budget.elapsed
+
+    def _typical_seconds(self) -> float:
+        """A race trial's expected seconds: the median of the study's trials so far (or the
+        baseline's)."""
+        seconds = sorted(t.seconds for t in self.lab.trials if t.label != "speed") or [
+            self.baseline.get("seconds", 1.0)]  # fmt: skip
+        return seconds[len(seconds) // 2]
+
+    def _speed_reserve(self) -> float:
+        return 2 * self.settings.max_rounds * max(1.0, self._typical_seconds() / 2)
+
+    def _reserve(self) -> float:
+        """Room kept for confirm and speed: their trials at the typical trial's time."""
+        runs = (self.settings.confirm + 1) * len(self.confirm_seeds)
+        return runs * self._confirm_seconds() + self._speed_reserve()
+
+    def _confirm_seconds(self) -> float:
+        """A confirm run's expected seconds: a run to the target, as the baseline's (the
+        study's median trial is a pruned one, far shorter)."""
+        return max(self._typical_seconds(), self.baseline.get("seconds", 1.0))
+
+    def _warmup_range(self) -> int | None:
+        steps = self.baseline.get("steps_to_target")
+        return max(2, steps // 2) if steps else None
+
+
+def own_loop(config) -> bool:
+    """Whether the model is the user's own LightningModule (its code builds the optimizer)."""
+    from tuneup.trainer.components import Plan
+
+    try:
+        return bool(Plan(config).lightning)
+    except Exception:  # a model that cannot be imported here: the checks say so
+        return False
