@@ -64,12 +64,13 @@ def tuneup(args: list[str]) -> None:
         raise SystemExit(f"failed: {shlex.join(args)}\n{done.stderr[-2000:]}")
 
 
-def autotune_pick(task: dict, folder: Path, minutes: float) -> tuple[list[str], dict]:
+def autotune_pick(task: dict, folder: Path, minutes: float, trials: int) -> tuple[list[str], dict]:
     """The time-to-target study's pick (docs/autotune.md): its overrides, and its measured time
     to target on the study's paired seeds (its samples to target: printed to stderr)."""
     sweep = folder / "autotune"
     tuneup(["-m", "experiment=autotune", "autotune.objective=time_to_target",
-            f"autotune.budget_minutes={minutes}", f"hydra.sweep.dir={sweep}", *task["command"]])  # fmt: skip
+            f"autotune.budget_minutes={minutes}", f"autotune.budget_trials={trials}",
+            f"hydra.sweep.dir={sweep}", *task["command"]])  # fmt: skip
     record = json.loads((sweep / "autotune.json").read_text())
     recipe = record["recipe"]
     row = next((r for r in record["confirmed"] if r["overrides"] == recipe["found"]), {})
@@ -143,6 +144,8 @@ def main() -> None:
     parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=RUNS,
                         help="which contenders (default: all four)")  # fmt: skip
     parser.add_argument("--autotune-minutes", type=float, default=10.0)
+    parser.add_argument("--autotune-trials", type=int, default=100,
+                        help="the study's trials; the minutes bind first on a slow task")  # fmt: skip
     parser.add_argument("--out", help="keep the runs here (default: a temporary folder)")
     args = parser.parse_args()
     rows, notes = [], []
@@ -159,7 +162,7 @@ def main() -> None:
                     + ", ".join(str(s.get("samples_to_target") or "not reached") for s in trials)
                 )
             if "autotune" in args.runs:
-                pick, _ = autotune_pick(task, folder, args.autotune_minutes)
+                pick, _ = autotune_pick(task, folder, args.autotune_minutes, args.autotune_trials)
                 contenders["autotune"] = ("autotune's pick", pick)
             for run in args.runs:
                 who, extra = contenders[run]
