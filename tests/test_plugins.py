@@ -207,8 +207,10 @@ def test_a_plugin_failing_in_report_is_named_and_the_other_figures_kept(site, tm
                 summary["probe_started"] = True
                 raise TypeError("can't convert a DTensor to numpy")
     """
-    make_distribution(site, "tuneup-probe", {"tuneup_probe": source},
-                      {"probe": "tuneup_probe:Plugin"})  # fmt: skip
+    # a module name of its own: test_newcomer.py installs a `tuneup_probe` package with a conf/
+    # folder, which an imported one of the same name would hide in the same worker
+    make_distribution(site, "tuneup-report-probe", {"tuneup_report_probe": source},
+                      {"probe": "tuneup_report_probe:Plugin"})  # fmt: skip
     assert run(compose_config(), run_dir=tmp_path) is not None  # the run's val acc, as always
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["report_errors"] == {"probe": "TypeError: can't convert a DTensor to numpy"}
