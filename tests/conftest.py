@@ -256,15 +256,16 @@ NO_CUDA = (
 #: the session, in the background (:func:`start_interpreted_runs`), and the later it reads
 #: their results the less it waits.
 LONGEST_FIRST = (
-    "test_model_parallel.py", "test_slurm.py", "test_run.py",
-    "test_own_project.py", "test_shards.py", "test_huggingface.py", "test_autotune.py",
+    "test_model_parallel.py", "test_slurm.py", "test_run.py", "test_autotune_study.py",
+    "test_optuna.py", "test_own_project.py", "test_shards.py", "test_huggingface.py", "test_autotune.py",
     "test_autotune_race.py", "test_sweeps.py", "test_pretrained.py", "test_precision.py",
-    "test_run_dirs.py", "test_resume.py", "test_optuna.py", "test_ema.py",
+    "test_run_dirs.py", "test_resume.py", "test_logger_mlflow.py", "test_config_errors.py",
+    "test_newcomer.py", "test_ema.py",
     "test_async_checkpoint.py", "test_data_path.py", "test_resume_every_checkpoint.py",
     "test_optimizers.py",
     "test_sweep_presets.py", "test_docs_commands.py", "test_activation_checkpointing.py",
     "test_ddp.py", "test_kernel_plugins.py", "test_grad_accum.py", "test_micro_batch.py",
-    "test_logger_mlflow.py", "test_multinode.py", "test_docs_example.py", "test_plugins.py",
+    "test_multinode.py", "test_docs_example.py", "test_plugins.py",
     "test_installed.py", "test_docs_finetune.py", "test_hf_export.py", "test_elastic_resume.py",
     "test_materialize.py", "test_modes.py", "test_compile.py", "test_sharded_optimizers.py",
 )  # fmt: skip
