@@ -54,6 +54,19 @@ def race_settings(limit_s: float | None = None) -> list[str]:
     return found + ([max_time(limit_s)] if limit_s is not None else [])
 
 
+def required_target(checks) -> dict:
+    """The user's composed config, which a time-to-target search needs a target in: one that
+    has none is refused before any trial."""
+    config = checks.inspect(()).config
+    target = (config or {}).get("target") or {}
+    if not target.get("metric") or target.get("value") is None:
+        raise TuneupError(
+            "autotune.objective=time_to_target needs a target: add e.g. "
+            "target.metric=val/acc target.value=0.9 (and target.check_every_n_steps=...)"
+        )
+    return config
+
+
 def reached(trial: Trial) -> bool:
     return trial.ok and bool((trial.figure("target") or {}).get("reached"))
 
@@ -140,13 +153,7 @@ class RaceSearch(Search):
         self.best: Entry | None = None  # the recipe so far's race
 
     def run(self) -> RaceSearch:
-        config = self.checks.inspect(()).config
-        target = (config or {}).get("target") or {}
-        if not target.get("metric") or target.get("value") is None:
-            raise TuneupError(
-                "autotune.objective=time_to_target needs a target: add e.g. "
-                "target.metric=val/acc target.value=0.9 (and target.check_every_n_steps=...)"
-            )
+        required_target(self.checks)
         self.best = self.race((), limit=False)
         self.baseline = self.best.trials[0]
         if not self.best.reached:

@@ -36,7 +36,7 @@ import warnings
 
 from tuneup import TuneupError
 from tuneup.autotune.outcome import BASELINE, label
-from tuneup.autotune.race import race_settings, reached
+from tuneup.autotune.race import race_settings, reached, required_target
 from tuneup.autotune.study_space import build_space, default_params
 from tuneup.autotune.study_trials import (
     BASELINE_ATTR,
@@ -69,13 +69,7 @@ class StudySearch:
     # -- the stages ---------------------------------------------------------------------------
 
     def run(self) -> StudySearch:
-        config = self.checks.inspect(()).config
-        target = (config or {}).get("target") or {}
-        if not target.get("metric") or target.get("value") is None:
-            raise TuneupError(
-                "autotune.objective=time_to_target needs a target: add e.g. "
-                "target.metric=val/acc target.value=0.9 (and target.check_every_n_steps=...)"
-            )
+        config = required_target(self.checks)
         self.user_config = config
         self.open_study()
         self.baseline_run(config)
