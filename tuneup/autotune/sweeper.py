@@ -112,16 +112,9 @@ class Autotune:
             log.info("autotune: the full run: %s", recipe["command"])
             return
         record = build_record(search, command, recipe, self.projection(search, command))
-        write_record(sweep_dir, record)
-        (sweep_dir / MARKDOWN_FILE).write_text(render_markdown(record, sweep_dir))
-        written = [path, sweep_dir / MARKDOWN_FILE]
-        try:
-            from tuneup.autotune.figure import FIGURE_FILE, draw_figure
-        except ImportError:
-            log.warning("autotune.png not drawn: it needs matplotlib (pip install 'tuneup[sweep]')")
-        else:
-            written.append(draw_figure(record, sweep_dir / FIGURE_FILE))
-        log.info("autotune: %s", ", ".join(str(p) for p in written))
+        write_answer(
+            sweep_dir, record, render_markdown(record, sweep_dir), path, "figure.draw_figure"
+        )
         log.info("autotune: the full run: %s", recipe["command"])
 
     def answer_study(self, search, command: list[str], sweep_dir: Path) -> None:
@@ -142,16 +135,8 @@ class Autotune:
             "target.stop=true",
         }
         record = build_study_record(search, command, recipe)
-        write_record(sweep_dir, record)
-        (sweep_dir / MARKDOWN_FILE).write_text(render_study_markdown(record, sweep_dir))
-        written = [path, sweep_dir / MARKDOWN_FILE]
-        try:
-            from tuneup.autotune.study_figure import draw_study_figure
-        except ImportError:
-            log.warning("autotune.png not drawn: it needs matplotlib (pip install 'tuneup[sweep]')")
-        else:
-            written.append(draw_study_figure(record, sweep_dir / "autotune.png"))
-        log.info("autotune: %s", ", ".join(str(p) for p in written))
+        markdown = render_study_markdown(record, sweep_dir)
+        write_answer(sweep_dir, record, markdown, path, "study_figure.draw_study_figure")
         log.info("autotune: %s", record["verdict"])
         log.info("autotune: the full run: %s", recipe["command"])
 
@@ -221,3 +206,23 @@ def training_set_size(cfg) -> int | None:
     except Exception as exc:  # the user's data may need more than setup: no projection then
         log.info("autotune: the training set's size is unknown (%s)", exc)
         return None
+
+
+def write_answer(sweep_dir: Path, record: dict, markdown: str, recipe: Path, drawing: str) -> None:
+    """autotune.json, autotune.md and, where matplotlib is installed, autotune.png (drawn by
+    ``drawing``, ``module.function`` under tuneup.autotune: imported here, as it needs it)."""
+    import importlib
+
+    from tuneup.autotune.markdown import MARKDOWN_FILE
+
+    write_record(sweep_dir, record)
+    (sweep_dir / MARKDOWN_FILE).write_text(markdown)
+    written = [recipe, sweep_dir / MARKDOWN_FILE]
+    module, function = drawing.rsplit(".", 1)
+    try:
+        draw = getattr(importlib.import_module(f"tuneup.autotune.{module}"), function)
+    except ImportError:
+        log.warning("autotune.png not drawn: it needs matplotlib (pip install 'tuneup[sweep]')")
+    else:
+        written.append(draw(record, sweep_dir / "autotune.png"))
+    log.info("autotune: %s", ", ".join(str(p) for p in written))
