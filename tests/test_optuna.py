@@ -177,68 +177,23 @@ def wait_until_gone(study) -> None:
         time.sleep(0.05)
 
 
-def test_hopeless_trials_are_pruned_and_a_killed_sweep_continues(tmp_path):
-    from tuneup.optuna.study import INTERRUPTED_ATTR
-
-    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    study_args = [
-        f"hydra.sweeper.storage={storage}",
-        "hydra.sweeper.objectives=[val.loss]",
-        "hydra.sweeper.direction=minimize",
-        "hydra.sweeper.pruner.n_startup_trials=1",
-    ]
-    good = [
-        *SHORT,
-        *study_args,
-        "hydra.sweeper.n_trials=1",
-        "optimizer.lr=tag(log,interval(0.03,0.1))",
-    ]
-    # A sweep killed in its first trial, then the same command: that trial is failed and its
-    # values are run again as a new trial, which completes.
-    for folder in ("killed", "continued", "pruned"):
-        (tmp_path / folder).mkdir()
-    killed_while_running(tmp_path / "killed", *good)
-    wait_until_gone(optuna.load_study(study_name="tuneup", storage=storage))
-    done, continued = sweep(tmp_path / "continued", *good)
-    ok(done)
-    # The same study again with a hopeless learning-rate range: each new trial is worse than
-    # the good one at its first validation (step 2 of 4) and is stopped there.
-    done, sweep_dir = sweep(tmp_path / "pruned", *SHORT, *study_args, "hydra.sweeper.n_trials=3",
-                            "optimizer.lr=tag(log,interval(1e3,1e4))")  # fmt: skip
-    ok(done)  # pruned trials are no failures
-
-    study = optuna.load_study(study_name="tuneup", storage=storage)
-    states = [t.state.name for t in study.trials]
-    assert states == ["FAIL", "COMPLETE", "PRUNED", "PRUNED"]  # n_trials: 1, then 3 finished
-    killed, again = study.trials[:2]
-    assert killed.user_attrs[INTERRUPTED_ATTR] and again.params == killed.params
-    assert sorted(p.name for p in continued.iterdir() if p.is_dir()) == ["1"]
-    assert summary(continued / "1")["steps"] == 4
-    assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == ["2", "3"]  # none again
-    for trial in study.trials[2:]:
-        run = summary(sweep_dir / str(trial.number))  # job number = trial number
-        assert run["status"] == "pruned"
-        assert run["steps"] == run["pruned"]["step"] == trial.last_step == 2  # of 4
-        assert 1e3 <= trial.params["optimizer.lr"] <= 1e4
-    markdown = (sweep_dir / "optuna_report.md").read_text()
-    assert "**Best: trial 1**" in markdown
-    pruned = markdown.split("## Pruned trials")[1]
-    assert "| 2 | 2 |" in pruned and "| 3 | 2 |" in pruned  # trial, the step it stopped at
-    assert [r["status"] for r in read_table((sweep_dir / "report.md").read_text())] == [
-        "pruned", "pruned"
-    ]  # fmt: skip
-
-
-def test_a_sweep_killed_after_some_trials_continues_with_new_values_and_exits_0(tmp_path):
+def test_a_killed_sweep_continues_with_new_values_exits_0_and_prunes_hopeless_trials(tmp_path):
     """Killed (SIGKILL) in its third trial, then the same command in the same sweep directory:
     the seeded sampler does not draw the first process's values again, the killed trial's values
-    are run again once, and the killed trial, which does not count, does not fail the sweep."""
+    are run again once, and the killed trial, which does not count, does not fail the sweep.
+    Then the same study (its journal named as the storage) with a hopeless learning-rate range:
+    each new trial is worse than the others at its first validation (step 2 of 4) and is
+    stopped there. One study for both (a sweep's process costs some 2 CPU-seconds)."""
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
-    args = [*SHORT, "hydra.sweeper.n_trials=4", "optimizer.lr=tag(log,interval(1e-3,1))",
-            "optimizer.weight_decay=interval(0,0.1)"]  # fmt: skip
+    from tuneup.optuna.study import INTERRUPTED_ATTR
+
+    study_args = ["hydra.sweeper.objectives=[val.loss]", "hydra.sweeper.direction=minimize"]
+    args = [*SHORT, *study_args, "hydra.sweeper.n_trials=4",
+            "optimizer.lr=tag(log,interval(1e-3,0.3))", "optimizer.weight_decay=interval(0,0.1)"]  # fmt: skip
     killed_while_running(tmp_path, *args, trial=2, started=".hydra/overrides.yaml")  # Hydra's last
-    journal = JournalStorage(JournalFileBackend(str(tmp_path / "sweep" / "optuna.journal")))
+    path = tmp_path / "sweep" / "optuna.journal"
+    journal = JournalStorage(JournalFileBackend(str(path)))
     wait_until_gone(optuna.load_study(study_name="tuneup", storage=journal))
     done, sweep_dir = sweep(tmp_path, *args)
     ok(done)  # exit code 0: the killed trial is no failure
@@ -246,10 +201,11 @@ def test_a_sweep_killed_after_some_trials_continues_with_new_values_and_exits_0(
     study = optuna.load_study(study_name="tuneup", storage=journal)
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 2 + ["FAIL"] + ["COMPLETE"] * 2
     first, killed, again, new = study.trials[:2], study.trials[2], study.trials[3], study.trials[4:]
-    assert again.params == killed.params  # run again, once
+    assert killed.user_attrs[INTERRUPTED_ATTR] and again.params == killed.params  # run again, once
     drawn = [t.params for t in [*first, killed]]
     assert all(t.params not in drawn for t in new), [t.params for t in study.trials]
     assert summary(sweep_dir / "2")["status"] == "interrupted"
+    assert summary(sweep_dir / "3")["steps"] == 4
     report = (sweep_dir / "report.md").read_text()
     rows = {run_name(r): r for r in read_table(report)}
     assert rows["2"]["status"].startswith("interrupted: the sweep was killed while trial 2 ran")
@@ -258,6 +214,28 @@ def test_a_sweep_killed_after_some_trials_continues_with_new_values_and_exits_0(
     assert "5 runs, 4 finished, 0 not, 1 interrupted and run again." in report
     states = [r["state"] for r in read_table((sweep_dir / "optuna_report.md").read_text())]
     assert states[2:4] == ["fail (interrupted)", "complete (retry of 2)"]
+
+    (tmp_path / "pruned").mkdir()
+    done, sweep_dir = sweep(tmp_path / "pruned", *SHORT, *study_args, "hydra.sweeper.n_trials=6",
+                            f"hydra.sweeper.storage={path}", "hydra.sweeper.pruner.n_startup_trials=1",
+                            "optimizer.lr=tag(log,interval(1e3,1e4))")  # fmt: skip
+    ok(done)  # pruned trials are no failures
+    study = optuna.load_study(study_name="tuneup", storage=journal)
+    assert [t.state.name for t in study.trials[5:]] == ["PRUNED", "PRUNED"]  # 4 finished, then 6
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == ["5", "6"]  # none again
+    for trial in study.trials[5:]:
+        run = summary(sweep_dir / str(trial.number))  # job number = trial number
+        assert run["status"] == "pruned"
+        assert run["steps"] == run["pruned"]["step"] == trial.last_step == 2  # of 4
+        assert 1e3 <= trial.params["optimizer.lr"] <= 1e4
+    best = min((t for t in study.trials if t.state.name == "COMPLETE"), key=lambda t: t.value)
+    markdown = (sweep_dir / "optuna_report.md").read_text()
+    assert f"**Best: trial {best.number}**" in markdown
+    pruned = markdown.split("## Pruned trials")[1]
+    assert "| 5 | 2 |" in pruned and "| 6 | 2 |" in pruned  # trial, the step it stopped at
+    assert [r["status"] for r in read_table((sweep_dir / "report.md").read_text())] == [
+        "pruned", "pruned"
+    ]  # fmt: skip
 
 
 def test_an_objective_the_runs_never_log_is_refused_before_any_trial(tmp_path):
