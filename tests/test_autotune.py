@@ -271,6 +271,31 @@ def test_the_checks_prune_before_launching_on_this_cpu():
     assert "does not compose" in why["optimizer.fused=true"][1]
 
 
+def _pruned(allow_half_weights: bool) -> dict:
+    def compose(overrides):
+        # TINY, then these overrides; memoised per process (tests/conftest.py)
+        return compose_config([*trial_settings(8), "trainer.accelerator=cpu", *overrides])
+
+    settings = Settings(allow_half_weights=allow_half_weights)
+    pruner = Search(settings, lab=None, checks=Checks(compose), budget=Budget(1e9))
+    names = ("precision=fp16", "precision=fp16-true", "precision=bf16-true")
+    kept = pruner.prune([_candidate("precision", (name,)) for name in names])
+    return {c.label: "kept" for c in kept} | {o.label: o.reason for o in pruner.outcomes}
+
+
+def test_fp16_on_a_cpu_and_pure_half_weights_are_never_launched():
+    """Issue 32 points 6.7, 6.8: candidates the checks predict to lose, and pure half weights
+    unless autotune.allow_half_weights=true."""
+    why = _pruned(allow_half_weights=False)
+    assert why["precision=fp16"].startswith("predicted to lose, precision: slower: precision=fp16")
+    assert "about 75x" in why["precision=fp16"]
+    assert "pure half weights" in why["precision=bf16-true"]
+    assert "autotune.allow_half_weights=true" in why["precision=bf16-true"]
+    opted_in = _pruned(allow_half_weights=True)
+    assert opted_in["precision=bf16-true"] == "kept"  # the opt-in: launched
+    assert "predicted to lose" in opted_in["precision=fp16-true"]  # still 75x slower here
+
+
 def _candidate(dimension, overrides):
     from tuneup.autotune.space import Candidate
 
@@ -391,7 +416,8 @@ def test_autotune_end_to_end_prunes_interleaves_guards_and_answers(tmp_path):
     """One real search, run through hydra/launcher=joblib as docs/autotune.md gives it, so
     that it also holds the launcher's promises: every trial in a worker process of the sweep,
     not in the sweep's own (a basic-launcher trial's parent would be this test), one at a time,
-    with the threads the shell gave. The basic launcher's real search: test_autotune_race.py."""
+    with the threads the shell gave. The basic launcher's real search to a target:
+    test_autotune_study.py."""
     sweep_dir = tmp_path / "sweep"
     done = run_cli(
         "-m", "experiment=autotune", f"hydra.sweep.dir={sweep_dir}", *SMALL,

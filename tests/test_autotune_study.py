@@ -74,6 +74,7 @@ def test_a_gain_within_the_noise_of_paired_seeds_is_not_accepted():
          "autotune.params.optimizer.lr='tag(log, interval(1e-3' is not allowed"),
         ({"pruner": "median"}, "autotune.pruner='median' is not allowed: expected "
          "successive_halving | hyperband | none"),
+        ({"method": "greedy"}, "autotune.method is not an autotune setting"),  # removed
     ],
 )  # fmt: skip
 def test_bad_study_settings_are_one_line_errors(values, message):

@@ -13,8 +13,7 @@ study_search    autotune.objective=time_to_target: an Optuna study (study_space:
                 study_trials: a trial's figures), confirmed on paired seeds
                 (study_confirm, paired: the decision), timed by paired throughput windows
                 (study_speed); study_report, study_figure: autotune.json, .md and .png
-race            autotune.method=greedy: the earlier walk, candidates trained to the target
-                over seeds, ranked by time to target (race_report: its autotune.json and .md)
+race            a race trial's settings, the target a search needs, whether it was reached
 space           candidates, and which may be launched (the run's own checks, no build)
 batch           the batch-size dimension: memory probes, the largest batch that fits, lr
 trials          a trial is an ordinary job of the sweep: launched, its summary read

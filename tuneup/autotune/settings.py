@@ -18,9 +18,6 @@ from tuneup import TuneupError
 BATCH = "batch_size"
 LR_RULES = ("linear", "sqrt", "keep")
 OBJECTIVES = ("throughput", "time_to_target")
-#: time_to_target: ``study`` (Optuna: explore, confirm over paired seeds, speed; study_search.py)
-#: or ``greedy`` (the earlier walk through race_dimensions, race.py).
-METHODS = ("study", "greedy")
 PRUNERS = ("successive_halving", "hyperband", "none")
 
 
@@ -43,7 +40,6 @@ class Settings:
     objective: str = "throughput"
     seeds: int = 2
     race_margin: float = 1.5
-    method: str = "study"
     budget_trials: int = 20
     budget_samples: int | None = None
     confirm: int = 3
@@ -52,7 +48,6 @@ class Settings:
     study_name: str = "autotune"
     params: dict[str, str] | None = None
     dimensions: tuple[str, ...] = ()
-    race_dimensions: tuple[str, ...] = ()
     space: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
 
     @classmethod
@@ -66,7 +61,6 @@ class Settings:
         values = OmegaConf.to_container(node, resolve=True)
         space = values.pop("space", None) or {}
         dimensions = tuple(values.pop("dimensions", None) or ())
-        race_dimensions = tuple(values.pop("race_dimensions", None) or ())
         params = values.pop("params", None)
         unknown = sorted(set(values) - set(cls.__dataclass_fields__))
         if unknown:
@@ -77,7 +71,6 @@ class Settings:
         settings = cls(
             **values,
             dimensions=dimensions,
-            race_dimensions=race_dimensions,
             params=None if params is None else flat_params(params),
             space={str(k): [tuple(shlex.split(str(c))) for c in v or []] for k, v in space.items()},
         )
@@ -112,7 +105,6 @@ class Settings:
             "objective": (self.objective in OBJECTIVES, " | ".join(OBJECTIVES)),
             "seeds": (_whole(self.seeds, 2), "an integer >= 2 (one seed: no interval)"),
             "race_margin": (_number(self.race_margin, 1), "a number >= 1"),
-            "method": (self.method in METHODS, " | ".join(METHODS)),
             "budget_trials": (_whole(self.budget_trials, 1), "an integer >= 1"),
             "budget_samples": (
                 self.budget_samples is None or _whole(self.budget_samples, 1),
@@ -130,8 +122,7 @@ class Settings:
             for key, (ok, allowed) in rules.items()
             if not ok
         ]
-        for key, name in [*(("dimensions", d) for d in self.dimensions),
-                          *(("race_dimensions", d) for d in self.race_dimensions)]:  # fmt: skip
+        for key, name in (("dimensions", d) for d in self.dimensions):
             if name != BATCH and name not in self.space:
                 found.append(
                     f"autotune.{key} has {name!r}, which autotune.space does not define; "

@@ -26,8 +26,7 @@ from omegaconf import OmegaConf
 
 from tuneup import TuneupError
 from tuneup.autotune import projection as projections
-from tuneup.autotune.race import TIME_TO_TARGET, RaceSearch, race_settings
-from tuneup.autotune.race_report import build_race_record, render_race_markdown
+from tuneup.autotune.race import TIME_TO_TARGET, race_settings
 from tuneup.autotune.recipe import RELATIVE_PATH, recipe_overrides, write_recipe
 from tuneup.autotune.record import build_record, write_record
 from tuneup.autotune.search import Budget, Search
@@ -50,19 +49,18 @@ class Autotune:
         )
 
     def sweep(self, arguments: list[str]) -> Search:
-        study = self.settings.objective == TIME_TO_TARGET and self.settings.method == "study"
+        study = self.settings.objective == TIME_TO_TARGET
         with user_errors():
             command, sweeps = split_command(arguments) if study else (single_command(arguments), [])
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        race = self.settings.objective == TIME_TO_TARGET
-        trial = race_settings() if race else trial_settings(self.settings.trial_steps)
+        trial = race_settings() if study else trial_settings(self.settings.trial_steps)
         checks = Checks(lambda overrides: self.compose([*command, *trial, *overrides]))
         lab = Lab(self.launcher, sweep_dir, command, self.settings.trial_steps,
                   first_job=next_job(sweep_dir))  # fmt: skip
         budget = Budget(self.settings.budget_seconds)
-        trials = (f"trials to the target over {self.settings.seeds} seeds" if race
+        trials = ("an Optuna study of trials to the target" if study
                   else f"trials of {self.settings.trial_steps} steps")  # fmt: skip
         log.info("autotune: budget %g min, %s, into %s", self.settings.budget_minutes, trials,
                  sweep_dir)  # fmt: skip
@@ -77,11 +75,7 @@ class Autotune:
                                      self.is_group).run()  # fmt: skip
                 self.answer_study(search, command, sweep_dir)
                 return search
-            if race:
-                seed = int(self.compose(command).get("seed") or 0)
-                search = RaceSearch(self.settings, lab, checks, budget, seed).run()
-            else:
-                search = Search(self.settings, lab, checks, budget).run()
+            search = Search(self.settings, lab, checks, budget).run()
         self.answer(search, command, sweep_dir)
         return search
 
@@ -91,7 +85,7 @@ class Autotune:
         return self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
 
     def answer(self, search: Search, command: list[str], sweep_dir: Path) -> None:
-        from tuneup.autotune.markdown import MARKDOWN_FILE, render_markdown
+        from tuneup.autotune.markdown import render_markdown
 
         overrides = recipe_overrides(command, search.recipe)
         header = [
@@ -104,13 +98,6 @@ class Autotune:
             "file": str(RELATIVE_PATH),
             "command": f"tuneup --config-dir {shlex.quote(str(path.parents[1]))} experiment=recipe",
         }
-        if isinstance(search, RaceSearch):  # time to target: no speed-up figure, no projection
-            record = build_race_record(search, command, recipe)
-            write_record(sweep_dir, record)
-            (sweep_dir / MARKDOWN_FILE).write_text(render_race_markdown(record, sweep_dir))
-            log.info("autotune: %s, %s", path, sweep_dir / MARKDOWN_FILE)
-            log.info("autotune: the full run: %s", recipe["command"])
-            return
         record = build_record(search, command, recipe, self.projection(search, command))
         write_answer(
             sweep_dir, record, render_markdown(record, sweep_dir), path, "figure.draw_figure"
