@@ -95,13 +95,15 @@ def test_ddp_equals_one_process_on_the_whole_batch(tmp_path, train):
 def test_fp16_gradient_compression_runs_on_cpu_and_a_rank_joining_late_joins(tmp_path, train):
     """Two promises, one pair of processes (a pair costs 10 CPU-seconds): fp16 compression, and
     joining has its own timeout (strategy.join_timeout_s, 30 min): a rank that reaches the
-    rendezvous 14 s after rank 0 joins under strategy.timeout_s=10, which bounds collectives
-    only (on main the one timeout bounded both: DistStoreError, 1/2 clients joined)."""
+    rendezvous 9 s after rank 0 joins under strategy.timeout_s=6, which bounds collectives
+    only (on main the one timeout bounded both: DistStoreError, 1/2 clients joined). Both
+    processes sleep meanwhile, a core idle: 6 s is as low as the collectives' timeout goes on
+    a loaded 2-core machine without the risk of a rank descheduled that long."""
     steps = 3
-    env, pids = slow_start(tmp_path, 14)
+    env, pids = slow_start(tmp_path, 9)
     run_dir = ddp_run(
         tmp_path, f"trainer.max_steps={steps}", "strategy.comm_hook=fp16",
-        "strategy.count_allreduces=true", "strategy.timeout_s=10", env=env,
+        "strategy.count_allreduces=true", "strategy.timeout_s=6", env=env,
     )  # fmt: skip
     assert (pids / "joining1").exists()  # rank 1 did sleep before joining
     summary = summary_of(run_dir)
