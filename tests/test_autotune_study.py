@@ -128,9 +128,9 @@ def test_the_default_space_holds_the_hand_recipes_and_drops_what_is_not_installe
 # -- one real study: killed with SIGKILL, continued by the same command -----------------------
 
 #: Digits, a small MLP, a learning rate 10x below sgd's default (it misses the target within
-#: its 6 epochs on the paired seeds: a miss counts at the samples it ran); the study searches the learning rate.
+#: its 3 epochs on the paired seeds: a miss counts at the samples it ran); the study searches the learning rate.
 TASK = ["data=digits", "model=mlp", "model.hidden=[32]", "data.image_size=8", "data.channels=1",
-        "trainer.max_epochs=6", "target.metric=val/acc", "target.value=0.8",
+        "trainer.max_epochs=3", "target.metric=val/acc", "target.value=0.8",
         "target.check_every_n_steps=5", "optimizer.lr=0.005", "trainer.enable_progress_bar=false"]  # fmt: skip
 TRIALS = 4
 
