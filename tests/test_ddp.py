@@ -191,12 +191,12 @@ def slow_start(tmp_path: Path, slow_s: float) -> tuple[dict, Path]:
 @pytest.mark.slow
 def test_a_rank_that_does_not_join_in_time_fails_the_run_naming_the_setting_and_dies(tmp_path):
     env, pids = slow_start(tmp_path, 120)
-    result = run_cli(*MLP, "trainer.devices=2", "strategy=fsdp", "strategy.join_timeout_s=3",
+    result = run_cli(*MLP, "trainer.devices=2", "strategy=fsdp", "strategy.join_timeout_s=1",
                      f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env=env, tiny=False)  # fmt: skip
     assert result.returncode == 1
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("error:")]
     assert line.startswith("error: rank 0: 1 of 2 processes joined within "
-                           "strategy.join_timeout_s=3 s")  # fmt: skip
+                           "strategy.join_timeout_s=1 s")  # fmt: skip
     assert "Raise strategy.join_timeout_s" in line
     # Rank 1 was killed asleep (or, on a loaded machine, before it got as far as writing its
     # pid): alive, it would write its pid in a moment and go on to join.
