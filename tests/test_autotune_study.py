@@ -24,6 +24,7 @@ from tuneup.autotune.paired import (
     mean_interval,
     paired_gain,
     pick,
+    pooled_spread,
     prediction_interval,
 )
 from tuneup.autotune.settings import Settings
@@ -56,6 +57,15 @@ def test_a_gain_within_the_noise_of_paired_seeds_is_not_accepted():
         prediction_interval([2240, 2240, 2560], 0.95),
     )
     assert new["low"] < mean["low"] and mean["high"] < 2880 < 3200 < new["high"]
+    # python_source's pick, 960 on each paired seed: its own spread is 0; pooled with the
+    # command's (1,600, 1,920, 1,600) and another's (960, 960, 1,280) it holds 960 and 1,280,
+    # two of its three re-runs on seeds 10-12 (960, 1,280, 1,600)
+    assert prediction_interval([960] * 3, 0.95)["high"] == 960
+    spread = pooled_spread([[1600, 1920, 1600], [960] * 3, [960, 960, 1280], [5]])
+    assert spread[1] == 6 and spread[0] == pytest.approx((2 * (2 * 320**2 / 3) / 6) ** 0.5)
+    pooled = prediction_interval([960] * 3, 0.95, floor=0.0, spread=spread)
+    assert pooled["low"] < 960 < 1280 < pooled["high"] < 1600
+    assert pooled_spread([[960], [5]]) is None
     decisions = {"a": straddles, "b": better, "c": missed}
     assert pick(decisions, {"a": 3833, "b": 2627, "c": 2567}) == "b"
     assert pick({"a": straddles}, {"a": 1.0}) is None

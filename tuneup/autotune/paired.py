@@ -38,18 +38,38 @@ def mean_interval(values: list[float], confidence: float, floor: float | None = 
             "confidence": confidence}  # fmt: skip
 
 
-def prediction_interval(values: list[float], confidence: float, floor: float | None = None):
+def prediction_interval(
+    values: list[float],
+    confidence: float,
+    floor: float | None = None,
+    spread: tuple[float, int] | None = None,
+):
     """Where one more seed's value falls (Student's t prediction interval: the mean's
     interval widened by sqrt(1 + 1/n)); what a re-run on a seed the search never saw should
-    land in. None with fewer than two values."""
+    land in. None with fewer than two values. ``spread``: a standard deviation and its degrees
+    of freedom to use instead of the values' own (:func:`pooled_spread`)."""
     if len(values) < 2:
         return None
     mean = statistics.fmean(values)
-    half = (t_quantile(confidence, len(values) - 1) * statistics.stdev(values)
-            * math.sqrt(1 + 1 / len(values)))  # fmt: skip
+    sd, df = spread or (statistics.stdev(values), len(values) - 1)
+    half = t_quantile(confidence, df) * sd * math.sqrt(1 + 1 / len(values))
     low = mean - half if floor is None else max(floor, mean - half)
     return {"estimate": mean, "low": low, "high": mean + half, "n": len(values),
             "confidence": confidence}  # fmt: skip
+
+
+def pooled_spread(groups: list[list[float]]) -> tuple[float, int] | None:
+    """The seed-to-seed standard deviation pooled over configurations run on the same seeds,
+    and its degrees of freedom (sum of n - 1). Samples to target are read at validations, so
+    three seeds often give one value three times (960, 960, 960 on python_source), and that
+    configuration's own interval has no width, though re-runs on new seeds gave 960, 1,280 and
+    1,600; the seeds' noise is the task's, which every configuration shares."""
+    kept = [g for g in groups if len(g) >= 2]
+    df = sum(len(g) - 1 for g in kept)
+    if not df:
+        return None
+    variance = sum((len(g) - 1) * statistics.variance(g) for g in kept) / df
+    return math.sqrt(variance), df
 
 
 def paired_gain(

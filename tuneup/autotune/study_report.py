@@ -15,6 +15,9 @@ from tuneup.report.markdown import code, escape
 def build_study_record(search, command: list[str], recipe: dict) -> dict:
     confidence = search.settings.confidence
     confirmed = []
+    hits = {name: [t.figure("samples_to_target") for t in e["trials"] if reached(t)]
+            for name, e in search.confirmed.items()}  # fmt: skip
+    spread = paired.pooled_spread([v for v in hits.values() if len(v) == len(search.confirm_seeds)])
     for name, entry in search.confirmed.items():
         runs = entry["trials"]
         samples = [t.figure("samples_to_target") if reached(t) else None for t in runs]
@@ -24,7 +27,7 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
             "jobs": [t.job for t in runs], "reached": all(reached(t) for t in runs),
             "samples_to_target": samples,
             "samples_prediction": paired.prediction_interval(
-                [s for s in samples if s is not None], confidence, floor=0.0
+                hits[name], confidence, floor=0.0, spread=spread
             ),
             "samples_interval": paired.mean_interval([s for s in samples if s is not None],
                                                      confidence, floor=0.0),
