@@ -77,19 +77,33 @@ def test_the_off_option_takes_the_settings_of_the_options_that_switch_it_on(grou
             f"{group}=off lacks {set(settings) - set(off)} of {option}"
         )
     assert any({k: off[k] for k in s} == s for s in on.values())  # one option's defaults
-    if not any(on.values()):
-        return  # a plugin without settings (cudnn_benchmark=on, tta=flip)
-    # composed with a setting given, as a sweep's job with the plugin off is: accepted, and the
-    # single run's check names it (a value nothing reads)
-    key, value = next((k, v) for k, v in off.items() if k != "name")
-    other = [1] if isinstance(value, list) else (not value if isinstance(value, bool) else 7)
-    given = [f"{group}=off", f"{group}.{key}={other}"]
+
+
+def test_a_setting_of_each_off_plugin_is_named_on_the_command_line_and_kept_from_a_file():
+    """Composed with each off option and one of its settings given, as a sweep's job with the
+    plugins off is (one composition for all the groups: each costs about a second): accepted,
+    and a single run's check names each setting (a value nothing reads); the same settings
+    from a config file are kept for when the plugin is on."""
+    from tuneup.config import off_defaults
+
+    given, expected = [], {}
+    for group in OFF_GROUPS:
+        if not any(_switching_on(group).values()):
+            continue  # a plugin without settings (cudnn_benchmark=on, tta=flip)
+        off = off_defaults(group)
+        key, value = next((k, v) for k, v in off.items() if k != "name")
+        other = [1] if isinstance(value, list) else (not value if isinstance(value, bool) else 7)
+        given += [f"{group}=off", f"{group}.{key}={other}"]
+        expected[group] = f"{group}.{key}={other} does nothing: {group}=off"
+    assert len(expected) >= 6
     cfg = compose_config(given)
-    assert inert_problems(cfg, given)[0].startswith(
-        f"{group}.{key}={other} does nothing: {group}=off"
-    )
-    assert inert_problems(cfg, given[:1]) == []  # from a config file: kept for when it is on
-    assert inert_problems(compose_config([f"{group}=off"]), given[:1]) == []
+    problems = inert_problems(cfg, given)
+    assert len(problems) == len(expected), problems
+    for group, start in expected.items():
+        assert any(p.startswith(start) for p in problems), (group, problems)
+    offs = given[::2]
+    assert inert_problems(cfg, offs) == []  # from a config file: kept for when it is on
+    assert inert_problems(compose_config(offs), offs) == []
 
 
 def test_a_setting_of_a_plugin_that_is_off_is_refused_in_a_single_run(tmp_path):
