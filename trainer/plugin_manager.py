@@ -298,44 +298,17 @@ class PluginManager(pluggy.PluginManager):
                 plugin.load_state_dict(states[name])
 
     def switched_off(self, cfg) -> dict[str, str]:
-        """Installed plugins (built-in ones too) this run leaves out -> why, and the setting
-        that switches each on."""
-        from tuneup.config import searched_dirs
+        """Installed plugins this run leaves out -> why (trainer/plugin_listing.py)."""
+        from tuneup.trainer.plugin_listing import switched_off
 
-        switches = _switches(searched_dirs())
-        settings = cfg.get("plugins") or {}
-        off = {}
-        for name, ep in entry_points().items():
-            if self.has_plugin(name) or name in REQUIRED:
-                continue
-            if name in (settings.get("disable") or []):
-                off[name] = "disabled: remove it from plugins.disable"
-            elif switched_by_config(ep):
-                off[name] = "on with: " + (" | ".join(switches.get(name, [])) or f"{name}.plugin")
-            else:
-                off[name] = "always-on plugins are off: plugins.autoload=true (and no "
-                off[name] += "TUNEUP_DISABLE_PLUGIN_AUTOLOAD)"
-        return off
+        return switched_off(self, cfg)
 
     def listing(self, cfg) -> str:
-        """Human-readable: active plugins, where they come from, their hooks in call order."""
-        lines = ["Active plugins:"]
-        settings = self.describe(cfg)
-        for name in sorted(self.sources):
-            lines.append(f"  {name:<24} {self.sources[name]}")
-            if settings.get(name):
-                lines.append(f"  {'':<24} settings: {settings[name]}")
-        off = self.switched_off(cfg)
-        if off:
-            lines += ["", "Installed, switched off (and what switches each on):"]
-            lines += [f"  {name:<24} {how}" for name, how in sorted(off.items())]
-        lines.append("")
-        lines.append("Hooks (implementations in call order, first runs first):")
-        for hook_name in _spec_order():
-            impls = self.call_order(hook_name)
-            if impls:
-                lines.append(f"  {hook_name:<26} " + " -> ".join(_label(i) for i in impls))
-        return "\n".join(lines)
+        """``--plugins``: active plugins, the ones switched off, hooks in call order
+        (trainer/plugin_listing.py)."""
+        from tuneup.trainer.plugin_listing import listing
+
+        return listing(self, cfg)
 
 
 def _setting(cfg, key: str) -> str:
@@ -353,30 +326,6 @@ def _setting(cfg, key: str) -> str:
         node = cfg.get(key)
         choice = node.get("name") if isinstance(node, DictConfig) else None
     return f"{key}={choice}" if choice is not None else f"{key} (plugin: {cfg[key].plugin})"
-
-
-def _switches(folders) -> dict[str, list[str]]:
-    """Plugin name -> the config choices that switch it on (``compile=on``): every option file
-    in ``folders`` holding ``plugin: <name>``."""
-    import re
-
-    from tuneup.config import builtin_dir
-
-    defaults = OmegaConf.load(builtin_dir() / "config.yaml").get("defaults") or []
-    lists = {k for d in defaults if isinstance(d, DictConfig) for k, v in d.items()
-             if OmegaConf.is_list(v)}  # fmt: skip  # kernels=[cross_entropy]
-    found: dict[str, list[str]] = {}
-    for folder in folders:
-        for path in sorted(folder.rglob("*.yaml")):
-            parts = path.relative_to(folder).parts
-            if len(parts) < 2 or parts[0] in ("hydra", "experiment", "ablation"):
-                continue
-            for name in re.findall(r"(?m)^\s*plugin:\s*([\w-]+)", path.read_text(encoding="utf-8")):
-                group = "/".join(parts[:-1])
-                choice = f"{group}=[{path.stem}]" if group in lists else f"{group}={path.stem}"
-                if choice not in found.setdefault(name, []):
-                    found[name].append(choice)
-    return found
 
 
 def _instantiate(cls, cfg, name: str):
@@ -397,12 +346,3 @@ def _culprit(exc: BaseException, impls: list) -> str | None:
         name = codes.get(tb.tb_frame.f_code, name)
         tb = tb.tb_next
     return name
-
-
-def _label(impl) -> str:
-    flags = [f for f in ("tryfirst", "trylast") if getattr(impl, f)]
-    return impl.plugin_name + (f" ({', '.join(flags)})" if flags else "")
-
-
-def _spec_order() -> list[str]:
-    return [n for n, f in vars(hookspecs).items() if callable(f) and hasattr(f, "tuneup_spec")]
