@@ -105,10 +105,9 @@ class Plugin:
     @hookimpl
     def on_train_batch_end(self, trainer, batch):
         if self.by_samples:
-            from tuneup.trainer.batches import first_tensor
+            from tuneup.trainer.batches import samples_in
 
-            first = first_tensor(batch)
-            self.samples += (len(first) if first is not None else 0) * trainer.world_size
+            self.samples += samples_in(batch, trainer.world_size)
 
     @hookimpl
     def on_validation_end(self, trainer):

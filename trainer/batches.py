@@ -27,6 +27,13 @@ def first_tensor(batch) -> torch.Tensor | None:
     return None
 
 
+def samples_in(batch, world_size: int) -> int:
+    """The samples one training batch holds over all ``world_size`` processes (each process's
+    batches have the same size: the training loaders make full batches only)."""
+    first = first_tensor(batch)
+    return (len(first) if first is not None else 0) * world_size
+
+
 def input_kind(x: torch.Tensor | None) -> str | None:
     """What a batch's input is: token ids ``[B, T]``, images ``[B, C, H, W]``, or unknown."""
     if x is None:

@@ -7,7 +7,7 @@ import re
 import torch
 
 from tuneup import TuneupError, hookimpl
-from tuneup.trainer.batches import first_tensor
+from tuneup.trainer.batches import samples_in
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
 
 from .energy import EnergyCounter
@@ -132,8 +132,7 @@ class Plugin:
     @hookimpl
     def on_train_batch_end(self, batch):
         if self.race is not None:
-            first = first_tensor(batch)
-            self.race.add_samples((len(first) if first is not None else 0) * self.world_size)
+            self.race.add_samples(samples_in(batch, self.world_size))
 
     def _records(self, trainer) -> bool:
         """Whether this validation goes into the record: not a sanity check, and not a second
