@@ -87,16 +87,16 @@ class Search:
                 f"the baseline trial (your command as it is) failed: {self.baseline.error}; "
                 f"see {self.baseline.directory}; the autotune needs a command that trains"
             )
-        self.walk(self.settings.dimensions, lambda: self._reserve() + self.estimate(self.recipe))
+        self.walk()
         self.confirm()
         return self
 
-    def walk(self, dimensions, cost) -> None:
-        """Each dimension in turn, while the budget allows ``cost()`` more: its candidates
-        pruned, the rest decided."""
-        for index, dimension in enumerate(dimensions):
+    def walk(self) -> None:
+        """Each of autotune.dimensions in turn, while the budget allows the recipe's trial and
+        the room kept for the rest: its candidates pruned, the rest decided."""
+        for index, dimension in enumerate(self.settings.dimensions):
             self.dimension_index = index
-            if not self.budget.allows(cost()):
+            if not self.budget.allows(self._reserve() + self.estimate(self.recipe)):
                 self.not_tried(dimension, "the budget ran out before this dimension")
                 continue
             kept = self.prune(self.candidates(dimension))
