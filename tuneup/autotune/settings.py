@@ -122,10 +122,10 @@ class Settings:
             for key, (ok, allowed) in rules.items()
             if not ok
         ]
-        for key, name in (("dimensions", d) for d in self.dimensions):
+        for name in self.dimensions:
             if name != BATCH and name not in self.space:
                 found.append(
-                    f"autotune.{key} has {name!r}, which autotune.space does not define; "
+                    f"autotune.dimensions has {name!r}, which autotune.space does not define; "
                     f"the dimensions defined are: {', '.join([*self.space, BATCH])}"
                 )
         found += params_problems(self.params)
