@@ -81,6 +81,32 @@ def test_the_search_space_is_hydras_sweep_syntax():
         parse_space({}, ["optimizer.lr=glob(*)"])
 
 
+@pytest.mark.parametrize(
+    ("sweep", "message"),
+    [
+        ("model.lr=tag(log, interval(0.3, 1e-4))", "the interval is empty: its low end 0.3 is "
+         "above its high end 0.0001; give the low end first: tag(log, interval(0.0001, 0.3))"),
+        ("model.lr=tag(log, interval(0, 1))", "a log scale needs a low end above 0, not 0"),
+        ("model.width=range(4, 12, 0)", "a range's step must be above 0, not 0"),
+        ("model.width=range(12, 4, -4)", "a range's step must be above 0, not -4"),
+        ("model.width=range(12, 4)", "the range is empty: start 12 is not below stop 4"),
+        ("model.width=shuffle(range(3, 1))", "the range is empty: start 3 is not below stop 1"),
+        ("model.width=choice()", "empty choice is not legal; expected a value, choice(a, b"),
+    ],
+)  # fmt: skip
+def test_a_sweep_optuna_cannot_sample_is_one_line_when_the_space_is_parsed(sweep, message):
+    """Refused before any trial or baseline runs (both sweepers parse the space first), in one
+    line naming the key and the sweep: not Optuna's ValueError when a trial samples it."""
+    from tuneup import TuneupError
+    from tuneup.optuna.space import parse_space
+
+    for params, arguments in (({}, [sweep]), (dict([sweep.split("=", 1)]), [])):  # both places
+        with pytest.raises(TuneupError) as caught:
+            parse_space(params, arguments)
+        text = str(caught.value)
+        assert text.startswith(f"{sweep}: ") and message in text and "\n" not in text
+
+
 def test_a_killed_sweeps_running_trial_is_failed_and_asked_again(tmp_path):
     from tuneup import TuneupError
     from tuneup.optuna import study as studies

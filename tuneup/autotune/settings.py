@@ -163,7 +163,10 @@ def params_problems(params: dict | None) -> list[str]:
     for key, value in params.items():
         try:
             parse_space({key: value}, [])
-        except Exception as exc:  # Hydra's parse errors, and the space's own TuneupError
+        except TuneupError as exc:  # the space's own words: "<key>=<sweep>: why; allowed"
+            why = str(exc).split(": ", 1)[-1]
+            found.append(f"autotune.params.{key}={value!r} is not allowed: {why}")
+        except Exception as exc:  # anything else Hydra or Optuna raises
             first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
             found.append(
                 f"autotune.params.{key}={value!r} is not allowed: {first}; expected a value or "

@@ -9,6 +9,11 @@ Hydra's own OverridesParser reads the syntax, as hydra-optuna-sweeper's did:
 - ``interval(low, high)`` -> uniform in [low, high] (int when both ends are);
   ``tag(log, interval(...))`` -> log-uniform;
 - a plain value fixes the key for every trial (the command line's value wins over the file's).
+
+A sweep Optuna would refuse when a trial samples it (an empty or reversed interval, a log
+scale from 0, a range with no values or a step <= 0, an empty choice) is refused here, when
+the space is parsed, before any trial or baseline runs: one line naming the key and what is
+allowed (space_checks.py).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from optuna.distributions import (
 )
 
 from tuneup import TuneupError
+from tuneup.optuna.space_checks import interval_problem, parsed, range_problem
 
 
 @dataclass
@@ -48,7 +54,7 @@ def parse_space(params: dict | None, arguments: list[str]) -> Space:
     """The space from ``hydra.sweeper.params`` then the command line (a later key wins)."""
     lines = [f"{key}={value}" for key, value in (params or {}).items()] + list(arguments)
     space = Space()
-    for override in OverridesParser.create().parse_overrides(lines):
+    for override in parsed(lines):
         key = override.get_key_element()
         space.distributions.pop(key, None)
         space.fixed.pop(key, None)
@@ -63,18 +69,20 @@ def distribution(override: Override) -> BaseDistribution:
     """One sweep override as an Optuna distribution; a sweep Optuna cannot sample is refused."""
     if isinstance(override.value(), Glob):
         raise _unsupported(override)
+    if override.is_range_sweep() and (problem := range_problem(override)):
+        raise TuneupError(problem)
     if override.is_choice_sweep() or (override.is_range_sweep() and override.value().shuffle):
         return CategoricalDistribution(_values(override))
     if override.is_range_sweep():
         values, step = _values(override), override.value().step
-        if not values:
-            raise TuneupError(f"{override.input_line}: the range is empty; give start < stop")
         if all(isinstance(v, int) for v in values):
             return IntDistribution(values[0], values[-1], step=int(step))
         return FloatDistribution(float(values[0]), float(values[-1]), step=float(step))
     if override.is_interval_sweep():
         interval = override.value()
         log = "log" in interval.tags
+        if problem := interval_problem(override):
+            raise TuneupError(problem)
         if isinstance(interval.start, int) and isinstance(interval.end, int):
             return IntDistribution(interval.start, interval.end, log=log)
         return FloatDistribution(float(interval.start), float(interval.end), log=log)
