@@ -108,6 +108,45 @@ def test_a_bad_value_on_the_command_line_stops_before_any_trial(tmp_path):
     assert not (tmp_path / "sweep" / "0").exists()
 
 
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (["target.metric=val/f1"], "error: your command: [target] target.metric=val/f1 is not "
+         "logged by this run: task=classification logs val/loss, val/acc at each validation"),
+        (["target.metric=val/acc", "optimizer.lr=tag(log, interval(0.3, 1e-4))"],
+         "error: optimizer.lr=tag(log, interval(0.3, 1e-4)): the interval is empty: its low end "
+         "0.3 is above its high end 0.0001; give the low end first: "
+         "tag(log, interval(0.0001, 0.3))"),
+    ],
+    ids=["unlogged-metric", "reversed-interval"],
+)  # fmt: skip
+def test_what_the_baseline_would_refuse_is_one_line_before_anything_is_written(tmp_path, bad,
+                                                                               message):  # fmt: skip
+    """The user's command is checked in the sweeper's process as a single run checks it, and
+    its sweeps parsed: no baseline job, no journal, no sweep folder's files, printed once."""
+    sweep_dir = tmp_path / "sweep"
+    done = run_cli("-m", "experiment=autotune", "autotune.objective=time_to_target", *TASK[:6],
+                   *bad, "target.value=0.9", f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path,
+                   tiny=False)  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines() == [message]
+    assert "Traceback" not in done.stdout + done.stderr
+    assert not sweep_dir.exists() or not any(sweep_dir.iterdir())  # no job, journal, yaml
+
+
+def test_a_storage_the_autotune_cannot_write_is_named_as_the_user_gave_it(tmp_path):
+    """autotune.storage, not the Optuna sweeper's hydra.sweeper.storage it shares code with."""
+    from tuneup.autotune.study_search import StudySearch
+
+    (tmp_path / "a_file").write_text("")
+    storage = str(tmp_path / "a_file" / "optuna.journal")  # under a file: unwritable, even as root
+    search = StudySearch(Settings(), lab=None, checks=None, budget=None, seed=0, storage=storage)
+    with pytest.raises(tuneup.TuneupError) as caught:
+        search.open_study()
+    assert str(caught.value).startswith(f"autotune.storage={storage}: cannot open or write")
+    assert "hydra.sweeper" not in str(caught.value)
+
+
 # -- the default space ------------------------------------------------------------------------
 
 

@@ -88,7 +88,7 @@ class StudySearch:
 
         from tuneup.optuna import study as studies
 
-        opened = studies.open_storage(self.storage)
+        opened = studies.open_storage(self.storage, key="autotune.storage")
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         # TPE's model starts after 20 random trials at the default 100 (hyperopt's default;
         # Optuna's 10 left python_source's batch size at 16 for 2 trials of 101, both pruned)

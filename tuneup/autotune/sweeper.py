@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 
 from tuneup import TuneupError
 from tuneup.autotune import projection as projections
+from tuneup.autotune.preflight import check_command
 from tuneup.autotune.race import TIME_TO_TARGET, race_settings
 from tuneup.autotune.recipe import RELATIVE_PATH, recipe_overrides, write_recipe
 from tuneup.autotune.record import build_record, write_record
@@ -52,11 +53,12 @@ class Autotune:
         study = self.settings.objective == TIME_TO_TARGET
         with user_errors():
             command, sweeps = split_command(arguments) if study else (single_command(arguments), [])
+            trial = race_settings() if study else trial_settings(self.settings.trial_steps)
+            checks = Checks(lambda overrides: self.compose([*command, *trial, *overrides]))
+            check_command(checks, sweeps, study)  # nothing written yet: a refusal loses nothing
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        trial = race_settings() if study else trial_settings(self.settings.trial_steps)
-        checks = Checks(lambda overrides: self.compose([*command, *trial, *overrides]))
         lab = Lab(self.launcher, sweep_dir, command, self.settings.trial_steps,
                   first_job=next_job(sweep_dir))  # fmt: skip
         budget = Budget(self.settings.budget_seconds)

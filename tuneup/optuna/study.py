@@ -52,10 +52,11 @@ def resolve_storage(storage: str | None, sweep_dir: Path) -> str:
     return storage if "://" in storage else str(Path(storage).expanduser().resolve())
 
 
-def open_storage(storage: str):
+def open_storage(storage: str, key: str = "hydra.sweeper.storage"):
     """The Optuna storage for a resolved ``storage`` string, checked writable: one that cannot
-    be opened or written is a :class:`TuneupError` naming it, before any trial runs."""
-    with storage_errors(storage):
+    be opened or written is a :class:`TuneupError` naming it as the user gave it (``key``: the
+    setting, ``autotune.storage`` for the autotune's study), before any trial runs."""
+    with storage_errors(storage, key):
         if "://" in storage:
             return optuna.storages.RDBStorage(storage)
         from optuna.storages.journal import (
@@ -74,7 +75,7 @@ def open_storage(storage: str):
 
 
 @contextmanager
-def storage_errors(storage: str):
+def storage_errors(storage: str, key: str = "hydra.sweeper.storage"):
     """The file system's or the database's error, for a storage that cannot be opened or
     written (a read-only folder, a missing one, a server that does not answer), as one line that
     names the storage, instead of SQLAlchemy's or sqlite's traceback."""
@@ -86,7 +87,7 @@ def storage_errors(storage: str):
         if not _storage_error(exc):
             raise
         raise TuneupError(
-            f"hydra.sweeper.storage={_shown(storage)}: cannot open or write the study's "
+            f"{key}={_shown(storage)}: cannot open or write the study's "
             f"{'database' if '://' in storage else 'journal file'}: {_reason(exc)}"
             f"{_hint(storage)}; {_advice(storage)}"
         ) from exc
