@@ -71,6 +71,45 @@ def test_a_gain_within_the_noise_of_paired_seeds_is_not_accepted():
     assert pick({"a": straddles}, {"a": 1.0}) is None
 
 
+def test_the_advice_without_an_answer_follows_from_what_happened():
+    """More budget only where the budget stopped something: a target the command never reaches
+    within its own limits asks for more training or an easier target instead."""
+    from tuneup.autotune.study_advice import OUT_OF_TIME, OWN_LIMITS, baseline_stop, no_answer
+
+    loss = {"metric": "val/loss", "value": 0.001, "mode": "auto"}
+    missed = {"reached": False, "samples_seen": 4224, "best": 0.4123, "mode": "min"}
+    own = no_answer(loss, {**missed, "stopped": OWN_LIMITS}, 12, 30, 0, 1.5, best=0.3981)
+    assert own.startswith("your command never reached val/loss <= 0.001 within its own limits "
+                          "(4,224 samples; best val/loss seen 0.3981 (your command's: 0.4123))")  # fmt: skip
+    assert "nor did any of the study's 12 trial(s)" in own
+    assert "trainer.max_epochs" in own and "easier target.value" in own
+    assert "raise autotune.budget" not in own
+    none = no_answer(loss, {**missed, "stopped": OWN_LIMITS}, 0, 30, 0, 1.5)
+    assert "seen 0.4123), and the study ran no trial: your command is kept; train longer" in none
+    late = no_answer(loss, {**missed, "stopped": OUT_OF_TIME}, 0, 30, 0, 1.5)
+    assert "before the autotune's time ran out" in late and "raise autotune.budget_minutes" in late
+    reached = {"reached": True, "samples_seen": 960, "best": 0.95, "mode": "max"}
+    acc = {"metric": "val/acc", "value": 0.9, "mode": "auto"}
+    cut = no_answer(acc, reached, 4, 30, 0, 1.5)
+    assert cut.startswith("the budget stopped the study after 4 of autotune.budget_trials=30 "
+                          "trials, none of which reached val/acc >= 0.9: your command is kept")  # fmt: skip
+    assert "raise autotune.budget_minutes" in cut
+    every = no_answer(acc, reached, 30, 30, 0, 1.5)
+    assert every.startswith("none of the study's 30 trials reached val/acc >= 0.9 within its")
+    assert "raise" not in every and "autotune.race_margin=1.5" in every
+    unconfirmed = no_answer(acc, reached, 30, 30, 2, 1.5)
+    assert "budget ran out before they were confirmed" in unconfirmed
+    # the baseline's own figures: why it stopped, from the time the autotune gave it
+    summary = {"target": {"reached": False, "best": 0.41, "mode": "min"}}
+    assert baseline_stop(summary, 60.0, 25.0) == {
+        "best": 0.41,
+        "mode": "min",
+        "stopped": OWN_LIMITS,
+    }
+    assert baseline_stop(summary, 60.0, 61.5)["stopped"] == OUT_OF_TIME
+    assert baseline_stop({"target": {"reached": True}}, 60.0, 61.5)["stopped"] is None
+
+
 # -- bad values: one line, before any trial ---------------------------------------------------
 
 

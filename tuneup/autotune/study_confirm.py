@@ -12,6 +12,7 @@ import math
 
 from tuneup.autotune import paired
 from tuneup.autotune.outcome import BASELINE, label
+from tuneup.autotune.study_advice import search_no_answer
 from tuneup.autotune.study_trials import BASELINE_ATTR, OVERRIDES_ATTR, seed_figure
 
 
@@ -72,9 +73,8 @@ def decide(search) -> None:
     means = {n: sum(s for s, _ in map(seed_figure, e["trials"])) / len(e["trials"])
              for n, e in search.confirmed.items()}  # fmt: skip
     chosen = paired.pick(decisions, means)
-    if not decisions:
-        search.verdict = ("nothing confirmed on paired seeds (see the notes): your command is "
-                          "kept; raise autotune.budget_minutes or autotune.budget_trials")  # fmt: skip
+    if not decisions:  # the advice follows from what happened (study_advice.py)
+        search.verdict = search_no_answer(search)
         return
     if chosen is None:
         search.verdict = ("not significant: no configuration needed fewer samples to the target "

@@ -37,6 +37,7 @@ import warnings
 from tuneup import TuneupError
 from tuneup.autotune.outcome import BASELINE, label
 from tuneup.autotune.race import race_settings, reached, required_target
+from tuneup.autotune.study_advice import baseline_stop
 from tuneup.autotune.study_space import build_space, default_params
 from tuneup.autotune.study_trials import (
     BASELINE_ATTR,
@@ -108,7 +109,8 @@ class StudySearch:
             self.notes.append(f"continued study '{self.study.study_name}': the baseline and "
                               f"{len(self.explored())} finished trial(s) kept")  # fmt: skip
             return
-        trial = self.race_run(BASELINE, (), self.seed, samples=None, limit_s=self._left())
+        limit = self._left()
+        trial = self.race_run(BASELINE, (), self.seed, samples=None, limit_s=limit)
         if not trial.ok:
             raise TuneupError(
                 f"the baseline trial (your command as it is) failed: {trial.error}; see "
@@ -120,7 +122,8 @@ class StudySearch:
         self.baseline = {"job": trial.job, "reached": hit is not None, "samples_to_target": hit,
                          "steps_to_target": trial.figure("steps_to_target"),
                          "samples_seen": seen, "seconds": trial.seconds,
-                         "trial_samples": max(1, budget)}  # fmt: skip
+                         "trial_samples": max(1, budget),
+                         **baseline_stop(trial.summary, max(1.0, limit), trial.seconds)}  # fmt: skip
         self.study.set_user_attr(BASELINE_ATTR, self.baseline)
 
     def add_baseline_trial(self, config) -> None:
