@@ -53,10 +53,10 @@ def interval_problem(override: Override) -> str | None:
             f"{shown}: the interval is empty: its low end {low:g} is above its high end "
             f"{high:g}; give the low end first: {f'tag(log, {swapped})' if log else swapped}"
         )
-    least = 1 if isinstance(low, int) and isinstance(high, int) else 0
-    if log and low <= least:
-        above = f"at least {least + 1}" if least else "above 0"
-        example = f"tag(log, interval({high / 1000:g}, {high:g}))" if high > least else ""
+    integer = isinstance(low, int) and isinstance(high, int)  # Optuna: low >= 1, else > 0
+    if log and (low < 1 if integer else low <= 0):
+        above = "at least 1" if integer else "above 0"
+        example = f"tag(log, interval({high / 1000:g}, {high:g}))" if high > 0 else ""
         return (
             f"{shown}: a log scale needs a low end {above}, not {low:g}; give "
             + (f"e.g. {example}, or " if example else "")
