@@ -3,13 +3,16 @@
 Samples to target are exact and repeat for the same seed (on a CPU), so the noise they carry
 is the seed's, not the machine's. A candidate and the baseline run on the same seeds; the
 gain is the mean of the per-seed differences (candidate - baseline) with Student's t interval
-(``autotune.confidence``). It is ``better`` only when the interval lies below 0, ``worse``
-when above, else ``not significant`` (the recipe stays). A candidate that misses the target
-in a seed cannot be accepted. A baseline that misses it in a seed counts at the samples it ran
-(a lower bound of its samples to target): the candidate's difference is then at least what is
-stated, so the decision stays on the safe side.
+(``autotune.confidence``), their standard deviation at least the validation lattice's and the
+seeds' pooled spread (:func:`paired_gain`). It is ``better`` only when the interval lies below
+0, ``worse`` when above, else ``not significant`` (the recipe stays); sequential.py adds seeds
+while a candidate is undecided and corrects ``better`` for the seeds added and for the
+candidates compared. A candidate that misses the target in a seed cannot be accepted. A
+baseline that misses it in a seed counts at the samples it ran (a lower bound of its samples
+to target): the candidate's difference is then at least what is stated, so the decision stays
+on the safe side.
 
-Pure Python: unit-tested on given per-seed samples (tests/test_autotune_study.py).
+Pure Python: unit-tested on given per-seed samples (tests/test_autotune_decisions.py).
 """
 
 from __future__ import annotations
@@ -216,8 +219,10 @@ def product_interval(samples: dict, speed_ratio) -> dict | None:
 
 
 def ratio_interval(baseline: list[float], candidate: list[float], confidence: float):
-    """Mean per-seed log ratio candidate / baseline as a ratio with its t interval."""
-    logs = [math.log(c / b) for b, c in zip(baseline, candidate, strict=True) if b > 0 and c > 0]
+    """Mean per-seed log ratio candidate / baseline as a ratio with its t interval (the
+    candidate's seeds: the baseline's first ones; the baseline may have run more)."""
+    pairs = zip(baseline[: len(candidate)], candidate, strict=True)
+    logs = [math.log(c / b) for b, c in pairs if b > 0 and c > 0]
     found = mean_interval(logs, confidence)
     if found is None:
         return None
