@@ -196,3 +196,18 @@ def test_the_next_seed_interval_is_pooled_on_the_log_scale_and_floored_by_the_la
     assert small["high"] / small["estimate"] == pytest.approx(small["estimate"] / small["low"])
     assert 0 < small["low"] < 960 < small["high"]
     assert pooled_spread([[960], [5]], log=True) is None
+
+
+def test_a_trials_lattice_is_the_gap_between_its_validations():
+    from pathlib import Path
+
+    from tuneup.autotune.study_trials import quantum
+    from tuneup.autotune.trials import Trial
+
+    def trial(samples):
+        history = [{"step": s // 32, "samples": s} for s in samples]
+        return Trial("x", (), "0", Path("."), {"status": "ok", "target_history": history}, 1.0)
+
+    assert quantum(trial([160, 320, 480, 640])) == QUANTUM  # every 5 steps at batch 32
+    assert quantum(trial([160])) == QUANTUM  # reached at the first validation
+    assert quantum(trial([])) == 0.0

@@ -53,9 +53,7 @@ def confirm(search) -> None:
     _, decisions = sequential.run_seeds(run, [name for name, _, _ in best], settings.confidence,
                                         settings.seeds, settings.max_seeds)  # fmt: skip
     search.confirmed = {name: entry for name, entry in entries.items() if entry["trials"]}
-    if len(entries[BASELINE]["trials"]) < min(2, settings.seeds):
-        return  # without the baseline on the paired seeds nothing can be decided
-    for name, decision in decisions.items():
+    for name, decision in decisions.items():  # every candidate that ran (the baseline first)
         search.confirmed[name]["decision"] = decision
 
 
