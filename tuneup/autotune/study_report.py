@@ -10,7 +10,7 @@ from tuneup.autotune.outcome import BASELINE
 from tuneup.autotune.race import reached
 from tuneup.autotune.record import trial_dict
 from tuneup.autotune.study_confirm import held_out_seed, paired_seeds
-from tuneup.autotune.study_trials import quantum, samples_seen
+from tuneup.autotune.study_trials import lattice_gap, samples_seen
 from tuneup.report.markdown import code, escape
 
 
@@ -30,7 +30,7 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
         runs = entry["trials"]
         samples = [t.figure("samples_to_target") if reached(t) else None for t in runs]
         times = [t.figure("time_to_target_s") for t in runs if reached(t)]
-        lattice = sorted(quantum(t) for t in runs)
+        lattice = sorted(lattice_gap(t, "samples") for t in runs)  # the samples' lattice
         row = {
             "label": name, "overrides": list(entry["overrides"]), "study_trial": entry["trial"],
             "jobs": [t.job for t in runs], "seeds": seeds[: len(runs)],
