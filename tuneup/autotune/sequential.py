@@ -71,8 +71,8 @@ def look_p(decision: dict, seeds: int, max_seeds: int) -> float:
     return min(1.0, min(found, default=1.0))
 
 
-def holm(decisions: dict[str, dict], confidence: float, seeds: int = 2,
-         max_seeds: int = 2) -> dict[str, dict]:  # fmt: skip
+def holm(decisions: dict[str, dict], confidence: float, seeds: int = 1,
+         max_seeds: int = 1) -> dict[str, dict]:  # fmt: skip
     """The decisions with Holm's step-down across them (on :func:`look_p`): ``p_adjusted``
     on each, and ``better`` only where the corrected test accepts it (``corrected``: what the
     verdict was before, where the correction changed it)."""
