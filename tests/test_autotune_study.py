@@ -50,22 +50,18 @@ def test_a_gain_within_the_noise_of_paired_seeds_is_not_accepted():
     # a baseline that missed counts at the samples it ran: never "worse" on a lower bound
     censored = paired_gain([(3000, False)] * 3, [(3100, True), (3300, True), (3200, True)], 0.95)
     assert censored["verdict"] == NOISE
-    # where a re-run on a new seed should land: wider than the mean's interval (digits' pick
-    # on seeds 1-3, then 3,200, 2,880, 2,560 on seeds 10-12: inside it, not inside the mean's)
+    # where a re-run on a new seed should land: wider than the mean's interval
     mean, new = (
         mean_interval([2240, 2240, 2560], 0.95),
         prediction_interval([2240, 2240, 2560], 0.95),
     )
-    assert new["low"] < mean["low"] and mean["high"] < 2880 < 3200 < new["high"]
-    # python_source's pick, 960 on each paired seed: its own spread is 0; pooled with the
-    # command's (1,600, 1,920, 1,600) and another's (960, 960, 1,280) it holds 960 and 1,280,
-    # two of its three re-runs on seeds 10-12 (960, 1,280, 1,600)
-    assert prediction_interval([960] * 3, 0.95)["high"] == 960
-    spread = pooled_spread([[1600, 1920, 1600], [960] * 3, [960, 960, 1280], [5]])
-    assert spread[1] == 6 and spread[0] == pytest.approx((2 * (2 * 320**2 / 3) / 6) ** 0.5)
-    pooled = prediction_interval([960] * 3, 0.95, floor=0.0, spread=spread)
-    assert pooled["low"] < 960 < 1280 < pooled["high"] < 1600
-    assert pooled_spread([[960], [5]]) is None
+    assert new["low"] < mean["low"] and mean["high"] < new["high"]
+    # pooled over configurations: wider than a configuration's own spread of 0
+    spread = pooled_spread([[1600, 1920, 1600], [960] * 3, [960, 960, 1280], [5]], log=True)
+    assert spread[1] == 6
+    assert prediction_interval([960] * 3, 0.95)["high"] == pytest.approx(960)
+    pooled = prediction_interval([960] * 3, 0.95, spread=spread)
+    assert pooled["low"] < 960 < pooled["high"]
     decisions = {"a": straddles, "b": better, "c": missed}
     assert pick(decisions, {"a": 3833, "b": 2627, "c": 2567}) == "b"
     assert pick({"a": straddles}, {"a": 1.0}) is None
@@ -124,6 +120,8 @@ def test_the_advice_without_an_answer_follows_from_what_happened():
         ({"pruner": "median"}, "autotune.pruner='median' is not allowed: expected "
          "successive_halving | hyperband | none"),
         ({"method": "greedy"}, "autotune.method is not an autotune setting"),  # removed
+        ({"seeds": 3, "max_seeds": 2}, "autotune.max_seeds=2 is not allowed: expected an "
+         "integer >= autotune.seeds (3)"),
     ],
 )  # fmt: skip
 def test_bad_study_settings_are_one_line_errors(values, message):
@@ -225,7 +223,8 @@ TRIALS = 4
 
 def study_command(sweep_dir: Path) -> list[str]:
     return [str(ROOT / "run.py"), "-m", "experiment=autotune", "autotune.objective=time_to_target",
-            f"autotune.budget_trials={TRIALS}", "autotune.seeds=2", "autotune.confirm=1",
+            f"autotune.budget_trials={TRIALS}", "autotune.seeds=2", "autotune.max_seeds=2",
+            "autotune.confirm=1",
             "autotune.trial_steps=4", "autotune.max_rounds=2",
             "autotune.params={optimizer.lr: 'tag(log, interval(2e-3, 0.3))'}",
             f"hydra.sweep.dir={sweep_dir}", *TASK]  # fmt: skip
@@ -311,12 +310,20 @@ def test_the_study_finds_a_higher_learning_rate_that_needs_fewer_samples(continu
     new_seed = record["recipe"]["samples_to_target_next_seed"]
     assert new_seed["low"] <= min(mine["samples_to_target"]) <= max(mine["samples_to_target"])
     assert max(mine["samples_to_target"]) <= new_seed["high"]
+    # what the pick is expected to need: its run on a seed that neither chose nor accepted it
+    expected = record["recipe"]["expected"]
+    assert expected["seed"] == record["seeds"]["held_out"] not in record["seeds"]["confirm"]
+    held = json.loads((continued["dir"] / expected["job"] / "summary.json").read_text())
+    assert expected["samples_to_target"] == held["samples_to_target"] and expected["reached"]
+    overrides = (continued["dir"] / expected["job"] / ".hydra" / "overrides.yaml").read_text()
+    assert f"seed={expected['seed']}" in overrides and found in overrides
+    assert mine["seeds"] == record["seeds"]["confirm"] == [1, 2]
     speed = record["speed"]
     assert speed["rounds"] == 2 and speed["time_verdict"]  # paired, interleaved windows
     text = (continued["dir"] / "autotune.md").read_text()
     command = f"tuneup --config-dir {continued['dir'] / 'conf'} experiment=recipe target.stop=true"
     assert record["recipe"]["command"] == command and command in text
-    assert "| better |" in text
+    assert "| better, p " in text and f"held-out seed {expected['seed']}" in text
     recipe = tuneup.compose(["experiment=recipe", "target.stop=true"],
                             config_dir=continued["dir"] / "conf")  # fmt: skip
     assert recipe.optimizer.lr == pytest.approx(float(found.split("=")[1]))

@@ -39,6 +39,7 @@ class Settings:
     allow_half_weights: bool = False
     objective: str = "throughput"
     seeds: int = 2
+    max_seeds: int = 8
     race_margin: float = 1.5
     budget_trials: int = 20
     budget_samples: int | None = None
@@ -104,6 +105,10 @@ class Settings:
             "allow_half_weights": (isinstance(self.allow_half_weights, bool), "true | false"),
             "objective": (self.objective in OBJECTIVES, " | ".join(OBJECTIVES)),
             "seeds": (_whole(self.seeds, 2), "an integer >= 2 (one seed: no interval)"),
+            "max_seeds": (
+                _whole(self.max_seeds, 2) and self.max_seeds >= self.seeds,
+                f"an integer >= autotune.seeds ({self.seeds})",
+            ),
             "race_margin": (_number(self.race_margin, 1), "a number >= 1"),
             "budget_trials": (_whole(self.budget_trials, 1), "an integer >= 1"),
             "budget_samples": (

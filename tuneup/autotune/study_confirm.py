@@ -1,23 +1,66 @@
 """The time-to-target study's confirm stage and its decision (study_search.py's stages 3, 4).
 
 The best ``autotune.confirm`` configurations of the study and the user's command run on the
-same ``autotune.seeds`` seeds the study never saw; a candidate is accepted only when its
-per-seed differences in samples to target from the command's have a t interval below 0
-(paired.py). The pick is then timed against the command (study_speed.py).
+same ``autotune.seeds`` seeds the study never saw, then on one more seed at a time, up to
+``autotune.max_seeds``, for the candidates still undecided (sequential.py); a candidate is
+accepted only when its per-seed differences from the command's, their spread floored at the
+validation lattice's and at the pooled seed spread, pass a one-sided t test corrected for the
+seeds added and, by Holm's step-down, for the candidates compared (paired.py,
+sequential.py). The pick then runs once more on a held-out seed that neither chose it nor
+accepted it: that run's figure is what the pick is expected to need. The pick is timed
+against the command (study_speed.py).
 """
 
 from __future__ import annotations
 
 import math
 
-from tuneup.autotune import paired
+from tuneup.autotune import paired, sequential
 from tuneup.autotune.outcome import BASELINE, label
 from tuneup.autotune.study_advice import search_no_answer
-from tuneup.autotune.study_trials import BASELINE_ATTR, OVERRIDES_ATTR, seed_figure
+from tuneup.autotune.study_trials import BASELINE_ATTR, OVERRIDES_ATTR, quantum, seed_figure
 
 
 def confirm(search) -> None:
-    """The baseline and the best configurations on the paired seeds."""
+    """The baseline and the best configurations on the paired seeds, seeds added while
+    undecided; ``search.confirmed[name]``: overrides, trials (one per paired seed run, in seed
+    order), samples budget and, for the candidates, the corrected decision."""
+    best = _best(search)
+    if not best:
+        search.notes.append("no study trial reached the target: nothing to confirm")
+        return
+    settings, seeds = search.settings, paired_seeds(search)
+    entries = {name: {"overrides": overrides, "trial": number, "trials": [],
+                      "samples_budget": None}
+               for name, overrides, number in [(BASELINE, (), None), *best]}  # fmt: skip
+
+    def run(name: str, index: int):
+        entry = entries[name]
+        # a configuration's first seeds are run only if all of them fit (none half-confirmed)
+        runs = settings.seeds if index == 0 else 1
+        if search._left() - _reserve(search) < search._confirm_seconds() * runs:
+            what = "not confirmed" if index == 0 else f"not run on seed {seeds[index]}"
+            search.notes.append(f"`{name}` (trial {entry['trial']}) {what}: the budget ran out")
+            return None
+        # the baseline within your own limits (its true samples to target on each seed); a
+        # candidate within the baseline's most x autotune.race_margin
+        samples = _confirm_samples(search, entries[BASELINE]) if entry["overrides"] else None
+        trial = search.race_run(name, entry["overrides"], seeds[index], samples=samples,
+                                limit_s=max(1.0, search._left() - _reserve(search)))  # fmt: skip
+        entry["trials"].append(trial)
+        entry["samples_budget"] = samples
+        return (*seed_figure(trial), quantum(trial))
+
+    _, decisions = sequential.run_seeds(run, [name for name, _, _ in best], settings.confidence,
+                                        settings.seeds, settings.max_seeds)  # fmt: skip
+    search.confirmed = {name: entry for name, entry in entries.items() if entry["trials"]}
+    for name, decision in decisions.items():  # every candidate that ran (the baseline first)
+        search.confirmed[name]["decision"] = decision
+
+
+def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
+    """The study's best ``autotune.confirm`` distinct configurations that reached the
+    target: (label, overrides, trial number)."""
     from optuna.trial import TrialState
 
     best, seen = [], set()
@@ -27,40 +70,48 @@ def confirm(search) -> None:
         overrides = tuple(trial.user_attrs.get(OVERRIDES_ATTR) or ())
         if overrides and overrides not in seen and len(best) < search.settings.confirm:
             seen.add(overrides)
-            best.append((overrides, trial.number))
-    if not best:
-        search.notes.append("no study trial reached the target: nothing to confirm")
-        return
-    for overrides, number in [((), None), *best]:
-        name = label(overrides)
-        cost = search._confirm_seconds() * len(search.confirm_seeds)
-        if search._left() - search._speed_reserve() < cost:
-            search.notes.append(f"`{name}` (trial {number}) not confirmed: the budget ran out")
-            if not overrides:
-                return  # without the baseline on the paired seeds nothing can be decided
-            continue
-        # the baseline within your own limits (its true samples to target on each seed);
-        # a candidate within the baseline's most x autotune.race_margin
-        samples = _confirm_samples(search) if overrides else None
-        runs = [search.race_run(name, overrides, seed, samples=samples,
-                              limit_s=max(1.0, search._left() - search._speed_reserve()))
-                for seed in search.confirm_seeds]  # fmt: skip
-        search.confirmed[name] = {"overrides": overrides, "trial": number, "trials": runs,
-                                "samples_budget": samples}  # fmt: skip
-    if BASELINE not in search.confirmed:
-        return
-    base = [seed_figure(t) for t in search.confirmed[BASELINE]["trials"]]
-    for name, entry in search.confirmed.items():
-        if name != BASELINE:
-            entry["decision"] = paired.paired_gain(
-                base, [seed_figure(t) for t in entry["trials"]], search.settings.confidence
-            )
+            best.append((label(overrides), overrides, trial.number))
+    return best
 
 
-def _confirm_samples(search) -> int:
+def paired_seeds(search) -> list[int]:
+    """The seeds of the confirmation, in order: seed+1 ... seed+autotune.max_seeds."""
+    return [search.seed + 1 + i for i in range(search.settings.max_seeds)]
+
+
+def held_out_seed(search) -> int:
+    """A seed neither the study nor the confirmation ran: the pick's reported figure."""
+    return search.seed + 1 + search.settings.max_seeds
+
+
+def held_out(search, name: str) -> None:
+    """The pick once more, on :func:`held_out_seed`: the seeds that accepted it chose it too
+    (the best of several on them is biased low), so what it is expected to need is read from
+    a seed that did neither. ``search.confirmed[name]["held_out"]``: the trial (or absent,
+    with a note, when the budget does not allow it)."""
+    entry = search.confirmed[name]
+    if search._left() - search._speed_reserve() < search._confirm_seconds():
+        search.notes.append(f"`{name}`: no run on the held-out seed {held_out_seed(search)}: "
+                            "the budget ran out (its expected figures are the paired seeds')")  # fmt: skip
+        return
+    entry["held_out"] = search.race_run(
+        name,
+        entry["overrides"],
+        held_out_seed(search),
+        samples=_confirm_samples(search, search.confirmed[BASELINE]),
+        limit_s=max(1.0, search._left() - search._speed_reserve()),
+    )
+
+
+def _reserve(search) -> float:
+    """What the confirmation leaves: the speed stage's share and the held-out seed's run."""
+    return search._speed_reserve() + search._confirm_seconds()
+
+
+def _confirm_samples(search, baseline: dict) -> int:
     """A candidate's budget on the paired seeds: the baseline's most samples to target
     there x autotune.race_margin (at least the study's trial budget)."""
-    base = [s for s, ok in map(seed_figure, search.confirmed[BASELINE]["trials"]) if ok]
+    base = [s for s, ok in map(seed_figure, baseline["trials"]) if ok]
     most = math.ceil(max(base) * search.settings.race_margin) if base else 0
     return max(most, search.baseline["trial_samples"])
 
@@ -82,6 +133,7 @@ def decide(search) -> None:
                         "command is kept")  # fmt: skip
         return
     pick = search.confirmed[chosen]
+    held_out(search, chosen)
     search.speed = Speed(search, pick).run()
     time_verdict = search.speed.time_verdict()
     if time_verdict == "slower":

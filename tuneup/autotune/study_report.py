@@ -9,6 +9,8 @@ from tuneup.autotune import paired
 from tuneup.autotune.outcome import BASELINE
 from tuneup.autotune.race import reached
 from tuneup.autotune.record import trial_dict
+from tuneup.autotune.study_confirm import held_out_seed, paired_seeds
+from tuneup.autotune.study_trials import lattice_gap, samples_seen
 from tuneup.report.markdown import code, escape
 
 
@@ -17,17 +19,26 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
     confirmed = []
     hits = {name: [t.figure("samples_to_target") for t in e["trials"] if reached(t)]
             for name, e in search.confirmed.items()}  # fmt: skip
-    spread = paired.pooled_spread([v for v in hits.values() if len(v) == len(search.confirm_seeds)])
+    # the seeds' spread, pooled over the configurations that reached on all their seeds
+    spread = paired.pooled_spread(
+        [hits[n] for n, e in search.confirmed.items() if len(hits[n]) == len(e["trials"])],
+        log=True,
+    )
+    used = max((len(e["trials"]) for e in search.confirmed.values()), default=0)
+    seeds = paired_seeds(search)[:used]
     for name, entry in search.confirmed.items():
         runs = entry["trials"]
         samples = [t.figure("samples_to_target") if reached(t) else None for t in runs]
         times = [t.figure("time_to_target_s") for t in runs if reached(t)]
+        lattice = sorted(lattice_gap(t, "samples") for t in runs)  # the samples' lattice
         row = {
             "label": name, "overrides": list(entry["overrides"]), "study_trial": entry["trial"],
-            "jobs": [t.job for t in runs], "reached": all(reached(t) for t in runs),
+            "jobs": [t.job for t in runs], "seeds": seeds[: len(runs)],
+            "reached": all(reached(t) for t in runs),
             "samples_to_target": samples,
             "samples_prediction": paired.prediction_interval(
-                hits[name], confidence, floor=0.0, spread=spread
+                hits[name], confidence, spread=spread,
+                quantum=lattice[len(lattice) // 2] if lattice else 0.0,
             ),
             "samples_interval": paired.mean_interval([s for s in samples if s is not None],
                                                      confidence, floor=0.0),
@@ -35,6 +46,7 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
             "measured_time_interval": paired.mean_interval(times, confidence, floor=0.0),
             "decision": entry.get("decision"), "estimated_time": None,
             "samples_budget": entry.get("samples_budget"),
+            "held_out": _held_out(entry.get("held_out"), held_out_seed(search)),
         }  # fmt: skip
         confirmed.append(row)
     speed = None
@@ -61,7 +73,7 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
         },
         "settings": dataclasses.asdict(search.settings),
         "elapsed_seconds": search.budget.elapsed,
-        "seeds": {"explore": search.seed, "confirm": search.confirm_seeds},
+        "seeds": {"explore": search.seed, "confirm": seeds, "held_out": held_out_seed(search)},
         "study": {
             "name": study.study_name,
             "storage": search.storage,
@@ -82,11 +94,26 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
         "recipe": {
             **recipe,
             "found": list(search.recipe),
-            "samples_to_target": mine.get("samples_interval"),
+            "expected": mine.get("held_out"),
+            "samples_to_target_paired": mine.get("samples_interval"),
             "samples_to_target_next_seed": mine.get("samples_prediction"),
         },
         "trials": [{**trial_dict(t), **_curve(t)} for t in search.lab.trials],
     }
+
+
+def _held_out(trial, seed: int) -> dict | None:
+    """The pick's run on the held-out seed: what it is expected to need (a miss: the samples,
+    steps and seconds it ran, ``reached`` false)."""
+    if trial is None:
+        return None
+    hit = reached(trial)
+    history = trial.figure("target_history") or [{}]
+    return {"seed": seed, "job": trial.job, "reached": hit,
+            "samples_to_target": trial.figure("samples_to_target") if hit else samples_seen(trial),
+            "steps_to_target": trial.figure("steps_to_target") if hit else trial.figure("steps"),
+            "time_to_target_s": trial.figure("time_to_target_s") if hit
+            else history[-1].get("time_s")}  # fmt: skip
 
 
 def _storage_arg(storage: str) -> str:
@@ -139,27 +166,29 @@ def render_study_markdown(record: dict, sweep_dir: Path) -> str:
         f"{settings['budget_minutes']:g}-minute budget, {len(record['trials'])} runs; target "
         f"{target['metric']} {'>=' if target['mode'] == 'max' else '<='} {target['value']}; "
         f"study seed {record['seeds']['explore']}, paired seeds "
-        f"{', '.join(map(str, record['seeds']['confirm']))}.",
+        f"{_seed_range(record['seeds']['confirm'])} (the first {settings['seeds']} for every "
+        "configuration, then one at a time while undecided), held-out seed "
+        f"{record['seeds']['held_out']}.",
         "",
         f"**Recipe: {code(found)}**: {escape(record['verdict'])}.",
         "",
-        f"Its samples to target: mean {_interval(record['recipe']['samples_to_target'], ',.0f')}"
-        f" over the paired seeds ({pct} interval of the mean); on a new seed "
-        f"{_interval(record['recipe']['samples_to_target_next_seed'], ',.0f')} ({pct} "
-        "prediction interval: where a re-run on a seed the search never saw should land).",
-        "",
+        *_expected(record["recipe"], pct),
         f"Run it: `{record['recipe']['command']}` (the preset is `{record['recipe']['file']}`).",
         "",
         f"The study: `{record['study']['open']}`.",
         "",
         "## Confirmed on paired seeds",
         "",
-        f"Mean [{pct} interval] over the seeds. Estimated time = samples x seconds per sample "
-        "(paired throughput windows) + validations; measured time: the runs' own clock.",
+        f"Mean [{pct} interval] over the seeds. The verdict is the corrected one: one-sided t "
+        "on the per-seed differences (their spread at least the validation lattice's and the "
+        "seeds' pooled spread), corrected for the seeds added one at a time and, by Holm's "
+        "step-down, for the configurations compared (p: the corrected p-value, accepted at "
+        f"{(1 - settings['confidence']) / 2:g} or below). Estimated time = samples x seconds per "
+        "sample (paired throughput windows) + validations; measured time: the runs' own clock.",
         "",
-        "| configuration | samples to target | per seed | vs baseline (difference) | verdict "
-        "| estimated time (s) | measured time (s) |",
-        "|---|---:|---|---:|---|---:|---:|",
+        "| configuration | seeds | samples to target | per seed | vs baseline (difference) | "
+        "verdict | held-out seed | estimated time (s) | measured time (s) |",
+        "|---|---:|---:|---|---:|---|---:|---:|---:|",
     ]
     for row in record["confirmed"]:
         decision = row["decision"] or {}
@@ -167,9 +196,10 @@ def render_study_markdown(record: dict, sweep_dir: Path) -> str:
         budget = row.get("samples_budget")
         per_seed += f" (budget {budget:,})" if budget and None in row["samples_to_target"] else ""
         lines.append(
-            f"| {code(row['label'])} | {_interval(row['samples_interval'], ',.0f')} | {per_seed} | "
+            f"| {code(row['label'])} | {len(row['samples_to_target'])} | "
+            f"{_interval(row['samples_interval'], ',.0f')} | {per_seed} | "
             f"{_interval(decision.get('interval'), '+,.0f') if decision else '-'} | "
-            f"{decision.get('verdict', 'reference')} | "
+            f"{_verdict(decision)} | {_held_out_cell(row.get('held_out'))} | "
             f"{_estimated(row['estimated_time'])} | "
             f"{_interval(row['measured_time_interval'], '.3g')} |"
         )
@@ -200,6 +230,51 @@ def render_study_markdown(record: dict, sweep_dir: Path) -> str:
     lines += ["", "![every configuration: the target metric against samples and time]"
               "(autotune.png)", ""]  # fmt: skip
     return "\n".join(lines)
+
+
+def _expected(recipe: dict, pct: str) -> list[str]:
+    """What the recipe is expected to need: its run on the held-out seed; the paired seeds'
+    mean is the decision's evidence, labelled so."""
+    lines = []
+    held = recipe.get("expected")
+    if held:
+        missed = "" if held["reached"] else " (missed the target: what it ran)"
+        time_s = held["time_to_target_s"]
+        lines += [f"Expected to the target (its run on the held-out seed {held['seed']}, which "
+                  f"neither chose it nor accepted it){missed}: {held['samples_to_target']:,} "
+                  f"samples, {held['steps_to_target']:,} steps, "
+                  f"{'-' if time_s is None else format(time_s, '.3g')} s.", ""]  # fmt: skip
+    lines += [f"Its samples to target on the paired seeds (the decision's evidence): mean "
+              f"{_interval(recipe['samples_to_target_paired'], ',.0f')} ({pct} interval of the "
+              f"mean); on a new seed {_interval(recipe['samples_to_target_next_seed'], ',.0f')} "
+              f"({pct} prediction interval on the log scale, the seeds' spread pooled over the "
+              "configurations confirmed: where a re-run on a seed the search never saw should "
+              "land).", ""]  # fmt: skip
+    return lines
+
+
+def _verdict(decision: dict) -> str:
+    if not decision:
+        return "reference"
+    text = decision["verdict"]
+    if decision.get("corrected"):
+        text += f" ({decision['corrected']} before the correction)"
+    if decision.get("p_adjusted") is not None:
+        text += f", p {decision['p_adjusted']:.2g}"
+    return text
+
+
+def _held_out_cell(held: dict | None) -> str:
+    if not held:
+        return "-"
+    value = f"{held['samples_to_target']:,}"
+    return f"{value} (seed {held['seed']})" if held["reached"] else f"missed at {value}"
+
+
+def _seed_range(seeds: list[int]) -> str:
+    if not seeds:
+        return "none run"
+    return f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 2 else ", ".join(map(str, seeds))
 
 
 def _estimated(found: dict | None) -> str:

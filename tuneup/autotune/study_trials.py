@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from tuneup.autotune.race import reached
@@ -33,6 +34,23 @@ def seed_figure(trial: Trial) -> tuple[float, bool]:
     if reached(trial):
         return float(trial.figure("samples_to_target")), True
     return float(samples_seen(trial)), False
+
+
+def quantum(trial: Trial) -> float:
+    """The validation lattice's step in :func:`seed_figure`'s units (samples): a value to
+    target is read at a validation, so it is known to one gap between validations
+    (``target.check_every_n_steps`` x the batch, or an epoch). The units are chosen here
+    only: :func:`lattice_gap` of the history's key that matches seed_figure's figure."""
+    return lattice_gap(trial, "samples")
+
+
+def lattice_gap(trial: Trial, key: str) -> float:
+    """The median gap between a trial's validations in ``target_history[key]`` (the first
+    from 0); 0.0 without a validation."""
+    history = trial.figure("target_history") or []
+    marks = [0, *(entry[key] for entry in history if entry.get(key) is not None)]
+    gaps = sorted(b - a for a, b in itertools.pairwise(marks) if b > a)
+    return float(gaps[len(gaps) // 2]) if gaps else 0.0
 
 
 def config_value(config, key: str):
