@@ -195,7 +195,7 @@ def test_times_apart_beyond_the_noise_over_paired_seeds_rank_by_time(tmp_path):
     assert [block.decided for block in report.race.blocks] == ["time to target",
                                                                  "steps to target"]  # fmt: skip
     assert best_line(markdown).startswith("**Best: `model.lr=0.3`**")
-    assert "Decided here by time to target: `model.lr=0.3`: faster to the target than every" in (
+    assert "Decided here by time to target: `model.lr=0.3`: faster to the target, beyond the" in (
         markdown)  # fmt: skip
 
 

@@ -80,15 +80,15 @@ def _blocks(groups: list) -> list[Block]:
         tied = [leader, *(g for g in remaining[1:] if not beyond_noise(ratios[id(g)]))]
         tied.sort(key=lambda g: (_median(g, "steps_to_target"), _median(g, "time_to_target_s")))
         remaining = [g for g in remaining if g not in tied]
-        blocks.append(_block(tied, ratios, bool(remaining)))
+        blocks.append(_block(tied, bool(remaining)))
     return blocks
 
 
-def _block(tied: list, ratios: dict, slower_follow: bool) -> Block:
+def _block(tied: list, slower_follow: bool) -> Block:
     from tuneup.report.markdown import code
 
     if len(tied) > 1:
-        unknown = sum(ratios[id(g)] is None for g in tied if id(g) in ratios)
+        unknown = any(len(g.figures("time_to_target_s")) < 2 for g in tied)
         reason = (
             "one seed on a side gives no interval" if unknown
             else f"each time ratio's {CONFIDENCE:.0%} interval includes 1.0"
@@ -98,10 +98,12 @@ def _block(tied: list, ratios: dict, slower_follow: bool) -> Block:
                                   f"fastest ({reason}), so the fewest median steps to target "
                                   "ranks them")  # fmt: skip
     if slower_follow:
-        return Block(tied, TIME, f"{code(_name(tied[0]))}: faster to the target than every "
-                                 f"configuration after it beyond the noise (the time ratio's "
-                                 f"{CONFIDENCE:.0%} interval above 1.0)")  # fmt: skip
-    return Block(tied, ALONE, f"{code(_name(tied[0]))}: the only one left to rank here")
+        return Block(tied, TIME, f"{code(_name(tied[0]))}: faster to the target, beyond the "
+                                 "noise, than every configuration after it that reached it as "
+                                 f"often (each time ratio's {CONFIDENCE:.0%} interval above "
+                                 "1.0)")  # fmt: skip
+    return Block(tied, ALONE, f"{code(_name(tied[0]))}: the only one left of those that "
+                              "reached the target as often")  # fmt: skip
 
 
 def _reach(group) -> tuple:
