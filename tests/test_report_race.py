@@ -219,12 +219,14 @@ def test_an_autotunes_report_lists_its_trials_and_points_to_its_answer(tmp_path,
         sweeper = {"hydra": {"sweeper": {"_target_": AUTOTUNE_SWEEPER}}}
         OmegaConf.save(OmegaConf.create(sweeper), tmp_path / name / ".hydra" / "hydra.yaml")
     full = "tuneup --config-dir /sweep/conf experiment=recipe"
-    (tmp_path / "autotune.json").write_text(json.dumps({"recipe": {"command": full}}))
+    recipe = {"command": full, "found": ["model.lr=0.3"]}
+    (tmp_path / "autotune.json").write_text(json.dumps({"recipe": recipe}))
     markdown = write_report(build_report(tmp_path))[0].read_text()
 
     lines = markdown.splitlines()
     assert lines[0] == f"# Trials of an autotune: {tmp_path.name}"
-    assert lines[2] == f"**The answer is [autotune.md](autotune.md)**; the full run: `{full}`."
+    assert lines[2] == (f"**The answer is [autotune.md](autotune.md)**: the recipe "
+                        f"`model.lr=0.3`; the full run: `{full}`.")  # fmt: skip
     assert "**Best" not in markdown and "Rule:" not in markdown
     rows = read_table(markdown.split("## ")[0])
     assert [run_name(r) for r in rows] == ["0", "1", "2"]  # job order, not a ranking

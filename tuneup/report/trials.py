@@ -56,9 +56,12 @@ def answer_line(report: Report) -> str:
     except (OSError, ValueError):
         return (f"**The answer is [{ANSWER}]({ANSWER})**: not written here, the search did not "
                 "finish (its console says why).")  # fmt: skip
-    command = recipe.get("command")
-    full = f"; the full run: {code(command)}" if command else ""
-    return f"**The answer is [{ANSWER}]({ANSWER})**{full}."
+    found = recipe.get("found")
+    facts = [] if found is None else [
+        f"the recipe {code(' '.join(found))}" if found else "your command as it is"]  # fmt: skip
+    if recipe.get("command"):
+        facts.append(f"the full run: {code(recipe['command'])}")
+    return f"**The answer is [{ANSWER}]({ANSWER})**" + (f": {'; '.join(facts)}." if facts else ".")
 
 
 def trial_command(run: Run) -> str:
