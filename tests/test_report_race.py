@@ -12,6 +12,7 @@ from omegaconf import OmegaConf
 
 from tests.report_tables import best_line, png_size, read_table, run_name
 from tuneup.report import build_report, write_report
+from tuneup.report.markdown import render_markdown
 from tuneup.trainer import summary as run_summary
 
 TARGET = 0.9
@@ -168,7 +169,7 @@ def test_one_seed_each_is_ranked_by_steps_not_by_its_wall_clock(tmp_path):
     one_seed(tmp_path, "0", "0.001", 12, 0.3, 32)  # 120 steps, 3.6 s
     one_seed(tmp_path, "1", "0.03", 6, 1.16 / 6, 32)  # 60 steps, 1.16 s: the fastest clock
     one_seed(tmp_path, "2", "0.1", 1, 1.27, 32)  # 10 steps, 1.27 s
-    markdown = write_report(build_report(tmp_path))[0].read_text()
+    markdown = render_markdown(build_report(tmp_path))  # no figures: cheaper
     assert best_line(markdown).startswith("**Best: `model.lr=0.1`**: val/acc >= 0.9 in 1.27 s")
     assert list(race_rows(markdown)) == ["model.lr=0.1", "model.lr=0.03", "model.lr=0.001"]
     assert ("Decided here by steps to target: `model.lr=0.1`, `model.lr=0.03`, `model.lr=0.001`: "
@@ -189,7 +190,7 @@ def test_times_apart_beyond_the_noise_over_paired_seeds_rank_by_time(tmp_path):
             summary = raced([0.5] * (validations - 1) + [0.95], seconds)
             make_run(tmp_path, f"{lr}-{seed}", [f"model.lr={lr}", f"seed={seed}"], **summary)
     report = build_report(tmp_path)
-    markdown = write_report(report)[0].read_text()
+    markdown = render_markdown(report)
     # median times: lr=0.3 9.3 s, lr=0.1 20.6 s, lr=0.05 23.0 s
     assert list(race_rows(markdown)) == ["model.lr=0.3", "model.lr=0.05", "model.lr=0.1"]
     assert [block.decided for block in report.race.blocks] == ["time to target",
@@ -221,7 +222,7 @@ def test_an_autotunes_report_lists_its_trials_and_points_to_its_answer(tmp_path,
     full = "tuneup --config-dir /sweep/conf experiment=recipe"
     recipe = {"command": full, "found": ["model.lr=0.3"]}
     (tmp_path / "autotune.json").write_text(json.dumps({"recipe": recipe}))
-    markdown = write_report(build_report(tmp_path))[0].read_text()
+    markdown = render_markdown(build_report(tmp_path))  # no figures: cheaper
 
     lines = markdown.splitlines()
     assert lines[0] == f"# Trials of an autotune: {tmp_path.name}"

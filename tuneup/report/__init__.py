@@ -8,7 +8,8 @@ memory, and speed-up bars) into that directory, with ``curves.png`` (what each
 run learned) and, for runs that raced to a target, ``race.png`` and a
 time-to-target table (tuneup/report/curves.py, race.py). A sweep writes them when it
 ends (``tuneup/report/callback.py``); for an existing directory run
-``python -m tuneup.report <dir>``.
+``python -m tuneup.report <dir>``. In an autotune's folder the answer is autotune.md: the
+report lists the trials in job order and names no best (tuneup/report/trials.py).
 
 Settings, the config node ``report`` (saved with every run in
 ``.hydra/config.yaml``, so a report made later compares as the sweep did):
