@@ -19,13 +19,24 @@ The autotune's time-to-target search (tuneup/autotune/study_search.py) launches 
 the same way, with ``hydra.sweeper.objectives=[target]`` and ``hydra.sweeper.step=samples``:
 such a trial reports its distance to the target (``target.value - metric`` for a metric that
 rises, ``metric - target.value`` for one that falls: lower is better, as the study's samples
-to target) at the samples seen so far, so successive halving compares trials at equal
-samples, not at equal steps of different batch sizes.
+to target) at the pruner's rungs, in samples (``min_resource x reduction_factor**k``), so that
+successive halving compares trials at equal samples, not at equal steps of different batch
+sizes. Optuna's pruner judges a trial at its first report at or past a rung, with that
+report's value: reported at each validation, a trial validating every 1,280 samples would be
+judged at 2,560 and one validating every 160 at 1,440, for a rung at 1,386. So the trial
+reports at the rung itself the distance at the rung's samples, interpolated linearly between
+the validations before and after it (the first validation's own when it comes after the
+rung), once the validation after it has run (:func:`values_at_rungs`).
+
+Console and summary count both ways: ``optuna: trial 3 (job #4) pruned after 45 optimizer
+steps (720 samples)``; the Optuna trial's number and the sweep's job (its directory) differ
+in the autotune, whose baseline and confirmation runs are jobs but not study trials.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 
 from tuneup import hookimpl
 
@@ -68,6 +79,57 @@ def open_trial(settings: dict):
     return load_trial(settings["storage"], settings["study_name"], settings["trial"], pruner)
 
 
+def rung_schedule(spec) -> tuple[float, float] | None:
+    """(first rung, reduction factor) of a pruner node that has rungs (successive halving,
+    Hyperband: ``min_resource x reduction_factor**k``, Hyperband's brackets starting at later
+    ones); None for a pruner without them (a name, ``none``, the median pruner)."""
+    if not isinstance(spec, dict) or spec.get("min_resource") in (None, "auto"):
+        return None
+    factor = float(spec.get("reduction_factor", 3))
+    start = float(spec.get("min_early_stopping_rate", 0))
+    return float(spec["min_resource"]) * factor**start, factor
+
+
+def values_at_rungs(
+    history: list[tuple[int, float]], first: float, factor: float, done: int
+) -> list[tuple[int, float]]:
+    """(rung, value there) for each rung past the ``done`` already reported that the
+    validations in ``history`` ((samples, value), in order) have reached: the value at the
+    rung's samples, linear between the validations before and after it; the first
+    validation's value where none came before. A rung is ``ceil(first x factor**k)``: at or
+    past Optuna's promotion step, so the pruner judges it there."""  # fmt: skip
+    found = []
+    while history:
+        rung = math.ceil(first * factor ** (done + len(found)) - 1e-9)
+        after = next((i for i, (samples, _) in enumerate(history) if samples >= rung), None)
+        if after is None:
+            break
+        samples, value = history[after]
+        if after > 0 and samples > rung:
+            low, before = history[after - 1]
+            value = before + (value - before) * (rung - low) / (samples - low)
+        found.append((rung, value))
+    return found
+
+
+def pruned_line(trial: int, job, steps: int, samples: int | None, rung=None) -> str:
+    """The console's line for a pruned run: the Optuna trial and the sweep's job, optimizer
+    steps and samples, each named."""
+    text = f"optuna: trial {trial} (job #{job}) pruned after {steps:,} optimizer steps"
+    if samples is not None:
+        text += f" ({samples:,} samples)"
+    if rung is not None:
+        text += f", behind at the rung of {rung:,} samples"
+    return text
+
+
+def job_number():
+    """The sweep's job number of this run (its directory), or None outside a sweep."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return HydraConfig.get().job.get("num") if HydraConfig.initialized() else None
+
+
 def report_and_ask(trial, value: float, step: int) -> bool:
     """Report ``value`` at ``step``; whether the pruner stops the trial there."""
     trial.report(value, step)
@@ -93,9 +155,14 @@ class Plugin:
         self.settings = trial_settings()
         self.metric = reported_metric(self.settings) if self.settings else None
         self.by_samples = bool(self.settings) and self.settings.get("step") == "samples"
-        self.samples = 0  # seen by all processes (hydra.sweeper.step=samples)
+        self.rungs = rung_schedule(self.settings.get("pruner")) if self.by_samples else None
+        self.samples = 0  # seen by all processes
+        self.history: list[tuple[int, float]] = []  # (samples, value) at each validation
+        self.reported = 0  # rungs reported so far
         self.trial = None
-        self.pruned: dict | None = None  # {"step", "value"} where the pruner stopped the run
+        #: where the pruner stopped the run: {"step" (optimizer steps), "samples", "value",
+        #: and "rung" (the samples it was judged at) for a pruner with rungs}
+        self.pruned: dict | None = None
 
     @hookimpl
     def on_fit_start(self, trainer):
@@ -104,7 +171,7 @@ class Plugin:
 
     @hookimpl
     def on_train_batch_end(self, trainer, batch):
-        if self.by_samples:
+        if self.settings is not None:
             from tuneup.trainer.batches import samples_in
 
             self.samples += samples_in(batch, trainer.world_size)
@@ -118,22 +185,39 @@ class Plugin:
         if self.metric is None or trainer.sanity_checking:
             return
         fitting = trainer.state.fn == TrainerFn.FITTING
-        stop, value = False, None
-        step = self.samples if self.by_samples else trainer.global_step
+        stop, value, rung = False, None, None
         if self.trial is not None:
             if self.metric == TARGET:
                 value = target_gap(self.cfg, trainer.callback_metrics)
             else:
                 value = validation_metrics(trainer.callback_metrics).get(self.metric)
             if value is not None:
-                stop = report_and_ask(self.trial, value, step) and fitting
+                stop, value, rung = self._ask(value, trainer.global_step)
+                stop = stop and fitting
         if trainer.world_size > 1:
             stop = trainer.strategy.broadcast(stop, src=0)  # every process stops, or none
         if stop:
             trainer.should_stop = True
-            self.pruned = {"step": step, "value": value}
-            log.info("optuna: trial %d pruned at step %d (val %s %s)", self.settings["trial"],
-                     step, self.metric, value)  # fmt: skip
+            self.pruned = {"step": trainer.global_step, "samples": self.samples, "value": value}
+            if rung is not None:
+                self.pruned["rung"] = rung
+            log.info(pruned_line(self.settings["trial"], job_number(), trainer.global_step,
+                                 self.samples, rung))  # fmt: skip
+
+    def _ask(self, value: float, step: int) -> tuple[bool, float, int | None]:
+        """Report ``value`` and ask the pruner: at the optimizer step, at the samples seen
+        (``hydra.sweeper.step=samples``), or at each rung passed, the value there
+        (:func:`values_at_rungs`). Returns (stop, the value judged, the rung or None)."""
+        if not self.by_samples:
+            return report_and_ask(self.trial, value, step), value, None
+        if self.rungs is None:
+            return report_and_ask(self.trial, value, self.samples), value, None
+        self.history.append((self.samples, value))
+        for rung, at_rung in values_at_rungs(self.history, *self.rungs, self.reported):
+            self.reported += 1
+            if report_and_ask(self.trial, at_rung, rung):
+                return True, at_rung, rung
+        return False, value, None
 
     @hookimpl
     def check(self, cfg, plan):
@@ -163,7 +247,10 @@ class Plugin:
             "the distance to target.value" if self.metric == TARGET
             else f"val/{self.metric}" if self.metric else "nothing (see docs/sweeps.md)"
         )  # fmt: skip
-        described["step"] = "samples seen" if self.by_samples else "optimizer steps"
+        described["step"] = (
+            "the pruner's rungs, in samples" if self.rungs
+            else "samples seen" if self.by_samples else "optimizer steps"
+        )  # fmt: skip
         return described
 
 

@@ -184,6 +184,78 @@ def test_a_storage_the_autotune_cannot_write_is_named_as_the_user_gave_it(tmp_pa
     assert "hydra.sweeper" not in str(caught.value)
 
 
+# -- pruning: rungs at S/3 and S samples, trials compared at the rung's samples -------------
+
+
+def study_pruner(baseline: dict, pruner: str = "successive_halving"):
+    """The pruner node a trial's job gets (hydra.sweeper.pruner), as Hydra parses it."""
+    from types import SimpleNamespace
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from tuneup.autotune.study_search import StudySearch
+
+    settings = SimpleNamespace(seeds=1, pruner=pruner)
+    search = StudySearch(settings, None, None, None, 0, "")
+    search.baseline = baseline
+    [override] = OverridesParser.create().parse_overrides([f"p={search.pruner_spec()}"])
+    return override.value()
+
+
+def test_rungs_are_at_a_third_of_the_baselines_samples_and_at_them():
+    """S: the baseline's samples to target, or the samples it ran when it missed the target
+    (docs/autotune.md); a missed baseline put the first rung at S/9 (711 of 6,400), and trials
+    were pruned at 720, 800, 960 and 1,280 samples."""
+    from tuneup.plugins.optuna_trial import rung_schedule
+
+    missed = {"samples_to_target": None, "samples_seen": 6400, "trial_samples": 6400}
+    assert study_pruner(missed)["min_resource"] == 2133
+    assert rung_schedule(study_pruner(missed)) == (2133, 3)
+    reached = {"samples_to_target": 4160, "samples_seen": 4160, "trial_samples": 6240}
+    assert rung_schedule(study_pruner(reached)) == (1386, 3)  # rungs 1,386 and 4,158
+    assert rung_schedule(study_pruner(reached, "hyperband")) == (1386, 3)
+    assert rung_schedule("none") is None and rung_schedule("median") is None
+
+
+def test_trials_are_judged_at_the_rungs_samples_not_at_their_next_validation():
+    """A trial validating every 1,280 samples (batch 256) and one validating every 160 (batch
+    32), at the rung of 2,133 samples: each reports its distance to the target there, linear
+    between its validations around it, at step 2,133. Judged at their first validation past
+    it instead (2,560 and 2,240 samples), the first would have had 427 samples more and
+    pruned the second, which is ahead at equal samples."""
+    from tuneup.optuna.study import make_pruner
+    from tuneup.plugins.optuna_trial import Plugin, pruned_line, values_at_rungs
+
+    assert values_at_rungs([(1280, 0.30), (2560, 0.02)], 2133, 3, 0) == [
+        (2133, pytest.approx(0.30 - 0.28 * 853 / 1280))]  # fmt: skip
+    assert values_at_rungs([(1280, 0.3)], 2133, 3, 0) == []  # not there yet
+    assert values_at_rungs([(2560, 0.2)], 2133, 3, 0) == [(2133, 0.2)]  # no validation before
+    both = values_at_rungs([(1280, 0.3), (6400, 0.1)], 2133, 3, 0)  # 2,133 and 6,399
+    assert [rung for rung, _ in both] == [2133, 6399]
+    assert values_at_rungs([(1280, 0.3), (6400, 0.1)], 2133, 3, 1) == both[1:]
+
+    spec = {"_target_": "optuna.pruners.SuccessiveHalvingPruner", "min_resource": 2133,
+            "reduction_factor": 3, "min_early_stopping_rate": 0}  # fmt: skip
+    study = optuna.create_study(pruner=make_pruner(spec))
+    stops = []
+    for validations in ([(1280, 0.30), (2560, 0.02)], [(160 * k, 0.10 - 0.01 * (k - 13))
+                                                         for k in range(1, 15)]):  # fmt: skip
+        trial = Plugin(None)  # outside a sweep: given a study's trial as a job would be
+        trial.settings, trial.by_samples, trial.rungs = {"trial": 0}, True, (2133, 3)
+        trial.trial = study.ask()
+        for trial.samples, value in validations:
+            stops.append(trial._ask(value, trial.samples // 32)[0])
+        study.tell(trial.trial, 0.0)
+    assert not any(stops)  # both promoted past the rung
+    assert [t.intermediate_values for t in study.trials] == [
+        {2133: pytest.approx(0.30 - 0.28 * 853 / 1280)},  # 0.113
+        {2133: pytest.approx(0.10 - 0.01 * 53 / 160)},  # 0.097: ahead at equal samples
+    ]
+    assert pruned_line(3, 4, 45, 720, 2133) == (
+        "optuna: trial 3 (job #4) pruned after 45 optimizer steps (720 samples), behind at "
+        "the rung of 2,133 samples")  # fmt: skip
+
+
 # -- the default space ------------------------------------------------------------------------
 
 
@@ -338,8 +410,11 @@ def test_trials_behind_at_equal_samples_are_pruned_with_the_samples_they_ran(con
     for trial in pruned:
         summary = json.loads((continued["dir"] / trial["job"] / "summary.json").read_text())
         assert summary["status"] == "pruned"
-        assert summary["pruned"]["step"] == trial["pruned_at_samples"] > 0  # samples seen
+        stopped = summary["pruned"]  # optimizer steps and samples apart, and the rung judged
+        assert stopped["samples"] == trial["pruned_at_samples"] > 0 and stopped["step"] > 0
         assert summary["target_history"][-1]["samples"] == trial["pruned_at_samples"]
+        assert summary["target_history"][-1]["step"] == stopped["step"]
+        assert stopped["rung"] <= stopped["samples"]
         assert not summary["target"]["reached"]
     text = (continued["dir"] / "autotune.md").read_text()
     assert f"| pruned | - | {pruned[0]['pruned_at_samples']} |" in text

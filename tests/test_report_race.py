@@ -4,6 +4,7 @@ race.png drawn and linked, the time-to-target table over seeds, the runs that mi
 
 from __future__ import annotations
 
+import json
 import statistics
 
 import pytest
@@ -11,9 +12,11 @@ from omegaconf import OmegaConf
 
 from tests.report_tables import best_line, png_size, read_table, run_name
 from tuneup.report import build_report, write_report
+from tuneup.report.markdown import render_markdown
 from tuneup.trainer import summary as run_summary
 
 TARGET = 0.9
+AUTOTUNE_SWEEPER = "hydra_plugins.tuneup_autotune.autotune_sweeper.AutotuneSweeper"
 
 
 def make_run(directory, name, overrides, **summary):
@@ -93,7 +96,7 @@ def test_the_time_to_target_table_has_a_row_per_configuration_over_its_seeds(rac
     assert (round(mean - half, 2), round(mean + half, 1)) == (4.34, 47.7)
     assert fast["mean, 95% interval"] == "26.0 s (4.34 s-47.7 s)"
     assert fast["train time"] == "19.8 s"
-    assert (fast["steps"], fast["samples"]) == ("20", "5,120")
+    assert (fast["steps"], fast["samples"]) == ("20 (20-30)", "5,120 (5,120-7,680)")  # spread
     assert fast["target"] == "val/acc >= 0.9"
     # one seed of three missed: the figures are over the two that reached it
     assert (slow["reached"], slow["time to target"], slow["min-max"]) == (
@@ -151,3 +154,86 @@ def test_with_a_target_the_headline_is_time_to_target_over_the_seeds(tmp_path):
     assert "Rule: best = the configuration (runs that differ only in `seed`)" in markdown
     best = sorted(run_name(r) for r in read_table(markdown.split("## ")[0]) if "best" in r["run"])
     assert best == ["2", "3"]  # both seeds of the best configuration
+
+
+def one_seed(directory, name, lr, validations, seconds_per_validation, batch):
+    """A run of one seed that reached the target at its last validation (10 steps each)."""
+    summary = raced([0.5] * (validations - 1) + [0.95], seconds_per_validation, batch)
+    make_run(directory, name, [f"model.lr={lr}"], **summary)
+
+
+def test_one_seed_each_is_ranked_by_steps_not_by_its_wall_clock(tmp_path):
+    """The new user's sweep: lr 0.03 reached the target in 1.16 s after 60 steps, lr 0.1 in
+    1.27 s after 10. One seed each gives no interval for the times, so the steps decide, and
+    the report says which rule did."""
+    one_seed(tmp_path, "0", "0.001", 12, 0.3, 32)  # 120 steps, 3.6 s
+    one_seed(tmp_path, "1", "0.03", 6, 1.16 / 6, 32)  # 60 steps, 1.16 s: the fastest clock
+    one_seed(tmp_path, "2", "0.1", 1, 1.27, 32)  # 10 steps, 1.27 s
+    markdown = render_markdown(build_report(tmp_path))  # no figures: cheaper
+    assert best_line(markdown).startswith("**Best: `model.lr=0.1`**: val/acc >= 0.9 in 1.27 s")
+    assert list(race_rows(markdown)) == ["model.lr=0.1", "model.lr=0.03", "model.lr=0.001"]
+    assert ("Decided here by steps to target: `model.lr=0.1`, `model.lr=0.03`, `model.lr=0.001`: "
+            "their times to target are within noise of the fastest (one seed on a side gives no "
+            "interval)") in markdown  # fmt: skip
+    assert "- steps to target: `model.lr=0.1`, `model.lr=0.03`, `model.lr=0.001`: " in markdown
+
+
+def test_times_apart_beyond_the_noise_over_paired_seeds_rank_by_time(tmp_path):
+    """Three seeds each: lr=0.3 needs more steps (30) than the others but each seed reaches
+    the target in under half their time, seed by seed: the time ratio's interval excludes 1.0,
+    so time puts it first. lr=0.05 (10 steps) and lr=0.1 (20 steps) differ in time within the
+    noise (0.9x to 1.17x seed by seed): steps rank them, lr=0.05 first though its median time
+    is longer."""
+    for i, seed in enumerate((1, 2, 3)):
+        for lr, validations, seconds in (("0.3", 3, 3.0 + 0.1 * i), ("0.1", 2, 10.0 + 0.3 * i),
+                                         ("0.05", 1, (18.0, 24.0, 23.0)[i])):  # fmt: skip
+            summary = raced([0.5] * (validations - 1) + [0.95], seconds)
+            make_run(tmp_path, f"{lr}-{seed}", [f"model.lr={lr}", f"seed={seed}"], **summary)
+    report = build_report(tmp_path)
+    markdown = render_markdown(report)
+    # median times: lr=0.3 9.3 s, lr=0.1 20.6 s, lr=0.05 23.0 s
+    assert list(race_rows(markdown)) == ["model.lr=0.3", "model.lr=0.05", "model.lr=0.1"]
+    assert [block.decided for block in report.race.blocks] == ["time to target",
+                                                                 "steps to target"]  # fmt: skip
+    assert best_line(markdown).startswith("**Best: `model.lr=0.3`**")
+    assert "Decided here by time to target: `model.lr=0.3`: faster to the target, beyond the" in (
+        markdown)  # fmt: skip
+
+
+@pytest.mark.parametrize("objective", ["throughput", "time_to_target"])
+def test_an_autotunes_report_lists_its_trials_and_points_to_its_answer(tmp_path, objective):
+    """One folder, one answer: the report of an autotune's trials names no best trial (one
+    trial's speed or time, which the autotune's own comparison may call noise), points to
+    autotune.md and its full run, and runs a trial again, not the search."""
+    from tests.report_tables import read_table
+
+    command = ["experiment=autotune", f"autotune.objective={objective}", "model.width=4",
+               "autotune.trial_steps=4", "+autotune.space.x=['a=1']"]  # fmt: skip
+    trials = {"0": ["seed=0"], "1": ["seed=0", "model.lr=0.3"], "2": ["seed=1", "model.lr=0.3"]}
+    for name, own in trials.items():
+        accs = [0.5, 0.95] if name == "0" else [0.95]  # trial 1 and 2: faster than trial 0
+        summary = raced(accs, 10.0) if objective == "time_to_target" else {}
+        make_run(tmp_path, name, [*command, *own], command="tuneup",
+                 samples_per_s=1000.0 * (1 + int(name)), samples_per_s_windows=[900.0, 1100.0])  # fmt: skip
+        if summary:
+            run_summary.write({"status": "ok", "command": "tuneup", **summary}, tmp_path / name)
+        sweeper = {"hydra": {"sweeper": {"_target_": AUTOTUNE_SWEEPER}}}
+        OmegaConf.save(OmegaConf.create(sweeper), tmp_path / name / ".hydra" / "hydra.yaml")
+    full = "tuneup --config-dir /sweep/conf experiment=recipe"
+    recipe = {"command": full, "found": ["model.lr=0.3"]}
+    (tmp_path / "autotune.json").write_text(json.dumps({"recipe": recipe}))
+    markdown = render_markdown(build_report(tmp_path))  # no figures: cheaper
+
+    lines = markdown.splitlines()
+    assert lines[0] == f"# Trials of an autotune: {tmp_path.name}"
+    assert lines[2] == (f"**The answer is [autotune.md](autotune.md)**: the recipe "
+                        f"`model.lr=0.3`; the full run: `{full}`.")  # fmt: skip
+    assert "**Best" not in markdown and "Rule:" not in markdown
+    rows = read_table(markdown.split("## ")[0])
+    assert [run_name(r) for r in rows] == ["0", "1", "2"]  # job order, not a ranking
+    assert not any("best" in r["run"] for r in rows)
+    again = next(line for line in lines if line.startswith("Run one trial again"))
+    assert "`tuneup model.width=4 seed=0` (trial 0)" in again  # not `-m`, not the search
+    if objective == "time_to_target":
+        assert list(race_rows(markdown)) == ["-", "model.lr=0.3"]
+        assert "Order: job order. These are the autotune's trials, listed, not ranked" in markdown

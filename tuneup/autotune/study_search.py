@@ -197,7 +197,9 @@ class StudySearch:
         trial.set_user_attr("samples_seen", samples_seen(run))
         status = (run.summary or {}).get("status")
         if status == "pruned":
-            trial.set_user_attr("pruned_at_samples", (run.summary.get("pruned") or {}).get("step"))
+            trial.set_user_attr(
+                "pruned_at_samples", (run.summary.get("pruned") or {}).get("samples")
+            )
             self.study.tell(trial, state=TrialState.PRUNED)
         elif not run.ok:
             trial.set_user_attr("error", run.error)
@@ -252,13 +254,14 @@ class StudySearch:
                 "step": "samples", "pruner": self.pruner_spec()}  # fmt: skip
 
     def pruner_spec(self) -> str:
-        """The pruner as a Hydra override value (the job makes the same one), in samples. The
-        first rung is at S/3 (S: the baseline's samples to target), then S: with a first
-        rung at S/9 (one validation of a noisy val/loss on python_source, docs/benchmarks.md)
-        98 of 100 trials were pruned, most there, and the study kept the user's command; at
-        S/3, 69 of 101 were."""
-        hit = self.baseline.get("samples_to_target") or self.baseline["trial_samples"] / 3
-        low = max(1, int(hit // 3))
+        """The pruner as a Hydra override value (the job makes the same one), in samples:
+        rungs at S/3 and S (S: the baseline's samples to target, or the samples it ran when it
+        did not reach), each trial judged at the rung's samples (plugins/optuna_trial.py).
+        With a first rung at S/9 (one validation of a noisy val/loss on python_source,
+        docs/benchmarks.md) 98 of 100 trials were pruned, most there, and the study kept the
+        user's command; at S/3, 69 of 101 were."""
+        hit = self.baseline.get("samples_to_target") or self.baseline.get("samples_seen")
+        low = max(1, int((hit or self.baseline["trial_samples"]) // 3))
         if self.settings.pruner == "hyperband":
             return (f"{{_target_:optuna.pruners.HyperbandPruner,min_resource:{low},"
                     f"max_resource:{self.baseline['trial_samples']},reduction_factor:3}}")  # fmt: skip

@@ -8,7 +8,8 @@ memory, and speed-up bars) into that directory, with ``curves.png`` (what each
 run learned) and, for runs that raced to a target, ``race.png`` and a
 time-to-target table (tuneup/report/curves.py, race.py). A sweep writes them when it
 ends (``tuneup/report/callback.py``); for an existing directory run
-``python -m tuneup.report <dir>``.
+``python -m tuneup.report <dir>``. In an autotune's folder the answer is autotune.md: the
+report lists the trials in job order and names no best (tuneup/report/trials.py).
 
 Settings, the config node ``report`` (saved with every run in
 ``.hydra/config.yaml``, so a report made later compares as the sweep did):
@@ -90,14 +91,17 @@ class Report:
     notes: list[str] = field(default_factory=list)
     drawn: list[Path] = field(default_factory=list)  # the figures written (report.md links them)
     #: With a target (target.metric and target.value): the runs grouped by configuration over
-    #: their seeds, and the best group (race.py); the headline is then time to target.
-    race: tuple | None = None
+    #: their seeds, ranked, and the best group (race.py); the headline is then time to target.
+    race: object | None = None  # race.Race
+    #: The sweep is an autotune (experiment=autotune): its answer is autotune.md, and this
+    #: report lists its trials without naming a best (markdown.py).
+    autotune: bool = False
 
     @property
     def best_runs(self) -> list[Run]:
         """The runs marked best: the best configuration's seeds in a race, else the best run."""
         if self.race is not None:
-            return list(self.race[1].runs) if self.race[1] is not None else []
+            return list(self.race.best.runs) if self.race.best is not None else []
         return [self.best] if self.best is not None else []
 
     def speed_up(self, run: Run) -> float | None:
@@ -154,14 +158,16 @@ def build_report(
     )
     settings.check()
     base = pick_baseline(runs, settings.baseline)
+    autotune = is_autotune(runs)
     report = Report(
         directory=directory,
         settings=settings,
-        runs=ranked(runs, settings.rank_by),
+        runs=runs if autotune else ranked(runs, settings.rank_by),
         baseline=base,
-        best=pick_best(runs, base, settings),
+        best=None if autotune else pick_best(runs, base, settings),
         common_overrides=_common_overrides(runs),
         notes=_notes(runs, directory),
+        autotune=autotune,
     )
     from tuneup.report.race import judge_race
 
@@ -190,6 +196,12 @@ def write_report(report: Report) -> list[Path]:
     markdown = report.directory / MARKDOWN_FILE
     markdown.write_text(render_markdown(report))
     return [markdown, *written]
+
+
+def is_autotune(runs: list[Run]) -> bool:
+    """Whether the runs are an autotune's trials (the sweeper Hydra saved with them)."""
+    sweeper = saved_node(runs[0].path, "hydra.yaml", "hydra.sweeper._target_") if runs else None
+    return "autotune" in str(sweeper or "")
 
 
 def pick_baseline(runs: list[Run], wanted: str | None) -> Run:
@@ -251,10 +263,13 @@ def accuracy_floor(baseline: Run, settings: Settings) -> float | None:
 def best_rule(report: Report) -> str:
     settings = report.settings
     if report.race is not None:
+        blocks = report.race.blocks
+        decided = f" Decided here by {blocks[0].decided}: {blocks[0].why}." if blocks else ""
         return (
-            "best = the configuration (runs that differ only in `seed`) with the shortest median "
-            "time to the target among those whose seeds all reached it, else among those where "
-            "the most seeds did; see Time to target."
+            "best = the configuration (runs that differ only in `seed`) first among those whose "
+            "seeds all reached the target (else where the most did): by median time to target "
+            "where it is shorter beyond the noise, else by median steps to target; see Time to "
+            f"target.{decided}"
         )
     if settings.rank_by == "val_acc":
         return "best = the finished run with the highest val acc."
@@ -282,10 +297,6 @@ def _notes(runs: list[Run], directory: Path) -> list[str]:
         'noise": the interval includes 1.0, no speed-up is shown. For repeats measured '
         "interleaved: experiment=autotune."
     ]
-    if (directory / "autotune.md").is_file():
-        notes.append(
-            "This sweep is an autotune: its answer is autotune.md; this table lists every trial."
-        )
     if any((run.summary or {}).get("accelerator") == "cpu" for run in runs):
         notes.append(
             "On CPU, peak memory is the process's peak resident set size during the run (reset "

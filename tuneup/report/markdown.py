@@ -36,15 +36,20 @@ RIGHT_ALIGNED = {
 
 
 def render_markdown(report: Report) -> str:
-    lines = [
-        f"# Sweep report: {report.directory.name}",
-        "",
-        best_line(report),
-        "",
-        f"Rule: {best_rule(report)}",
-        "",
-        _about(report),
-    ]
+    if report.autotune:  # one folder, one answer: autotune.md's (tuneup/report/trials.py)
+        from tuneup.report.trials import trials_heading
+
+        lines = [*trials_heading(report), "", _about(report)]
+    else:
+        lines = [
+            f"# Sweep report: {report.directory.name}",
+            "",
+            best_line(report),
+            "",
+            f"Rule: {best_rule(report)}",
+            "",
+            _about(report),
+        ]
     if report.common_overrides:
         lines += ["", f"All runs: {code(' '.join(report.common_overrides))}"]
     lines += ["", *_table(report), "", _order(report), ""]
@@ -58,7 +63,7 @@ def best_line(report: Report) -> str:
     if report.race is not None:  # a target: time to it, seeds grouped (tuneup/report/race.py)
         from tuneup.report.race import race_headline
 
-        return race_headline(report, *report.race)
+        return race_headline(report, report.race)
     best, base = report.best, report.baseline
     if best is None:
         return "**Best: none**: no finished run qualifies (see the status column)."
@@ -122,6 +127,8 @@ def _about(report: Report) -> str:
 
 
 def _order(report: Report) -> str:
+    if report.autotune:
+        return "In job order: the order the autotune ran them."
     if report.settings.rank_by == "val_acc":
         return "Sorted by val acc, best first; runs that did not finish last."
     return "Sorted by samples/s, fastest first; runs that did not finish last."

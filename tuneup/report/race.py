@@ -10,9 +10,11 @@ figures over those that did and says how many: the time the others would have ne
 known, so those figures flatter the group.
 
 With a target value the report's headline is the race's (:func:`race_headline`): the best
-configuration (:func:`best_group`) with its time and samples to the target over its seeds,
-against the baseline's configuration; not the fastest run's samples/s, which would rank by
-throughput and compare seed 1's runs with seed 0's as if they were another setting.
+configuration with its time and samples to the target over its seeds, against the baseline's
+configuration; not the fastest run's samples/s, which would rank by throughput and compare
+seed 1's runs with seed 0's as if they were another setting. The order and the best follow
+race_rank.py: time to target only where it differs beyond the noise, else steps to target;
+the report says which rule placed each configuration.
 """
 
 from __future__ import annotations
@@ -69,57 +71,55 @@ class Group:
 
 
 def seed_groups(report: Report) -> list[Group]:
-    """The racing runs grouped by configuration, the fastest median time to target first;
-    groups where no run reached it (or without a target value) last, in job order."""
+    """The racing runs grouped by configuration, in job order (:func:`judge_race` ranks them)."""
     groups: dict[tuple, Group] = {}
     for run in sorted(filter(racing, report.runs), key=lambda r: natural_key(r.name)):
         overrides = without_seed(report.varying_overrides(run))
         target = target_text(_target(run))
         key = (tuple(sorted(overrides)), target)
         groups.setdefault(key, Group(overrides, target, [])).runs.append(run)
-
-    def order(group: Group):
-        times = group.figures("time_to_target_s")
-        return (0, statistics.median(times)) if times else (1, 0.0)
-
-    return sorted(groups.values(), key=order)  # stable: job order among equals
+    return list(groups.values())
 
 
-def best_group(groups: list[Group]) -> Group | None:
-    """The configuration that reached its target fastest: the shortest median time to target
-    among those whose seeds all reached it, else among those where the most seeds did (a
-    median over fewer seeds flatters: the others' times are not known). None without a target
-    value or when no run reached it."""
-    scored = [g for g in groups if g.has_value and g.figures("time_to_target_s")]
-    return min(
-        scored,
-        key=lambda g: (len(g.reached) < len(g.runs), -len(g.reached) / len(g.runs),
-                       statistics.median(g.figures("time_to_target_s"))),
-        default=None,
-    )  # fmt: skip
+@dataclass
+class Race:
+    """A sweep's race: its configurations in report order, the best, and the blocks of
+    race_rank.py that placed them (which rule decided, in words)."""
+
+    groups: list[Group]
+    best: Group | None
+    blocks: list
 
 
 def judge_race(report: Report) -> None:
-    """With a target, the best is the configuration that reached it fastest over its seeds, not
-    the fastest run: sets ``report.race`` (the groups, the best), and ``report.best`` to the
-    run of that configuration whose time to target is its median."""
+    """With a target, the best is the configuration first by the rule of race_rank.py over
+    its seeds, not the fastest run: sets ``report.race``, and ``report.best`` to the run of
+    that configuration whose time to target is its median. An autotune's trials are listed,
+    not judged: its answer is autotune.md."""
+    from tuneup.report.race_rank import rank
+
     groups = seed_groups(report)
     if not any(group.has_value for group in groups):
         return
-    best = best_group(groups)
-    report.race = (groups, best)
+    if report.autotune:
+        report.race, report.best = Race(groups, None, []), None
+        return
+    ordered, blocks = rank(groups)
+    best = blocks[0].groups[0] if blocks else None
+    report.race = Race(ordered, best, blocks)
     report.best = None
     if best is not None:
         times = sorted(best.reached, key=lambda r: r.summary.get("time_to_target_s") or 0.0)
         report.best = times[(len(times) - 1) // 2]
 
 
-def race_headline(report: Report, groups: list[Group], best: Group | None) -> str:
+def race_headline(report: Report, race: Race) -> str:
     """report.md's first line for a sweep that raced to a target: the best configuration's
     time and samples to the target over its seeds, with the mean's interval, against the
     baseline's configuration, and the command that runs its seeds again."""
     from tuneup.report.markdown import code, reproduce_command
 
+    groups, best = race.groups, race.best
     if best is None:
         targets = ", ".join(sorted({g.target for g in groups if g.has_value}))
         return f"**Best: none**: no run reached the target ({targets}); see Time to target."
@@ -145,13 +145,13 @@ def race_headline(report: Report, groups: list[Group], best: Group | None) -> st
         against = f"the baseline's {code(' '.join(base.overrides) or '-')} did not reach it"
     else:
         against = "the baseline did not race"
-    seeds = sorted({str(_seed(run)) for run in best.runs if _seed(run) is not None}, key=int)
+    seeds = sorted({seed_of(run) for run in best.runs if seed_of(run) is not None}, key=int)
     command = reproduce_command(best.runs[0], multirun_seeds=seeds)
     return (f"**Best: {code(' '.join(best.overrides) or '-')}**: {', '.join(facts)}; {reached}; "
             f"{against}; reproduce: {code(command)}")  # fmt: skip
 
 
-def _seed(run: Run) -> str | None:
+def seed_of(run: Run) -> str | None:
     for override in run.overrides:
         key, _, value = override.lstrip("+~").partition("=")
         if key == SEED and value.lstrip("-").isdigit():
@@ -188,7 +188,7 @@ def race_section(report: Report, figure: str | None) -> list[str]:
     """report.md's race: the time-to-target table and the runs that missed; [] without races."""
     from tuneup.report.markdown import code, escape
 
-    groups = seed_groups(report)
+    groups = report.race.groups if report.race is not None else seed_groups(report)
     if not groups:
         return []
     lines = [
@@ -198,7 +198,8 @@ def race_section(report: Report, figure: str | None) -> list[str]:
         "seeds that reached the target, their lowest and highest, and the mean with its "
         f"{CONFIDENCE:.0%} interval (Student's t over the seeds). Time: wall time from the "
         "first step to the end of the validation that reached the target; train time: the "
-        "same less validations. Steps and samples: medians at that validation.",
+        "same less validations. Steps and samples: medians at that validation (their lowest and "
+        "highest in brackets where the seeds differ).",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|---|---|---:|---:|" + "---:|" * (len(COLUMNS) - 4),
@@ -220,11 +221,11 @@ def race_section(report: Report, figure: str | None) -> list[str]:
                 else "-"
             ),
             _median(group.figures("time_to_target_train_s"), _seconds),
-            _median(group.figures("steps_to_target"), lambda v: f"{v:,.0f}"),
-            _median(group.figures("samples_to_target"), lambda v: f"{v:,.0f}"),
+            _spread(group.figures("steps_to_target")),
+            _spread(group.figures("samples_to_target")),
         ]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", *_missed(report, groups)]
+    lines += ["", *order_lines(report), "", *_missed(report, groups)]
     if figure:
         lines += [
             "",
@@ -253,6 +254,32 @@ def _missed(report: Report, groups: list[Group]) -> list[str]:
         overrides = " ".join(report.varying_overrides(run)) or "-"
         lines.append(f"- run {run.name} {code(overrides)}: {best_text}{status}")
     return lines
+
+
+def order_lines(report: Report) -> list[str]:
+    """How the rows are ordered and which rule placed each configuration (race_rank.py)."""
+    if report.race is None:
+        return ["Order: job order (no target value: nothing to rank by)."]
+    if report.autotune:
+        return ["Order: job order. These are the autotune's trials, listed, not ranked: its "
+                "answer is [autotune.md](autotune.md)."]  # fmt: skip
+    lines = [
+        "Order: configurations whose seeds all reached the target first (then those where "
+        "fewer did, then those that never did); among them, by median time to target only "
+        f"where the time ratio's {CONFIDENCE:.0%} interval excludes 1.0 (paired by seed where "
+        "both ran the same seeds, else Welch's t over the seeds; one seed on a side: no "
+        "interval), else by median steps to target. Ranked here by:"
+    ]
+    return lines + [f"- {block.decided}: {block.why}" for block in report.race.blocks]
+
+
+def _spread(values: list[float]) -> str:
+    """The median, with the lowest and highest where they differ: ``20 (20-30)``."""
+    if not values:
+        return "-"
+    text = f"{statistics.median(values):,.0f}"
+    low, high = min(values), max(values)
+    return text if low == high else f"{text} ({low:,.0f}-{high:,.0f})"
 
 
 def _target(run: Run) -> dict:
