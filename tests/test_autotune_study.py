@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import pytorch_lightning as pl
 
 import tuneup
 from tests.conftest import ROOT, compose_config, python, run_cli
@@ -133,6 +134,50 @@ def test_the_default_space_holds_the_hand_recipes_and_drops_what_is_not_installe
     assert ("wsd" in space.distributions["scheduler"].choices) == installed
     dropped = dict(space.dropped)
     assert installed or dropped["scheduler=wsd"].startswith("not in this install's config")
+
+
+# -- the user's schedule: a race budget the scheduler does not see ----------------------------
+
+#: The user's command: 16 steps of a cosine schedule; a trial's budget stops it after 4.
+SCHEDULED = ["data.train_samples=256", "data.val_samples=32", "data.batch_size=32", "model=mlp",
+             "model.hidden=[8]", "trainer.max_steps=16", "trainer.max_epochs=-1",
+             "scheduler=cosine", "target.metric=val/acc", "target.value=1.01",
+             "target.check_every_n_steps=4", "trainer.enable_progress_bar=false",
+             "measure.console_table=false"]  # fmt: skip
+
+
+class LearningRates(pl.Callback):
+    """Writes the learning rate of every optimizer step of the run to ``path`` (a Lightning
+    callback; Hydra imports this module anew, so it reports through a file)."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.seen = Path(path), []
+
+    def on_train_batch_end(self, trainer, *args):
+        self.seen.append(trainer.optimizers[0].param_groups[0]["lr"])
+        self.path.write_text(json.dumps(self.seen))
+
+
+def test_a_study_trial_keeps_the_schedule_the_recipe_runs(tmp_path):
+    from tuneup.autotune.race import race_settings, sample_limit, speed_settings
+
+    def learning_rates(run: str, overrides: list[str]) -> list[float]:
+        log = tmp_path / f"{run}.json"
+        callback = f"+callbacks.lr={{_target_: {__name__}.LearningRates, path: '{log}'}}"
+        tuneup.run(compose_config([*SCHEDULED, *overrides, callback], tiny=False),
+                   run_dir=tmp_path / run)  # fmt: skip
+        return json.loads(log.read_text())
+
+    candidate = ["data.batch_size=16"]  # the candidate's own batch size: 16 steps of 16
+    recipe = learning_rates("recipe", candidate)
+    budget = [*race_settings(60), *sample_limit(4 * 16)]  # what race_run adds
+    seen = learning_rates("trial", [*budget, *candidate])
+    trial = json.loads((tmp_path / "trial" / "summary.json").read_text())
+    assert len(recipe) == 16 and trial["steps"] == 4 == len(seen)
+    assert seen == pytest.approx(recipe[:4])  # not a cosine squeezed into 4 steps
+    assert seen[3] > 0.8 * seen[0]  # squeezed, the 4th step would end the decay at 0
+    speed = speed_settings(4, 16)
+    assert "target.max_samples=64" in speed and not [s for s in speed if "max_steps" in s]
 
 
 # -- one real study: killed with SIGKILL, continued by the same command -----------------------

@@ -36,7 +36,7 @@ import warnings
 
 from tuneup import TuneupError
 from tuneup.autotune.outcome import BASELINE, label
-from tuneup.autotune.race import race_settings, reached, required_target
+from tuneup.autotune.race import race_settings, reached, required_target, sample_limit
 from tuneup.autotune.study_space import build_space, default_params
 from tuneup.autotune.study_trials import (
     BASELINE_ATTR,
@@ -226,16 +226,12 @@ class StudySearch:
 
     def race_run(self, name, overrides, seed, samples, limit_s, extra=()) -> Trial:
         """``overrides`` trained to the target on ``seed``, for at most ``samples`` samples
-        (None: the user's own limits) and ``limit_s`` seconds."""
-        budget = []
-        if samples is not None:
-            batch = self._batch(overrides)
-            budget = [f"trainer.max_steps={max(1, math.ceil(samples / batch))}",
-                      "trainer.max_epochs=-1"]  # fmt: skip
-        settings = [*race_settings(max(1.0, limit_s)), *budget, *extra]
+        (None: the user's own limits) and ``limit_s`` seconds. The user's trainer.max_steps /
+        max_epochs stay: the schedule is the one the recipe runs (race.sample_limit)."""
+        settings = [*race_settings(max(1.0, limit_s)), *sample_limit(samples), *extra]
         return self.lab.run(name, (*overrides, f"seed={seed}"), settings=settings)
 
-    def _batch(self, overrides) -> int:
+    def batch(self, overrides) -> int:
         """Samples per optimizer step of a configuration (data.batch_size x grad_accum.steps)."""
         cfg = self.checks.inspect(tuple(overrides)).config or self.checks.inspect(()).config
         batch = int((cfg.get("data") or {}).get("batch_size") or 1)

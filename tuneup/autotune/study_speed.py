@@ -20,8 +20,7 @@ import statistics
 from tuneup.autotune import paired
 from tuneup.autotune.interval import paired as paired_speeds
 from tuneup.autotune.outcome import BASELINE
-from tuneup.autotune.race import NO_TARGET
-from tuneup.autotune.trials import trial_settings
+from tuneup.autotune.race import NO_TARGET, speed_settings
 
 SPEED = "speed"
 
@@ -46,8 +45,8 @@ class Speed:
             speeds = {}
             for overrides in order:
                 limit = max(1.0, search._left())
-                trial = search.lab.run(SPEED, (*overrides, *NO_TARGET),
-                                       settings=trial_settings(settings.trial_steps, limit))  # fmt: skip
+                run = speed_settings(settings.trial_steps, search.batch(overrides), limit)
+                trial = search.lab.run(SPEED, (*overrides, *NO_TARGET), settings=run)
                 self.trials.append(trial)
                 speeds[overrides] = trial.speed
             if all(speeds.values()):
