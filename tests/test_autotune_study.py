@@ -86,6 +86,8 @@ def test_a_gain_within_the_noise_of_paired_seeds_is_not_accepted():
         ({"pruner": "median"}, "autotune.pruner='median' is not allowed: expected "
          "successive_halving | hyperband | none"),
         ({"method": "greedy"}, "autotune.method is not an autotune setting"),  # removed
+        ({"cost": "wallclock"}, "autotune.cost='wallclock' is not allowed: expected time | "
+         "steps | samples"),
     ],
 )  # fmt: skip
 def test_bad_study_settings_are_one_line_errors(values, message):

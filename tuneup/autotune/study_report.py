@@ -9,11 +9,23 @@ from tuneup.autotune import paired
 from tuneup.autotune.outcome import BASELINE
 from tuneup.autotune.race import reached
 from tuneup.autotune.record import trial_dict
+from tuneup.autotune.study_trials import STEPS, TIME, UNITS, seed_figure, steps_seen
 from tuneup.report.markdown import code, escape
+
+#: What ``autotune.cost`` ranks by, and why (autotune.md's first lines).
+COST_WHY = {
+    TIME: "time to target on this machine: each run's optimizer steps x its own seconds per "
+    "step (its fastest speed window) + its validations' seconds; a faster step that needs "
+    "more steps loses, as in the race",
+    STEPS: "optimizer steps to target: every step costs the same, the proxy for a GPU that "
+    "small batches do not fill (searching here to train on another machine)",
+    "samples": "samples to target: exact and repeatable, but they reward a smaller batch "
+    "without limit",
+}
 
 
 def build_study_record(search, command: list[str], recipe: dict) -> dict:
-    confidence = search.settings.confidence
+    confidence, cost = search.settings.confidence, search.settings.cost
     confirmed = []
     hits = {name: [t.figure("samples_to_target") for t in e["trials"] if reached(t)]
             for name, e in search.confirmed.items()}  # fmt: skip
@@ -21,11 +33,14 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
     for name, entry in search.confirmed.items():
         runs = entry["trials"]
         samples = [t.figure("samples_to_target") if reached(t) else None for t in runs]
+        costs = [seed_figure(t, cost)[0] for t in runs]
         times = [t.figure("time_to_target_s") for t in runs if reached(t)]
         row = {
             "label": name, "overrides": list(entry["overrides"]), "study_trial": entry["trial"],
             "jobs": [t.job for t in runs], "reached": all(reached(t) for t in runs),
+            "cost": costs, "cost_interval": paired.mean_interval(costs, confidence, floor=0.0),
             "samples_to_target": samples,
+            "steps_to_target": [steps_seen(t) if reached(t) else None for t in runs],
             "samples_prediction": paired.prediction_interval(
                 hits[name], confidence, floor=0.0, spread=spread
             ),
@@ -41,8 +56,11 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
     if search.speed is not None:
         s = search.speed
         speed = {"rounds": len(s.pairs), "pairs": s.pairs, "jobs": [t.job for t in s.trials],
-                 "seconds_per_sample_ratio": s.ratio(), "samples_ratio": s.samples_ratio(),
-                 "time_ratio": s.time_ratio(), "time_verdict": s.time_verdict()}  # fmt: skip
+                 "seconds_per_step": {"baseline": s.seconds_per_step(BASELINE),
+                                      "pick": s.seconds_per_step("pick")},
+                 "seconds_per_step_ratio": s.ratio(), "steps_ratio": s.steps_ratio(),
+                 "samples_ratio": s.samples_ratio(), "time_ratio": s.time_ratio(),
+                 "time_verdict": s.time_verdict()}  # fmt: skip
         for row in confirmed:
             if row["label"] == BASELINE:
                 row["estimated_time"] = s.estimate(search.confirmed[BASELINE], BASELINE)
@@ -60,6 +78,7 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
             k: ((summary or {}).get("target") or {}).get(k) for k in ("metric", "value", "mode")
         },
         "settings": dataclasses.asdict(search.settings),
+        "cost": {"name": cost, "unit": UNITS[cost], "why": COST_WHY[cost]},
         "elapsed_seconds": search.budget.elapsed,
         "seeds": {"explore": search.seed, "confirm": search.confirm_seeds},
         "study": {
@@ -112,7 +131,8 @@ def _study_trial(trial) -> dict:
             "params": trial.params, "overrides": attrs.get("tuneup_overrides"),
             "job": attrs.get("tuneup_job"), "baseline": bool(attrs.get("tuneup_baseline")),
             "reached": attrs.get("reached"), "pruned_at_samples": attrs.get("pruned_at_samples"),
-            "samples_seen": attrs.get("samples_seen"),
+            "samples_seen": attrs.get("samples_seen"), "cost": attrs.get("cost"),
+            "steps": attrs.get("steps"), "step_s": attrs.get("step_s"),
             "never_launched": attrs.get("tuneup_never_launched"), "error": attrs.get("error"),
             "curve": curve}  # fmt: skip
 
@@ -130,6 +150,7 @@ def _curve(trial) -> dict:
 
 def render_study_markdown(record: dict, sweep_dir: Path) -> str:
     target, settings = record["target"], record["settings"]
+    unit = record["cost"]["unit"]
     found = " ".join(record["recipe"]["found"]) or "your command as it is"
     pct = f"{settings['confidence']:.0%}"
     lines = [
@@ -143,6 +164,8 @@ def render_study_markdown(record: dict, sweep_dir: Path) -> str:
         "",
         f"**Recipe: {code(found)}**: {escape(record['verdict'])}.",
         "",
+        f"Ranked by `autotune.cost={record['cost']['name']}`: {escape(record['cost']['why'])}.",
+        "",
         f"Its samples to target: mean {_interval(record['recipe']['samples_to_target'], ',.0f')}"
         f" over the paired seeds ({pct} interval of the mean); on a new seed "
         f"{_interval(record['recipe']['samples_to_target_next_seed'], ',.0f')} ({pct} "
@@ -154,43 +177,54 @@ def render_study_markdown(record: dict, sweep_dir: Path) -> str:
         "",
         "## Confirmed on paired seeds",
         "",
-        f"Mean [{pct} interval] over the seeds. Estimated time = samples x seconds per sample "
-        "(paired throughput windows) + validations; measured time: the runs' own clock.",
+        f"Mean [{pct} interval] over the seeds. Cost: `autotune.cost={settings['cost']}` "
+        f"({unit}); estimated time = steps x seconds per step (paired throughput windows) + "
+        "validations; measured time: the runs' own clock.",
         "",
-        "| configuration | samples to target | per seed | vs baseline (difference) | verdict "
-        "| estimated time (s) | measured time (s) |",
-        "|---|---:|---|---:|---|---:|---:|",
+        f"| configuration | cost to target ({unit}) | per seed | steps | samples "
+        "| vs baseline (difference) | verdict | estimated time (s) | measured time (s) |",
+        "|---|---:|---|---|---|---:|---|---:|---:|",
     ]
     for row in record["confirmed"]:
         decision = row["decision"] or {}
-        per_seed = ", ".join("missed" if s is None else f"{s:,}" for s in row["samples_to_target"])
+        per_seed = ", ".join(_number(c, unit) for c in row["cost"])
         budget = row.get("samples_budget")
-        per_seed += f" (budget {budget:,})" if budget and None in row["samples_to_target"] else ""
+        missed = None in row["samples_to_target"]
+        per_seed += f" (budget {budget:,} samples)" if budget and missed else ""
         lines.append(
-            f"| {code(row['label'])} | {_interval(row['samples_interval'], ',.0f')} | {per_seed} | "
-            f"{_interval(decision.get('interval'), '+,.0f') if decision else '-'} | "
+            f"| {code(row['label'])} | {_interval(row['cost_interval'], _spec(unit))} | "
+            f"{per_seed} | {_counts(row['steps_to_target'])} | "
+            f"{_counts(row['samples_to_target'])} | "
+            f"{_interval(decision.get('interval'), '+' + _spec(unit)) if decision else '-'} | "
             f"{decision.get('verdict', 'reference')} | "
             f"{_estimated(row['estimated_time'])} | "
             f"{_interval(row['measured_time_interval'], '.3g')} |"
         )
     if record["speed"]:
         s = record["speed"]
-        lines += ["", f"Speed ({s['rounds']} interleaved rounds): seconds per sample, pick / "
-                  f"baseline {_interval(s['seconds_per_sample_ratio'], '.3g')}; samples, pick / "
-                  f"baseline {_interval(s['samples_ratio'], '.3g')}; estimated time to target, "
-                  f"pick / baseline {_interval(s['time_ratio'], '.3g')}: {s['time_verdict']}."]  # fmt: skip
-    lines += ["", "## The study", "", "| trial | job | configuration | state | samples to target "
-              "| pruned at (samples) |", "|---:|---:|---|---|---:|---:|"]  # fmt: skip
+        lines += ["", f"Speed ({s['rounds']} interleaved rounds): seconds per step, pick / "
+                  f"baseline {_interval(s['seconds_per_step_ratio'], '.3g')}; steps, pick / "
+                  f"baseline {_interval(s['steps_ratio'], '.3g')}; samples, pick / baseline "
+                  f"{_interval(s['samples_ratio'], '.3g')}; estimated time to target, pick / "
+                  f"baseline {_interval(s['time_ratio'], '.3g')}: {s['time_verdict']} "
+                  "(the steps on the paired seeds and the seconds per step of the rounds, "
+                  "combined on the log scale)."]  # fmt: skip
+    lines += ["", "## The study", "", f"| trial | job | configuration | state | cost to target "
+              f"({unit}) | steps | samples | pruned at (samples) |",
+              "|---:|---:|---|---|---:|---:|---:|---:|"]  # fmt: skip
     for t in record["explore"]:
         what = "your command (not run again)" if t["baseline"] else " ".join(t["overrides"] or [])
         state = t["state"].lower() + (f": never launched: {t['never_launched']}"
                                       if t["never_launched"] else "")  # fmt: skip
-        value = f"{t['value']:,.0f}" if t["reached"] and t["value"] is not None else (
+        value = _number(t["value"], unit) if t["reached"] or t["baseline"] else (
             "not reached" if t["reached"] is False else "-")  # fmt: skip
-        if t["baseline"]:
-            value = f"{t['value']:,.0f}"
+        steps = t.get("steps") or (record["baseline"].get("steps") if t["baseline"] else None)
+        samples = t["samples_seen"] or (
+            record["baseline"].get("samples") if t["baseline"] else None
+        )
         lines.append(f"| {t['number']} | {t['job'] or '-'} | {code(what)} | {escape(state)} | "
-                     f"{value} | {t['pruned_at_samples'] or '-'} |")  # fmt: skip
+                     f"{value} | {_counts([steps])} | {_counts([samples])} | "
+                     f"{t['pruned_at_samples'] or '-'} |")  # fmt: skip
     never = record["space"]["never_launched"]
     if never:
         lines += ["", "## Never launched", ""]
@@ -200,6 +234,18 @@ def render_study_markdown(record: dict, sweep_dir: Path) -> str:
     lines += ["", "![every configuration: the target metric against samples and time]"
               "(autotune.png)", ""]  # fmt: skip
     return "\n".join(lines)
+
+
+def _spec(unit: str) -> str:
+    return ".3g" if unit == "s" else ",.0f"
+
+
+def _number(value, unit: str) -> str:
+    return "-" if value is None else format(value, _spec(unit))
+
+
+def _counts(values: list) -> str:
+    return ", ".join("-" if v is None else f"{v:,}" for v in values)
 
 
 def _estimated(found: dict | None) -> str:
