@@ -195,7 +195,7 @@ TRIALS = 4
 def study_command(sweep_dir: Path) -> list[str]:
     return [str(ROOT / "run.py"), "-m", "experiment=autotune", "autotune.objective=time_to_target",
             f"autotune.budget_trials={TRIALS}", "autotune.seeds=2", "autotune.confirm=1",
-            "autotune.trial_steps=4", "autotune.max_rounds=2",
+            "autotune.trial_steps=4", "autotune.max_rounds=2", "autotune.cost=steps",
             "autotune.params={optimizer.lr: 'tag(log, interval(2e-3, 0.3))'}",
             f"hydra.sweep.dir={sweep_dir}", *TASK]  # fmt: skip
 
@@ -264,8 +264,9 @@ def test_a_killed_study_continues_without_rerunning_finished_trials(continued):
     assert "continued study 'autotune'" in " ".join(record["notes"])
 
 
-def test_the_study_finds_a_higher_learning_rate_that_needs_fewer_samples(continued):
+def test_the_study_finds_a_higher_learning_rate_that_needs_fewer_steps(continued):
     record = continued["record"]
+    text = (continued["dir"] / "autotune.md").read_text()
     [found] = record["recipe"]["found"]
     assert found.startswith("optimizer.lr=") and float(found.split("=")[1]) > 0.005
     rows = {r["label"]: r for r in record["confirmed"]}
@@ -273,6 +274,8 @@ def test_the_study_finds_a_higher_learning_rate_that_needs_fewer_samples(continu
     assert mine["decision"]["verdict"] == "better" and mine["decision"]["interval"]["high"] < 0
     for m, b in zip(mine["samples_to_target"], base["samples_to_target"], strict=True):
         assert m is not None and (b is None or m < b)  # None: missed within your own limits
+    assert mine["cost"] == [float(s) for s in mine["steps_to_target"]]  # autotune.cost=steps
+    assert record["cost"]["name"] == "steps" and "`autotune.cost=steps`: optimizer steps" in text
     for row in record["confirmed"]:  # the figures are the runs' own, on the paired seeds
         for job, samples in zip(row["jobs"], row["samples_to_target"], strict=True):
             summary = json.loads((continued["dir"] / job / "summary.json").read_text())
@@ -282,7 +285,10 @@ def test_the_study_finds_a_higher_learning_rate_that_needs_fewer_samples(continu
     assert max(mine["samples_to_target"]) <= new_seed["high"]
     speed = record["speed"]
     assert speed["rounds"] == 2 and speed["time_verdict"]  # paired, interleaved windows
-    text = (continued["dir"] / "autotune.md").read_text()
+    time = speed["time_ratio"]  # one interval on the log scale, shown as information here
+    assert time["seeds"] == 2 and time["rounds"] == 2 and time["df"] >= 1
+    assert speed["time_verdict"].startswith(time["verdict"])  # faster (beyond the noise)...
+    assert "(autotune.cost=steps); on this machine, estimated time to target" in record["verdict"]
     command = f"tuneup --config-dir {continued['dir'] / 'conf'} experiment=recipe target.stop=true"
     assert record["recipe"]["command"] == command and command in text
     assert "| better |" in text
@@ -304,7 +310,15 @@ def test_trials_behind_at_equal_samples_are_pruned_with_the_samples_they_ran(con
         assert summary["target_history"][-1]["samples"] == trial["pruned_at_samples"]
         assert not summary["target"]["reached"]
     text = (continued["dir"] / "autotune.md").read_text()
-    assert f"| pruned | - | {pruned[0]['pruned_at_samples']} |" in text
+    steps, samples = pruned[0]["steps"], pruned[0]["pruned_at_samples"]
+    assert f"| pruned | - | {steps:,} | {samples:,} | {samples} |" in text
+    for trial in record["explore"]:  # the user's schedule: a sample limit, not max_steps
+        if trial["job"] is not None and not trial["baseline"]:
+            overrides = (continued["dir"] / trial["job"] / ".hydra" / "overrides.yaml").read_text()
+            assert "target.max_samples=" in overrides and "trainer.max_steps" not in overrides
+            assert trial["steps"] > 0 and trial["cost"] == trial["steps"]
+    console = continued["done"].stdout + continued["done"].stderr
+    assert "autotune: trial " in console and "samples; autotune.cost=steps)" in console
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -193,8 +193,8 @@ def render_study_markdown(record: dict, sweep_dir: Path) -> str:
         per_seed += f" (budget {budget:,} samples)" if budget and missed else ""
         lines.append(
             f"| {code(row['label'])} | {_interval(row['cost_interval'], _spec(unit))} | "
-            f"{per_seed} | {_counts(row['steps_to_target'])} | "
-            f"{_counts(row['samples_to_target'])} | "
+            f"{per_seed} | {_counts(row['steps_to_target'], 'missed')} | "
+            f"{_counts(row['samples_to_target'], 'missed')} | "
             f"{_interval(decision.get('interval'), '+' + _spec(unit)) if decision else '-'} | "
             f"{decision.get('verdict', 'reference')} | "
             f"{_estimated(row['estimated_time'])} | "
@@ -244,8 +244,8 @@ def _number(value, unit: str) -> str:
     return "-" if value is None else format(value, _spec(unit))
 
 
-def _counts(values: list) -> str:
-    return ", ".join("-" if v is None else f"{v:,}" for v in values)
+def _counts(values: list, none: str = "-") -> str:
+    return ", ".join(none if v is None else f"{v:,}" for v in values)
 
 
 def _estimated(found: dict | None) -> str:
