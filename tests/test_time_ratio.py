@@ -109,29 +109,29 @@ def test_a_trials_cost_is_its_steps_at_its_own_step_time_plus_its_validations():
 
 
 class FakeLab:
-    """Speed trials: the command at 0.1 s a step, the pick at 0.14 s (batch 10 both)."""
+    """Speed trials: the command at 0.1 s a step, the pick at ``pick_s`` (batch 10 both)."""
 
-    def __init__(self):
-        self.trials = []
+    def __init__(self, pick_s: float):
+        self.trials, self.pick_s = [], pick_s
 
     def run(self, name, overrides, settings):
-        step_s = 0.14 if "optimizer.lr=0.3" in overrides else 0.1
+        step_s = self.pick_s if "optimizer.lr=0.3" in overrides else 0.1
         trial = Trial(name, overrides, str(len(self.trials)), Path("."),
                       {"status": "ok", "samples_per_s_windows": [10 / step_s]}, 1.0)  # fmt: skip
         self.trials.append(trial)
         return trial
 
 
-def decided(cost: str):
-    """decide() on a pick that needs 0.75x the steps on every paired seed at 1.4x the
-    seconds per step: 1.05x the time."""
+def decided(cost: str, steps: int = 30, step_s: float = 0.14):
+    """decide() on a pick that needs ``steps`` on every paired seed (the command: 40) at
+    ``step_s`` a step (the command: 0.1)."""
     search = SimpleNamespace(
         settings=Settings(objective="time_to_target", cost=cost, min_rounds=2, max_rounds=2),
-        lab=FakeLab(), recipe=(), verdict="", speed=None, notes=[],
+        lab=FakeLab(step_s), recipe=(), verdict="", speed=None, notes=[],
         _left=lambda: 600.0, _typical_seconds=lambda: 1.0, batch=lambda overrides: 10,
     )  # fmt: skip
     base = [race_trial(40, 10, 0.1, validation_s=0.0) for _ in range(3)]
-    pick = [race_trial(30, 10, 0.14, validation_s=0.0) for _ in range(3)]
+    pick = [race_trial(steps, 10, step_s, validation_s=0.0) for _ in range(3)]
     search.confirmed = {
         BASELINE: {"overrides": (), "trials": base},
         "optimizer.lr=0.3": {"overrides": ("optimizer.lr=0.3",), "trials": pick,
@@ -152,3 +152,7 @@ def test_a_pick_not_faster_in_time_keeps_the_command_and_says_why():
     adopted = decided("steps")
     assert adopted.recipe == ("optimizer.lr=0.3",)
     assert "autotune.cost=steps" in adopted.verdict and "1.05x" in adopted.verdict
+    # half the steps at the same step time: faster beyond the lattice's noise, adopted
+    faster = decided("time", steps=20, step_s=0.1)
+    assert faster.recipe == ("optimizer.lr=0.3",) and "faster beyond the noise" in faster.verdict
+    assert faster.speed.time_ratio()["high"] < 1
