@@ -156,3 +156,26 @@ def test_a_pick_not_faster_in_time_keeps_the_command_and_says_why():
     faster = decided("time", steps=20, step_s=0.1)
     assert faster.recipe == ("optimizer.lr=0.3",) and "faster beyond the noise" in faster.verdict
     assert faster.speed.time_ratio()["high"] < 1
+
+
+def test_your_command_enters_the_study_at_its_cost_with_steps_and_samples_beside(caplog):
+    import logging
+
+    optuna = pytest.importorskip("optuna")
+    from optuna.distributions import FloatDistribution
+
+    from tuneup.autotune.study_search import StudySearch
+
+    lab = SimpleNamespace(run=lambda *a, **k: race_trial(40, 16, 0.05, validation_s=2.0))
+    search = StudySearch(Settings(objective="time_to_target"), lab, None,
+                         SimpleNamespace(seconds=600.0, elapsed=0.0), 0, "")  # fmt: skip
+    search.study = optuna.create_study()
+    with caplog.at_level(logging.INFO, logger="tuneup.autotune.study_search"):
+        search.baseline_run(None)
+    assert "your command: 4 s to the target (40 steps, 640 samples; autotune.cost=time)" in (
+        caplog.text)  # fmt: skip
+    lr = FloatDistribution(1e-3, 1.0, log=True)
+    search.space = SimpleNamespace(distributions={"optimizer.lr": lr}, parent=lambda key: None)
+    search.add_baseline_trial({"optimizer": {"lr": 0.1}})
+    [trial] = search.study.trials
+    assert trial.value == pytest.approx(40 * 0.05 + 2.0) and trial.params == {"optimizer.lr": 0.1}

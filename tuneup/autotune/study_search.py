@@ -129,7 +129,8 @@ class StudySearch:
         self.baseline = {"job": trial.job, "reached": hit is not None, "samples_to_target": hit,
                          "steps_to_target": trial.figure("steps_to_target"),
                          "samples_seen": seen, "seconds": trial.seconds,
-                         "trial_samples": max(1, budget), "cost": self.settings.cost,
+                         "trial_samples": max(1, budget), "ranked_by": self.settings.cost,
+                         "value": trial_value(trial, self.settings.cost),
                          **figures(trial, self.settings.cost)}  # fmt: skip
         log.info("autotune: your command: %s", console_line(self.baseline, self.settings.cost))
         self.study.set_user_attr(BASELINE_ATTR, self.baseline)
@@ -150,10 +151,10 @@ class StudySearch:
             if value is None or not contains(dist, value):
                 return  # the user's value is outside the space: no such trial
             values[key] = value
-        if not self.baseline["reached"] or self.baseline.get("cost") != self.settings.cost:
-            return  # a continued study ranked by another cost: its value would not compare
-        if self.baseline.get("value") is None:
+        if not self.baseline["reached"] or self.baseline.get("value") is None:
             return
+        if self.baseline.get("ranked_by") != self.settings.cost:
+            return  # a continued study ranked by another cost: its value would not compare
         trial = optuna.trial.create_trial(
             params=values,
             distributions={k: self.space.distributions[k] for k in values},
