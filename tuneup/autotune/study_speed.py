@@ -4,7 +4,7 @@ the baseline, and the time to target they give.
 Short throughput trials (``autotune.trial_steps`` steps, no validation, the user's schedule:
 race.speed_settings), the baseline (B) and the pick (P) interleaved, the order reversed every
 round (B P, P B, ...), ``autotune.min_rounds`` to ``autotune.max_rounds`` rounds while the
-interval still includes 1.0: each round one ratio of trials run next to each other
+time ratio's interval still includes 1.0: each round one ratio of trials run next to each other
 (interval.paired: Student's t over the rounds' log ratios). A trial's speed is its fastest
 window, as for throughput; its seconds per step, its samples per step over that speed.
 
@@ -24,7 +24,7 @@ from tuneup.autotune.interval import paired as paired_speeds
 from tuneup.autotune.outcome import BASELINE
 from tuneup.autotune.race import NO_TARGET, speed_settings
 from tuneup.autotune.study_trials import samples_seen, steps_seen, validation_seconds
-from tuneup.autotune.time_ratio import FASTER, Seed, quantum, time_ratio
+from tuneup.autotune.time_ratio import FASTER, NOISE, Seed, quantum, time_ratio
 
 SPEED = "speed"
 
@@ -62,9 +62,8 @@ class Speed:
         return self
 
     def _decided(self) -> bool:
-        base, pick = zip(*self.pairs, strict=True) if self.pairs else ((), ())
-        found = paired_speeds(list(base), list(pick), self.search.settings.confidence)
-        return found is not None and found.verdict != "within noise"
+        """Whether the time to target (the ratio that is reported and decides) is decided."""
+        return (self.time_ratio() or {}).get("verdict", NOISE) != NOISE
 
     # -- the figures -------------------------------------------------------------------------
 
