@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import pytorch_lightning as pl
 
 import tuneup
 from tests.conftest import ROOT, compose_config, python, run_cli
@@ -122,6 +123,8 @@ def test_the_advice_without_an_answer_follows_from_what_happened():
         ({"method": "greedy"}, "autotune.method is not an autotune setting"),  # removed
         ({"seeds": 3, "max_seeds": 2}, "autotune.max_seeds=2 is not allowed: expected an "
          "integer >= autotune.seeds (3)"),
+        ({"cost": "wallclock"}, "autotune.cost='wallclock' is not allowed: expected time | "
+         "steps | samples"),
     ],
 )  # fmt: skip
 def test_bad_study_settings_are_one_line_errors(values, message):
@@ -283,6 +286,50 @@ def test_the_default_space_holds_the_hand_recipes_and_drops_what_is_not_installe
     assert installed or dropped["scheduler=wsd"].startswith("not in this install's config")
 
 
+# -- the user's schedule: a race budget the scheduler does not see ----------------------------
+
+#: The user's command: 16 steps of a cosine schedule; a trial's budget stops it after 4.
+SCHEDULED = ["data.train_samples=256", "data.val_samples=32", "data.batch_size=32", "model=mlp",
+             "model.hidden=[8]", "trainer.max_steps=16", "trainer.max_epochs=-1",
+             "scheduler=cosine", "target.metric=val/acc", "target.value=1.01",
+             "target.check_every_n_steps=4", "trainer.enable_progress_bar=false",
+             "measure.console_table=false"]  # fmt: skip
+
+
+class LearningRates(pl.Callback):
+    """Writes the learning rate of every optimizer step of the run to ``path`` (a Lightning
+    callback; Hydra imports this module anew, so it reports through a file)."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.seen = Path(path), []
+
+    def on_train_batch_end(self, trainer, *args):
+        self.seen.append(trainer.optimizers[0].param_groups[0]["lr"])
+        self.path.write_text(json.dumps(self.seen))
+
+
+def test_a_study_trial_keeps_the_schedule_the_recipe_runs(tmp_path):
+    from tuneup.autotune.race import race_settings, sample_limit, speed_settings
+
+    def learning_rates(run: str, overrides: list[str]) -> list[float]:
+        log = tmp_path / f"{run}.json"
+        callback = f"+callbacks.lr={{_target_: {__name__}.LearningRates, path: '{log}'}}"
+        tuneup.run(compose_config([*SCHEDULED, *overrides, callback], tiny=False),
+                   run_dir=tmp_path / run)  # fmt: skip
+        return json.loads(log.read_text())
+
+    candidate = ["data.batch_size=16"]  # the candidate's own batch size: 16 steps of 16
+    recipe = learning_rates("recipe", candidate)
+    budget = [*race_settings(60), *sample_limit(4 * 16)]  # what race_run adds
+    seen = learning_rates("trial", [*budget, *candidate])
+    trial = json.loads((tmp_path / "trial" / "summary.json").read_text())
+    assert len(recipe) == 16 and trial["steps"] == 4 == len(seen)
+    assert seen == pytest.approx(recipe[:4])  # not a cosine squeezed into 4 steps
+    assert seen[3] > 0.8 * seen[0]  # squeezed, the 4th step would end the decay at 0
+    speed = speed_settings(4, 16)
+    assert "target.max_samples=64" in speed and not [s for s in speed if "max_steps" in s]
+
+
 # -- one real study: killed with SIGKILL, continued by the same command -----------------------
 
 #: Digits, a small MLP, a learning rate 10x below sgd's default (it misses the target within
@@ -297,7 +344,7 @@ def study_command(sweep_dir: Path) -> list[str]:
     return [str(ROOT / "run.py"), "-m", "experiment=autotune", "autotune.objective=time_to_target",
             f"autotune.budget_trials={TRIALS}", "autotune.seeds=2", "autotune.max_seeds=2",
             "autotune.confirm=1",
-            "autotune.trial_steps=4", "autotune.max_rounds=2",
+            "autotune.trial_steps=4", "autotune.max_rounds=2", "autotune.cost=steps",
             "autotune.params={optimizer.lr: 'tag(log, interval(2e-3, 0.3))'}",
             f"hydra.sweep.dir={sweep_dir}", *TASK]  # fmt: skip
 
@@ -366,8 +413,9 @@ def test_a_killed_study_continues_without_rerunning_finished_trials(continued):
     assert "continued study 'autotune'" in " ".join(record["notes"])
 
 
-def test_the_study_finds_a_higher_learning_rate_that_needs_fewer_samples(continued):
+def test_the_study_finds_a_higher_learning_rate_that_needs_fewer_steps(continued):
     record = continued["record"]
+    text = (continued["dir"] / "autotune.md").read_text()
     [found] = record["recipe"]["found"]
     assert found.startswith("optimizer.lr=") and float(found.split("=")[1]) > 0.005
     rows = {r["label"]: r for r in record["confirmed"]}
@@ -375,6 +423,8 @@ def test_the_study_finds_a_higher_learning_rate_that_needs_fewer_samples(continu
     assert mine["decision"]["verdict"] == "better" and mine["decision"]["interval"]["high"] < 0
     for m, b in zip(mine["samples_to_target"], base["samples_to_target"], strict=True):
         assert m is not None and (b is None or m < b)  # None: missed within your own limits
+    assert mine["cost"] == [float(s) for s in mine["steps_to_target"]]  # autotune.cost=steps
+    assert record["cost"]["name"] == "steps" and "`autotune.cost=steps`: optimizer steps" in text
     for row in record["confirmed"]:  # the figures are the runs' own, on the paired seeds
         for job, samples in zip(row["jobs"], row["samples_to_target"], strict=True):
             summary = json.loads((continued["dir"] / job / "summary.json").read_text())
@@ -392,7 +442,10 @@ def test_the_study_finds_a_higher_learning_rate_that_needs_fewer_samples(continu
     assert mine["seeds"] == record["seeds"]["confirm"] == [1, 2]
     speed = record["speed"]
     assert speed["rounds"] == 2 and speed["time_verdict"]  # paired, interleaved windows
-    text = (continued["dir"] / "autotune.md").read_text()
+    time = speed["time_ratio"]  # one interval on the log scale, shown as information here
+    assert time["seeds"] == 2 and time["rounds"] == 2 and time["df"] >= 1
+    assert speed["time_verdict"].startswith(time["verdict"])  # faster (beyond the noise)...
+    assert "(autotune.cost=steps); on this machine, estimated time to target" in record["verdict"]
     command = f"tuneup --config-dir {continued['dir'] / 'conf'} experiment=recipe target.stop=true"
     assert record["recipe"]["command"] == command and command in text
     assert "| better, p " in text and f"held-out seed {expected['seed']}" in text
@@ -417,7 +470,15 @@ def test_trials_behind_at_equal_samples_are_pruned_with_the_samples_they_ran(con
         assert stopped["rung"] <= stopped["samples"]
         assert not summary["target"]["reached"]
     text = (continued["dir"] / "autotune.md").read_text()
-    assert f"| pruned | - | {pruned[0]['pruned_at_samples']} |" in text
+    steps, samples = pruned[0]["steps"], pruned[0]["pruned_at_samples"]
+    assert f"| pruned | - | {steps:,} | {samples:,} | {samples} |" in text
+    for trial in record["explore"]:  # the user's schedule: a sample limit, not max_steps
+        if trial["job"] is not None and not trial["baseline"]:
+            overrides = (continued["dir"] / trial["job"] / ".hydra" / "overrides.yaml").read_text()
+            assert "target.max_samples=" in overrides and "trainer.max_steps" not in overrides
+            assert trial["steps"] > 0 and trial["cost"] == trial["steps"]
+    console = continued["done"].stdout + continued["done"].stderr
+    assert "autotune: trial " in console and "samples; autotune.cost=steps)" in console
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -140,13 +140,14 @@ def test_bad_settings_are_one_line_each(make_config, tmp_path):
 
     bad = ["model=gpt", "data=synthetic_tokens", "target.metric=val/acc_top9",
            "target.mode=sideways", "target.check_every_n_steps=0", "target.stop=yes",
-           "tta=flip", "label_smoothing=on", "label_smoothing.amount=1.5"]  # fmt: skip
+           "target.max_samples=0", "tta=flip", "label_smoothing=on", "label_smoothing.amount=1.5"]  # fmt: skip
     with pytest.raises(ConfigError) as error:
         tuneup.run(make_config(bad), run_dir=tmp_path)
     text = str(error.value)
     for expected in ("target.mode='sideways' is not allowed: expected one of 'auto', 'max'",
                      "target.check_every_n_steps=0 is not allowed",
                      "target.stop='yes' is not allowed",
+                     "target.max_samples=0 is not allowed",
                      "label_smoothing.amount=1.5 is not allowed",
                      "tta=flip flips images left to right, but data synthetic_tokens"):  # fmt: skip
         assert expected in text, text

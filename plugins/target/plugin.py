@@ -19,6 +19,7 @@ RULES = {
     "target.mode": OneOf(MODES),
     "target.check_every_n_steps": Integer(low=1, also=(None,)),
     "target.stop": BOOL,
+    "target.max_samples": Integer(low=1, also=(None,)),
 }
 #: Words of a metric's name that say which way is better (``target.mode=auto``).
 HIGHER = ("acc", "top1", "top5", "f1", "auc", "iou", "map", "precision", "recall", "bleu", "score")
@@ -96,6 +97,9 @@ class Plugin:
         self.device = None
         self.recording = False  # the running validation goes into the record
         self.first_rank = True
+        self.limit = node.get("max_samples")  # a stop the schedule does not see
+        self.seen = 0  # samples of all processes, for the limit
+        self.micro_batches = 0
 
     @hookimpl
     def check(self, cfg, plan):
@@ -130,9 +134,23 @@ class Plugin:
             self._start()
 
     @hookimpl
-    def on_train_batch_end(self, batch):
+    def on_train_batch_end(self, trainer, batch):
+        samples = samples_in(batch, self.world_size)
         if self.race is not None:
-            self.race.add_samples(samples_in(batch, self.world_size))
+            self.race.add_samples(samples)
+        if self.limit is not None:
+            self._stop_at_limit(trainer, samples)
+
+    def _stop_at_limit(self, trainer, samples: int) -> None:
+        """``target.max_samples``: stop at the end of the optimizer step that reaches it, as
+        EarlyStopping stops a run (``trainer.should_stop``; Lightning validates there once
+        more). The scheduler's horizon stays what ``trainer.max_steps`` / ``max_epochs`` make
+        it: the autotune's race budget cuts a trial short without squeezing its schedule."""
+        self.seen += samples
+        self.micro_batches += 1
+        stepped = self.micro_batches % max(1, trainer.accumulate_grad_batches) == 0
+        if stepped and self.seen >= self.limit:
+            trainer.should_stop = True
 
     def _records(self, trainer) -> bool:
         """Whether this validation goes into the record: not a sanity check, and not a second

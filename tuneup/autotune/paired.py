@@ -206,18 +206,6 @@ def pick(decisions: dict[str, dict], means: dict[str, float]) -> str | None:
     return min(better, key=lambda name: means[name]) if better else None
 
 
-def product_interval(samples: dict, speed_ratio) -> dict | None:
-    """Estimated time-to-target ratio (candidate / baseline) from the samples' ratio interval
-    and the seconds-per-sample ratio interval: each end the product of the ends (both
-    independent and positive), so it is at least as wide as either."""
-    if samples is None or speed_ratio is None:
-        return None
-    low = samples["low"] * speed_ratio["low"] if samples["low"] is not None else None
-    high = (samples["high"] * speed_ratio["high"]
-            if samples["high"] is not None and speed_ratio["high"] is not None else None)  # fmt: skip
-    return {"estimate": samples["estimate"] * speed_ratio["estimate"], "low": low, "high": high}
-
-
 def ratio_interval(baseline: list[float], candidate: list[float], confidence: float):
     """Mean per-seed log ratio candidate / baseline as a ratio with its t interval (the
     candidate's seeds: the baseline's first ones; the baseline may have run more)."""
@@ -231,10 +219,3 @@ def ratio_interval(baseline: list[float], candidate: list[float], confidence: fl
         "low": None if found["low"] is None else math.exp(found["low"]),
         "high": None if found["high"] is None else math.exp(found["high"]),
     }
-
-
-def verdict_of(ratio: dict | None) -> str:
-    """``faster`` / ``slower`` when a time ratio's interval excludes 1, else not significant."""
-    if not ratio or ratio.get("low") is None or ratio.get("high") is None:
-        return NOISE
-    return "faster" if ratio["high"] < 1 else "slower" if ratio["low"] > 1 else NOISE

@@ -6,11 +6,14 @@ times of two seeds and never searched the learning rate; docs/autotune.md.)"""
 
 from __future__ import annotations
 
+import math
+
 from tuneup import TuneupError
-from tuneup.autotune.trials import Trial, max_time
+from tuneup.autotune.trials import Trial, max_time, trial_settings
 
 TIME_TO_TARGET = "time_to_target"
 NO_TARGET = ("target.metric=null", "target.value=null")
+STEP_LIMITS = ("trainer.max_steps=", "trainer.max_epochs=")
 
 
 def race_settings(limit_s: float | None = None) -> list[str]:
@@ -23,6 +26,21 @@ def race_settings(limit_s: float | None = None) -> list[str]:
         "measure.console_table=false",
     ]
     return found + ([max_time(limit_s)] if limit_s is not None else [])
+
+
+def sample_limit(samples: int | None) -> list[str]:
+    """A trial's budget of ``samples`` (None: none, the user's own limits): a stop the
+    scheduler does not see (``target.max_samples``, plugins/target/). Cosine and WSD decay
+    over ``trainer.max_steps`` / ``max_epochs``; those stay the user's, so a candidate is
+    trained with the schedule its recipe will run (with its own batch size), only cut short."""
+    return [] if samples is None else [f"target.max_samples={max(1, math.ceil(samples))}"]
+
+
+def speed_settings(steps: int, batch: int, limit_s: float | None = None) -> list[str]:
+    """A throughput trial of ``steps`` optimizer steps of ``batch`` samples (the speed stage's,
+    study_speed.py), stopped by :func:`sample_limit`: no validation, the user's schedule."""
+    found = [s for s in trial_settings(steps, limit_s) if not s.startswith(STEP_LIMITS)]
+    return [*found, *sample_limit(steps * batch)]
 
 
 def required_target(checks) -> dict:

@@ -19,6 +19,8 @@ BATCH = "batch_size"
 LR_RULES = ("linear", "sqrt", "keep")
 OBJECTIVES = ("throughput", "time_to_target")
 PRUNERS = ("successive_halving", "hyperband", "none")
+#: autotune.cost (time to target): what ranks the study's trials (study_trials.trial_cost)
+COSTS = ("time", "steps", "samples")
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Settings:
     budget_samples: int | None = None
     confirm: int = 3
     pruner: str = "successive_halving"
+    cost: str = "time"
     storage: str | None = None
     study_name: str = "autotune"
     params: dict[str, str] | None = None
@@ -117,6 +120,7 @@ class Settings:
             ),
             "confirm": (_whole(self.confirm, 1), "an integer >= 1"),
             "pruner": (self.pruner in PRUNERS, " | ".join(PRUNERS)),
+            "cost": (self.cost in COSTS, " | ".join(COSTS)),
             "study_name": (
                 isinstance(self.study_name, str) and self.study_name != "",
                 "a non-empty name",

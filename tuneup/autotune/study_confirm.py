@@ -18,7 +18,15 @@ import math
 from tuneup.autotune import paired, sequential
 from tuneup.autotune.outcome import BASELINE, label
 from tuneup.autotune.study_advice import search_no_answer
-from tuneup.autotune.study_trials import BASELINE_ATTR, OVERRIDES_ATTR, quantum, seed_figure
+from tuneup.autotune.study_trials import (
+    BASELINE_ATTR,
+    OVERRIDES_ATTR,
+    SAMPLES,
+    TIME,
+    UNITS,
+    quantum,
+    seed_figure,
+)
 
 
 def confirm(search) -> None:
@@ -49,7 +57,7 @@ def confirm(search) -> None:
                                 limit_s=max(1.0, search._left() - _reserve(search)))  # fmt: skip
         entry["trials"].append(trial)
         entry["samples_budget"] = samples
-        return (*seed_figure(trial), quantum(trial))
+        return (*seed_figure(trial, settings.cost), quantum(trial, settings.cost))
 
     _, decisions = sequential.run_seeds(run, [name for name, _, _ in best], settings.confidence,
                                         settings.seeds, settings.max_seeds)  # fmt: skip
@@ -111,35 +119,56 @@ def _reserve(search) -> float:
 def _confirm_samples(search, baseline: dict) -> int:
     """A candidate's budget on the paired seeds: the baseline's most samples to target
     there x autotune.race_margin (at least the study's trial budget)."""
-    base = [s for s, ok in map(seed_figure, baseline["trials"]) if ok]
+    base = [seed_figure(t, SAMPLES) for t in baseline["trials"]]
+    base = [s for s, ok in base if ok]
     most = math.ceil(max(base) * search.settings.race_margin) if base else 0
     return max(most, search.baseline["trial_samples"])
 
 
 def decide(search) -> None:
-    """The pick (paired seeds), then its speed against the baseline's (study_speed.py)."""
+    """The pick (paired seeds, on ``autotune.cost``), then its time to target against the
+    baseline's (study_speed.py). With ``autotune.cost=time`` the pick is adopted only when
+    that time is lower than the command's beyond the noise; with ``steps`` or ``samples`` the
+    paired decision on that count decides and the time on this machine is information."""
     from tuneup.autotune.study_speed import Speed
 
+    cost = search.settings.cost
     decisions = {n: e["decision"] for n, e in search.confirmed.items() if n != BASELINE}
-    means = {n: sum(s for s, _ in map(seed_figure, e["trials"])) / len(e["trials"])
+    means = {n: sum(seed_figure(t, cost)[0] for t in e["trials"]) / len(e["trials"])
              for n, e in search.confirmed.items()}  # fmt: skip
     chosen = paired.pick(decisions, means)
+    less = "time" if cost == TIME else f"{UNITS[cost]}"
     if not decisions:  # the advice follows from what happened (study_advice.py)
         search.verdict = search_no_answer(search)
         return
     if chosen is None:
-        search.verdict = ("not significant: no configuration needed fewer samples to the target "
-                        "than your command in every paired seed beyond the noise; your "
-                        "command is kept")  # fmt: skip
+        search.verdict = (f"not significant: no configuration needed less {less} to the target "
+                          "than your command in every paired seed beyond the noise; your "
+                          "command is kept")  # fmt: skip
         return
     pick = search.confirmed[chosen]
     held_out(search, chosen)
     search.speed = Speed(search, pick).run()
-    time_verdict = search.speed.time_verdict()
-    if time_verdict == "slower":
-        search.verdict = (f"`{chosen}` needs fewer samples, but is slower to the target in "
-                        "estimated time (paired throughput windows): your command is kept")  # fmt: skip
+    found = search.speed.time_ratio()
+    time = f"estimated time to target {ratio_text(found)} your command's"
+    if cost == TIME and (found or {}).get("verdict") != "faster":
+        search.verdict = (f"`{chosen}` needed less time on the paired seeds, but its {time} "
+                          f"({search.speed.time_verdict()}): not lower beyond the noise, so "
+                          "your command is kept")  # fmt: skip
         return
     search.recipe = pick["overrides"]
-    search.verdict = (f"`{chosen}` needs fewer samples to the target in every paired seed "
-                    f"beyond the noise; estimated time to target: {time_verdict}")  # fmt: skip
+    if cost == TIME:
+        search.verdict = f"`{chosen}` reaches the target sooner: {time}, faster beyond the noise"
+        return
+    search.verdict = (f"`{chosen}` needs fewer {UNITS[cost]} to the target in every paired seed "
+                      f"beyond the noise (autotune.cost={cost}); on this machine, {time}: "
+                      f"{search.speed.time_verdict()}")  # fmt: skip
+
+
+def ratio_text(found: dict | None) -> str:
+    """A time ratio as ``0.64x [0.51, 0.8]`` (``not measured`` without rounds)."""
+    if not found:
+        return "not measured"
+    if found.get("low") is None:
+        return f"{found['estimate']:.3g}x"
+    return f"{found['estimate']:.3g}x [{found['low']:.3g}, {found['high']:.3g}]"

@@ -1,4 +1,5 @@
-"""autotune.json and autotune.md of the time-to-target study (study_search.py)."""
+"""autotune.json of the time-to-target study (study_search.py); study_markdown.py draws
+autotune.md from it."""
 
 from __future__ import annotations
 
@@ -10,12 +11,30 @@ from tuneup.autotune.outcome import BASELINE
 from tuneup.autotune.race import reached
 from tuneup.autotune.record import trial_dict
 from tuneup.autotune.study_confirm import held_out_seed, paired_seeds
-from tuneup.autotune.study_trials import lattice_gap, samples_seen
-from tuneup.report.markdown import code, escape
+from tuneup.autotune.study_trials import (
+    STEPS,
+    TIME,
+    UNITS,
+    lattice_gap,
+    samples_seen,
+    seed_figure,
+    steps_seen,
+)
+
+#: What ``autotune.cost`` ranks by, and why (autotune.md's first lines).
+COST_WHY = {
+    TIME: "time to target on this machine: each run's optimizer steps x its own seconds per "
+    "step (its fastest speed window) + its validations' seconds; a faster step that needs "
+    "more steps loses, as in the race",
+    STEPS: "optimizer steps to target: every step costs the same, the proxy for a GPU that "
+    "small batches do not fill (searching here to train on another machine)",
+    "samples": "samples to target: exact and repeatable, but they reward a smaller batch "
+    "without limit",
+}
 
 
 def build_study_record(search, command: list[str], recipe: dict) -> dict:
-    confidence = search.settings.confidence
+    confidence, cost = search.settings.confidence, search.settings.cost
     confirmed = []
     hits = {name: [t.figure("samples_to_target") for t in e["trials"] if reached(t)]
             for name, e in search.confirmed.items()}  # fmt: skip
@@ -29,13 +48,16 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
     for name, entry in search.confirmed.items():
         runs = entry["trials"]
         samples = [t.figure("samples_to_target") if reached(t) else None for t in runs]
+        costs = [seed_figure(t, cost)[0] for t in runs]
         times = [t.figure("time_to_target_s") for t in runs if reached(t)]
         lattice = sorted(lattice_gap(t, "samples") for t in runs)  # the samples' lattice
         row = {
             "label": name, "overrides": list(entry["overrides"]), "study_trial": entry["trial"],
             "jobs": [t.job for t in runs], "seeds": seeds[: len(runs)],
             "reached": all(reached(t) for t in runs),
+            "cost": costs, "cost_interval": paired.mean_interval(costs, confidence, floor=0.0),
             "samples_to_target": samples,
+            "steps_to_target": [steps_seen(t) if reached(t) else None for t in runs],
             "samples_prediction": paired.prediction_interval(
                 hits[name], confidence, spread=spread,
                 quantum=lattice[len(lattice) // 2] if lattice else 0.0,
@@ -53,8 +75,11 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
     if search.speed is not None:
         s = search.speed
         speed = {"rounds": len(s.pairs), "pairs": s.pairs, "jobs": [t.job for t in s.trials],
-                 "seconds_per_sample_ratio": s.ratio(), "samples_ratio": s.samples_ratio(),
-                 "time_ratio": s.time_ratio(), "time_verdict": s.time_verdict()}  # fmt: skip
+                 "seconds_per_step": {"baseline": s.seconds_per_step(BASELINE),
+                                      "pick": s.seconds_per_step("pick")},
+                 "seconds_per_step_ratio": s.ratio(), "steps_ratio": s.steps_ratio(),
+                 "samples_ratio": s.samples_ratio(), "time_ratio": s.time_ratio(),
+                 "time_verdict": s.time_verdict()}  # fmt: skip
         for row in confirmed:
             if row["label"] == BASELINE:
                 row["estimated_time"] = s.estimate(search.confirmed[BASELINE], BASELINE)
@@ -72,6 +97,7 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
             k: ((summary or {}).get("target") or {}).get(k) for k in ("metric", "value", "mode")
         },
         "settings": dataclasses.asdict(search.settings),
+        "cost": {"name": cost, "unit": UNITS[cost], "why": COST_WHY[cost]},
         "elapsed_seconds": search.budget.elapsed,
         "seeds": {"explore": search.seed, "confirm": seeds, "held_out": held_out_seed(search)},
         "study": {
@@ -139,7 +165,8 @@ def _study_trial(trial) -> dict:
             "params": trial.params, "overrides": attrs.get("tuneup_overrides"),
             "job": attrs.get("tuneup_job"), "baseline": bool(attrs.get("tuneup_baseline")),
             "reached": attrs.get("reached"), "pruned_at_samples": attrs.get("pruned_at_samples"),
-            "samples_seen": attrs.get("samples_seen"),
+            "samples_seen": attrs.get("samples_seen"), "cost": attrs.get("cost"),
+            "steps": attrs.get("steps"), "step_s": attrs.get("step_s"),
             "never_launched": attrs.get("tuneup_never_launched"), "error": attrs.get("error"),
             "curve": curve}  # fmt: skip
 
@@ -153,140 +180,3 @@ def _curve(trial) -> dict:
         "curve": {"samples": [e["samples"] for e in history], "time_s": [e["time_s"] for e in history],
                   "value": [e["value"] for e in history]},
     }  # fmt: skip
-
-
-def render_study_markdown(record: dict, sweep_dir: Path) -> str:
-    target, settings = record["target"], record["settings"]
-    found = " ".join(record["recipe"]["found"]) or "your command as it is"
-    pct = f"{settings['confidence']:.0%}"
-    lines = [
-        f"# Autotune (time to target): {Path(sweep_dir).name}",
-        "",
-        f"On {record['device']}: {record['elapsed_seconds'] / 60:.1f} min of a "
-        f"{settings['budget_minutes']:g}-minute budget, {len(record['trials'])} runs; target "
-        f"{target['metric']} {'>=' if target['mode'] == 'max' else '<='} {target['value']}; "
-        f"study seed {record['seeds']['explore']}, paired seeds "
-        f"{_seed_range(record['seeds']['confirm'])} (the first {settings['seeds']} for every "
-        "configuration, then one at a time while undecided), held-out seed "
-        f"{record['seeds']['held_out']}.",
-        "",
-        f"**Recipe: {code(found)}**: {escape(record['verdict'])}.",
-        "",
-        *_expected(record["recipe"], pct),
-        f"Run it: `{record['recipe']['command']}` (the preset is `{record['recipe']['file']}`).",
-        "",
-        f"The study: `{record['study']['open']}`.",
-        "",
-        "## Confirmed on paired seeds",
-        "",
-        f"Mean [{pct} interval] over the seeds. The verdict is the corrected one: one-sided t "
-        "on the per-seed differences (their spread at least the validation lattice's and the "
-        "seeds' pooled spread), corrected for the seeds added one at a time and, by Holm's "
-        "step-down, for the configurations compared (p: the corrected p-value, accepted at "
-        f"{(1 - settings['confidence']) / 2:g} or below). Estimated time = samples x seconds per "
-        "sample (paired throughput windows) + validations; measured time: the runs' own clock.",
-        "",
-        "| configuration | seeds | samples to target | per seed | vs baseline (difference) | "
-        "verdict | held-out seed | estimated time (s) | measured time (s) |",
-        "|---|---:|---:|---|---:|---|---:|---:|---:|",
-    ]
-    for row in record["confirmed"]:
-        decision = row["decision"] or {}
-        per_seed = ", ".join("missed" if s is None else f"{s:,}" for s in row["samples_to_target"])
-        budget = row.get("samples_budget")
-        per_seed += f" (budget {budget:,})" if budget and None in row["samples_to_target"] else ""
-        lines.append(
-            f"| {code(row['label'])} | {len(row['samples_to_target'])} | "
-            f"{_interval(row['samples_interval'], ',.0f')} | {per_seed} | "
-            f"{_interval(decision.get('interval'), '+,.0f') if decision else '-'} | "
-            f"{_verdict(decision)} | {_held_out_cell(row.get('held_out'))} | "
-            f"{_estimated(row['estimated_time'])} | "
-            f"{_interval(row['measured_time_interval'], '.3g')} |"
-        )
-    if record["speed"]:
-        s = record["speed"]
-        lines += ["", f"Speed ({s['rounds']} interleaved rounds): seconds per sample, pick / "
-                  f"baseline {_interval(s['seconds_per_sample_ratio'], '.3g')}; samples, pick / "
-                  f"baseline {_interval(s['samples_ratio'], '.3g')}; estimated time to target, "
-                  f"pick / baseline {_interval(s['time_ratio'], '.3g')}: {s['time_verdict']}."]  # fmt: skip
-    lines += ["", "## The study", "", "| trial | job | configuration | state | samples to target "
-              "| pruned at (samples) |", "|---:|---:|---|---|---:|---:|"]  # fmt: skip
-    for t in record["explore"]:
-        what = "your command (not run again)" if t["baseline"] else " ".join(t["overrides"] or [])
-        state = t["state"].lower() + (f": never launched: {t['never_launched']}"
-                                      if t["never_launched"] else "")  # fmt: skip
-        value = f"{t['value']:,.0f}" if t["reached"] and t["value"] is not None else (
-            "not reached" if t["reached"] is False else "-")  # fmt: skip
-        if t["baseline"]:
-            value = f"{t['value']:,.0f}"
-        lines.append(f"| {t['number']} | {t['job'] or '-'} | {code(what)} | {escape(state)} | "
-                     f"{value} | {t['pruned_at_samples'] or '-'} |")  # fmt: skip
-    never = record["space"]["never_launched"]
-    if never:
-        lines += ["", "## Never launched", ""]
-        lines += [f"- {code(n['override'])}: {escape(n['reason'])}" for n in never]
-    if record["notes"]:
-        lines += ["", "## Notes", "", *(f"- {escape(n)}" for n in record["notes"])]
-    lines += ["", "![every configuration: the target metric against samples and time]"
-              "(autotune.png)", ""]  # fmt: skip
-    return "\n".join(lines)
-
-
-def _expected(recipe: dict, pct: str) -> list[str]:
-    """What the recipe is expected to need: its run on the held-out seed; the paired seeds'
-    mean is the decision's evidence, labelled so."""
-    lines = []
-    held = recipe.get("expected")
-    if held:
-        missed = "" if held["reached"] else " (missed the target: what it ran)"
-        time_s = held["time_to_target_s"]
-        lines += [f"Expected to the target (its run on the held-out seed {held['seed']}, which "
-                  f"neither chose it nor accepted it){missed}: {held['samples_to_target']:,} "
-                  f"samples, {held['steps_to_target']:,} steps, "
-                  f"{'-' if time_s is None else format(time_s, '.3g')} s.", ""]  # fmt: skip
-    lines += [f"Its samples to target on the paired seeds (the decision's evidence): mean "
-              f"{_interval(recipe['samples_to_target_paired'], ',.0f')} ({pct} interval of the "
-              f"mean); on a new seed {_interval(recipe['samples_to_target_next_seed'], ',.0f')} "
-              f"({pct} prediction interval on the log scale, the seeds' spread pooled over the "
-              "configurations confirmed: where a re-run on a seed the search never saw should "
-              "land).", ""]  # fmt: skip
-    return lines
-
-
-def _verdict(decision: dict) -> str:
-    if not decision:
-        return "reference"
-    text = decision["verdict"]
-    if decision.get("corrected"):
-        text += f" ({decision['corrected']} before the correction)"
-    if decision.get("p_adjusted") is not None:
-        text += f", p {decision['p_adjusted']:.2g}"
-    return text
-
-
-def _held_out_cell(held: dict | None) -> str:
-    if not held:
-        return "-"
-    value = f"{held['samples_to_target']:,}"
-    return f"{value} (seed {held['seed']})" if held["reached"] else f"missed at {value}"
-
-
-def _seed_range(seeds: list[int]) -> str:
-    if not seeds:
-        return "none run"
-    return f"{seeds[0]}-{seeds[-1]}" if len(seeds) > 2 else ", ".join(map(str, seeds))
-
-
-def _estimated(found: dict | None) -> str:
-    """An estimated time; at least it where a seed missed (counted at the samples it ran)."""
-    text = _interval(found, ".3g")
-    return f">= {text}" if found and found.get("at_least") else text
-
-
-def _interval(found: dict | None, spec: str) -> str:
-    if not found or found.get("estimate") is None:
-        return "-"
-    text = format(found["estimate"], spec)
-    if found.get("low") is None or found.get("high") is None:
-        return text
-    return f"{text} [{format(found['low'], spec)}, {format(found['high'], spec)}]"

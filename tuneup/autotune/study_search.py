@@ -5,23 +5,27 @@ paired seeds, then paired throughput windows.
 
     baseline    the user's command trained to its target (target.stop=true) on the search
                 seed, within the user's own limits: its samples to target S set each trial's
-                budget (S x autotune.race_margin samples; not reached: the samples it ran)
+                budget (S x autotune.race_margin samples; not reached: the samples it ran),
+                a sample limit the scheduler does not see (race.sample_limit): every run
+                keeps the user's trainer.max_steps / max_epochs, the schedule of the recipe
     explore     an Optuna study (ask and tell; storage and continuation as hparams_search=optuna:
                 tuneup/optuna/study.py) over autotune.params (study_space.py), TPE seeded
                 (multivariate, grouped for the conditional keys); each trial trains to the
                 target on the search seed and reports its distance to the target at every
                 validation against the samples seen (plugins/optuna_trial.py); successive
                 halving (or Hyperband) prunes the trials that are behind at equal samples.
-                The value: samples to target; a trial that does not reach it within its
-                budget: its samples x (1 + its last relative distance), above every hit
+                The value: its cost to the target (autotune.cost: time = steps x its own
+                seconds per step + validations, steps, or samples; study_trials.trial_cost);
+                a miss: its cost so far x (1 + its last relative distance), above every hit
     confirm     the best autotune.confirm configurations and the baseline, each on the same
                 autotune.seeds seeds the study never saw (seed+1, seed+2, ...); a candidate
-                wins only when its per-seed differences from the baseline have a t interval
-                below 0 (paired.py); the fewest mean samples among winners is the pick
-    speed       the pick and the baseline's seconds per sample, from short interleaved
-                throughput trials (study_speed.py); estimated time to target = samples x
-                s/sample + the validations' cost; a pick slower in that, beyond the noise, is
-                refused
+                wins only when its per-seed differences in cost from the baseline's have a t
+                interval below 0 (paired.py); the lowest mean cost among winners is the pick
+    speed       the pick and the baseline's seconds per step, from short interleaved
+                throughput trials (study_speed.py); estimated time to target = steps x
+                s/step + the validations' seconds, its ratio's interval on the log scale
+                (time_ratio.py); with autotune.cost=time a pick not faster in it beyond the
+                noise is not adopted
 
 The budget: ``autotune.budget_trials`` study trials (the baseline aside), or
 ``autotune.budget_samples`` samples trained by them, whichever comes first; and
@@ -31,12 +35,13 @@ The budget: ``autotune.budget_trials`` study trials (the baseline aside), or
 
 from __future__ import annotations
 
+import logging
 import math
 import warnings
 
 from tuneup import TuneupError
 from tuneup.autotune.outcome import BASELINE, label
-from tuneup.autotune.race import race_settings, reached, required_target
+from tuneup.autotune.race import race_settings, reached, required_target, sample_limit
 from tuneup.autotune.study_advice import baseline_stop
 from tuneup.autotune.study_space import build_space, default_params
 from tuneup.autotune.study_trials import (
@@ -45,11 +50,15 @@ from tuneup.autotune.study_trials import (
     NEVER_ATTR,
     OVERRIDES_ATTR,
     config_value,
+    console_line,
     contains,
-    relative_gap,
+    figures,
     samples_seen,
+    trial_value,
 )
 from tuneup.autotune.trials import Trial
+
+log = logging.getLogger(__name__)
 
 
 class StudySearch:
@@ -122,8 +131,11 @@ class StudySearch:
         self.baseline = {"job": trial.job, "reached": hit is not None, "samples_to_target": hit,
                          "steps_to_target": trial.figure("steps_to_target"),
                          "samples_seen": seen, "seconds": trial.seconds,
-                         "trial_samples": max(1, budget),
+                         "trial_samples": max(1, budget), "ranked_by": self.settings.cost,
+                         "value": trial_value(trial, self.settings.cost),
+                         **figures(trial, self.settings.cost),
                          **baseline_stop(trial.summary, max(1.0, limit), trial.seconds)}  # fmt: skip
+        log.info("autotune: your command: %s", console_line(self.baseline, self.settings.cost))
         self.study.set_user_attr(BASELINE_ATTR, self.baseline)
 
     def add_baseline_trial(self, config) -> None:
@@ -142,12 +154,14 @@ class StudySearch:
             if value is None or not contains(dist, value):
                 return  # the user's value is outside the space: no such trial
             values[key] = value
-        if not self.baseline["reached"]:
+        if not self.baseline["reached"] or self.baseline.get("value") is None:
             return
+        if self.baseline.get("ranked_by") != self.settings.cost:
+            return  # a continued study ranked by another cost: its value would not compare
         trial = optuna.trial.create_trial(
             params=values,
             distributions={k: self.space.distributions[k] for k in values},
-            value=float(self.baseline["samples_to_target"]),
+            value=float(self.baseline["value"]),
             user_attrs={BASELINE_ATTR: True, JOB_ATTR: self.baseline["job"], OVERRIDES_ATTR: []},
         )
         self.study.add_trial(trial)
@@ -195,6 +209,9 @@ class StudySearch:
         trial.set_user_attr(JOB_ATTR, run.job)
         trial.set_user_attr(studies.RUN_DIR_ATTR, str(run.directory))
         trial.set_user_attr("samples_seen", samples_seen(run))
+        found = figures(run, self.settings.cost) if run.summary else {}
+        for key in ("cost", "steps", "step_s", "validation_s"):
+            trial.set_user_attr(key, found.get(key))
         status = (run.summary or {}).get("status")
         if status == "pruned":
             trial.set_user_attr(
@@ -204,12 +221,16 @@ class StudySearch:
         elif not run.ok:
             trial.set_user_attr("error", run.error)
             self.study.tell(trial, state=TrialState.FAIL)
-        elif reached(run):
-            trial.set_user_attr("reached", True)
-            self.study.tell(trial, float(run.figure("samples_to_target")))
         else:
-            trial.set_user_attr("reached", False)
-            self.study.tell(trial, float(samples_seen(run) * (1 + max(0.0, relative_gap(run)))))
+            trial.set_user_attr("reached", reached(run))
+            value = trial_value(run, self.settings.cost)
+            log.info("autotune: trial %d: %s", trial.number,
+                     console_line({**found, "reached": reached(run)}, self.settings.cost))  # fmt: skip
+            if value is None:  # no speed window: no time to rank it by
+                trial.set_user_attr("error", "no speed window in its summary.json")
+                self.study.tell(trial, state=TrialState.FAIL)
+            else:
+                self.study.tell(trial, float(value))
 
     def explored(self) -> list:
         """The study's finished trials, the baseline's aside (what autotune.budget_trials counts)."""
@@ -231,16 +252,12 @@ class StudySearch:
 
     def race_run(self, name, overrides, seed, samples, limit_s, extra=()) -> Trial:
         """``overrides`` trained to the target on ``seed``, for at most ``samples`` samples
-        (None: the user's own limits) and ``limit_s`` seconds."""
-        budget = []
-        if samples is not None:
-            batch = self._batch(overrides)
-            budget = [f"trainer.max_steps={max(1, math.ceil(samples / batch))}",
-                      "trainer.max_epochs=-1"]  # fmt: skip
-        settings = [*race_settings(max(1.0, limit_s)), *budget, *extra]
+        (None: the user's own limits) and ``limit_s`` seconds. The user's trainer.max_steps /
+        max_epochs stay: the schedule is the one the recipe runs (race.sample_limit)."""
+        settings = [*race_settings(max(1.0, limit_s)), *sample_limit(samples), *extra]
         return self.lab.run(name, (*overrides, f"seed={seed}"), settings=settings)
 
-    def _batch(self, overrides) -> int:
+    def batch(self, overrides) -> int:
         """Samples per optimizer step of a configuration (data.batch_size x grad_accum.steps)."""
         cfg = self.checks.inspect(tuple(overrides)).config or self.checks.inspect(()).config
         batch = int((cfg.get("data") or {}).get("batch_size") or 1)

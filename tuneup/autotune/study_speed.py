@@ -1,16 +1,18 @@
-"""The time-to-target study's speed stage: seconds per sample of the pick against the baseline.
+"""The time-to-target study's speed stage: seconds per optimizer step of the pick against
+the baseline, and the time to target they give.
 
-Short throughput trials (``autotune.trial_steps`` steps, no validation, as the throughput
-objective's: trials.trial_settings), the baseline (B) and the pick (P) interleaved, the order
-reversed every round (B P, P B, ...), ``autotune.min_rounds`` to ``autotune.max_rounds`` rounds
-while the interval still includes 1.0: each round one ratio of trials run next to each other
+Short throughput trials (``autotune.trial_steps`` steps, no validation, the user's schedule:
+race.speed_settings), the baseline (B) and the pick (P) interleaved, the order reversed every
+round (B P, P B, ...), ``autotune.min_rounds`` to ``autotune.max_rounds`` rounds while the
+time ratio's interval still includes 1.0: each round one ratio of trials run next to each other
 (interval.paired: Student's t over the rounds' log ratios). A trial's speed is its fastest
-window, as for throughput.
+window, as for throughput; its seconds per step, its samples per step over that speed.
 
-Estimated time to target = mean samples to target x seconds per sample + the validations to
-the target x a validation's seconds (both from the confirm trials' summaries). Its ratio to the
-baseline's is the samples' paired ratio interval times the seconds-per-sample ratio interval
-(paired.product_interval); a pick slower beyond that noise is refused (study_search.decide).
+Estimated time to target = steps to target x seconds per step + the validations' seconds
+(from the confirm trials' summaries). Its ratio to the baseline's combines the paired seeds'
+steps and the rounds' seconds per step on the log scale (time_ratio.py); with
+``autotune.cost=time`` a pick is adopted only when that ratio is below 1 beyond the noise
+(study_confirm.decide).
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import statistics
 from tuneup.autotune import paired
 from tuneup.autotune.interval import paired as paired_speeds
 from tuneup.autotune.outcome import BASELINE
-from tuneup.autotune.race import NO_TARGET
-from tuneup.autotune.trials import trial_settings
+from tuneup.autotune.race import NO_TARGET, speed_settings
+from tuneup.autotune.study_trials import samples_seen, steps_seen, validation_seconds
+from tuneup.autotune.time_ratio import FASTER, NOISE, Seed, quantum, time_ratio
 
 SPEED = "speed"
 
@@ -33,6 +36,7 @@ class Speed:
         self.pairs: list[tuple[float, float]] = []  # (baseline, pick) samples/s, per round
         self.trials = []
         self.interval = None  # pick / baseline samples/s
+        self.batches = (search.batch(()), search.batch(pick["overrides"]))  # samples per step
 
     def run(self) -> Speed:
         settings, search = self.search.settings, self.search
@@ -46,8 +50,8 @@ class Speed:
             speeds = {}
             for overrides in order:
                 limit = max(1.0, search._left())
-                trial = search.lab.run(SPEED, (*overrides, *NO_TARGET),
-                                       settings=trial_settings(settings.trial_steps, limit))  # fmt: skip
+                run = speed_settings(settings.trial_steps, search.batch(overrides), limit)
+                trial = search.lab.run(SPEED, (*overrides, *NO_TARGET), settings=run)
                 self.trials.append(trial)
                 speeds[overrides] = trial.speed
             if all(speeds.values()):
@@ -58,61 +62,71 @@ class Speed:
         return self
 
     def _decided(self) -> bool:
-        base, pick = zip(*self.pairs, strict=True) if self.pairs else ((), ())
-        found = paired_speeds(list(base), list(pick), self.search.settings.confidence)
-        return found is not None and found.verdict != "within noise"
+        """Whether the time to target (the ratio that is reported and decides) is decided."""
+        return (self.time_ratio() or {}).get("verdict", NOISE) != NOISE
 
     # -- the figures -------------------------------------------------------------------------
 
-    def seconds_per_sample(self, which: str) -> float | None:
-        speeds = [p[0] if which == BASELINE else p[1] for p in self.pairs]
-        return 1 / statistics.median(speeds) if speeds else None
+    def step_seconds(self) -> list[tuple[float, float]]:
+        """(baseline, pick) seconds per optimizer step of each round."""
+        return [(self.batches[0] / b, self.batches[1] / p) for b, p in self.pairs]
+
+    def seconds_per_step(self, which: str) -> float | None:
+        rounds = [b if which == BASELINE else p for b, p in self.step_seconds()]
+        return statistics.median(rounds) if rounds else None
 
     def ratio(self) -> dict | None:
-        """Seconds per sample, pick / baseline, with its interval (inverse of the speeds')."""
-        i = self.interval
-        if i is None:
+        """Seconds per step, pick / baseline, with its interval over the rounds."""
+        if not self.pairs:
             return None
-        high = None if i.low == 0 else 1 / i.low
-        return {"estimate": 1 / i.estimate, "low": 1 / i.high if i.high else 0.0, "high": high,
-                "rounds": i.repeats}  # fmt: skip
+        base, pick = zip(*self.step_seconds(), strict=True)
+        i = paired_speeds(list(base), list(pick), self.search.settings.confidence)
+        return {"estimate": i.estimate, "low": i.low if i.repeats > 1 else None,
+                "high": i.high if i.repeats > 1 else None, "rounds": i.repeats}  # fmt: skip
 
-    def samples_ratio(self) -> dict | None:
-        base = [paired_pair[0] for paired_pair in map(_figures, self.base["trials"])]
-        pick = [paired_pair[0] for paired_pair in map(_figures, self.pick["trials"])]
+    def count_ratio(self, count) -> dict | None:
+        """Steps (``steps_seen``) or samples (``samples_seen``) to target, pick / baseline,
+        over the paired seeds (shown beside the time)."""
+        base, pick = ([count(t) for t in e["trials"]] for e in (self.base, self.pick))
         return paired.ratio_interval(base, pick, self.search.settings.confidence)
 
+    def samples_ratio(self) -> dict | None:
+        return self.count_ratio(samples_seen)
+
+    def steps_ratio(self) -> dict | None:
+        return self.count_ratio(steps_seen)
+
     def time_ratio(self) -> dict | None:
-        return paired.product_interval(self.samples_ratio(), self.ratio())
+        """Time to target, pick / baseline: the seeds' steps and validations and the rounds'
+        seconds per step on the log scale (time_ratio.py)."""
+        return time_ratio(seeds(self.base), seeds(self.pick), self.step_seconds(),
+                          self.search.settings.confidence)  # fmt: skip
 
     def time_verdict(self) -> str:
-        found = paired.verdict_of(self.time_ratio())
-        return "faster beyond the noise" if found == "faster" else found
+        found = (self.time_ratio() or {}).get("verdict") or "not measured"
+        return "faster beyond the noise" if found == FASTER else found
 
     def estimate(self, entry: dict, which: str) -> dict | None:
         """Estimated time to target of a confirmed configuration, with its interval over the
-        seeds (the samples' t interval at this seconds per sample)."""
-        per_sample = self.seconds_per_sample(which)
-        if per_sample is None:
+        seeds (the steps' t interval at this seconds per step) + its validations' seconds."""
+        per_step = self.seconds_per_step(which)
+        if per_step is None:
             return None
-        samples = [s for s, _ in map(_figures, entry["trials"])]
-        validations = [t.figure("validations") or 0 for t in entry["trials"]]
-        costs = [t.figure("validation_time_s") / t.figure("validations") for t in entry["trials"]
-                 if t.figure("validations") and t.figure("validation_time_s") is not None]  # fmt: skip
-        validation = statistics.fmean(validations) * (statistics.median(costs) if costs else 0.0)
-        interval = paired.mean_interval(samples, self.search.settings.confidence, floor=0.0)
-        missed = not all(ok for _, ok in map(_figures, entry["trials"]))
+        steps = [steps_seen(t) for t in entry["trials"]]
+        validation = statistics.fmean(validation_seconds(t) for t in entry["trials"])
+        interval = paired.mean_interval(steps, self.search.settings.confidence, floor=0.0)
+        missed = not all((t.figure("target") or {}).get("reached") for t in entry["trials"])
 
         def at(value):
-            return None if value is None else max(0.0, value) * per_sample + validation
+            return None if value is None else max(0.0, value) * per_step + validation
 
         return {"estimate": at(interval["estimate"]), "low": at(interval["low"]),
-                "high": at(interval["high"]), "seconds_per_sample": per_sample,
+                "high": at(interval["high"]), "seconds_per_step": per_step,
                 "validation_s": validation,
-                "at_least": missed}  # a miss counts at the samples it ran  # fmt: skip
+                "at_least": missed}  # a miss counts at the steps it ran  # fmt: skip
 
 
-def _figures(trial) -> tuple[float, bool]:
-    from tuneup.autotune.study_trials import seed_figure
-
-    return seed_figure(trial)
+def seeds(entry: dict) -> list[Seed]:
+    """A confirmed configuration's runs on the paired seeds, as time_ratio takes them."""
+    return [Seed(steps_seen(t), validation_seconds(t), quantum(t.figure("target_history") or []))
+            for t in entry["trials"]]  # fmt: skip

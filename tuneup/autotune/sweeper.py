@@ -108,7 +108,8 @@ class Autotune:
 
     def answer_study(self, search, command: list[str], sweep_dir: Path) -> None:
         from tuneup.autotune.markdown import MARKDOWN_FILE
-        from tuneup.autotune.study_report import build_study_record, render_study_markdown
+        from tuneup.autotune.study_markdown import render_study_markdown
+        from tuneup.autotune.study_report import build_study_record
 
         overrides = recipe_overrides(command, search.recipe)
         header = [
