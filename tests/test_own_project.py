@@ -190,3 +190,79 @@ def test_kernels_swap_the_named_head_and_model_loss_trains(mine, tmp_path):
     own = summary(tmp_path / "own")
     assert own["status"] == "ok" and own["val"]["loss"] < 1.4 and "acc" not in own["val"]
     assert own["flops_per_sample"] == 2 * 2 * (3 * 16 * 16) * 4  # fc forward + weight gradient
+
+
+# -- tuneup's optimizer and schedule with a LightningModule's own (issue 47 point 2) ------------
+
+LIT = ["model=lightning", "model._target_=my_project.lit.LitNet"]
+#: (command-line overrides, the start of the one line they get): what would train as without them.
+OWNED = [
+    (["optimizer=nadamw"], "optimizer=nadamw does nothing"),
+    (["optimizer=adamw", "optimizer.weight_decay=0.3"],
+     "optimizer=adamw optimizer.weight_decay=0.3 do nothing"),
+    (["optimizer.lr=0.5"], "optimizer.lr=0.5 does nothing"),
+    (["scheduler=wsd", "scheduler.decay_fraction=0.9"],
+     "scheduler=wsd scheduler.decay_fraction=0.9 do nothing"),
+]  # fmt: skip
+
+
+def test_tuneups_optimizer_settings_for_a_lightningmodule_are_refused_naming_its_own(mine):
+    """Given on the command line, each is one line naming the LightningModule and where its own
+    settings go (model.lr, the value given where it is optimizer.lr's); from a config file, and
+    for an nn.Module, they are read or kept; muon and clipping keep their own lines."""
+    from tuneup.trainer.components import Plan
+    from tuneup.trainer.own_optimizer import own_settings_problems
+
+    cfg = mine(*LIT)
+    plan = Plan(cfg)
+    for given, start in OWNED:
+        (problem,) = own_settings_problems(cfg, plan, given)
+        lr = "0.5" if given == ["optimizer.lr=0.5"] else "..."
+        assert problem == (f"{start} with model=lightning: my_project.lit.LitNet builds its own "
+                           "optimizer and schedule in its configure_optimizers; set its own "
+                           f"arguments instead (it takes: width, lr), e.g. model.lr={lr}")  # fmt: skip
+    assert own_settings_problems(cfg, plan, ["optimizer.clip_grad_norm=1.0", "seed=3"]) == []
+    muon = mine(*LIT, "optimizer=muon")
+    assert own_settings_problems(muon, Plan(muon), ["optimizer=muon", "scheduler=wsd"]) == [
+        own_settings_problems(cfg, plan, ["scheduler=wsd"])[0]  # muon's: its plugin's line
+    ]
+    net = mine()
+    assert own_settings_problems(net, Plan(net), ["optimizer=nadamw"]) == []
+
+
+def test_the_command_line_refuses_them_before_anything_is_built(project):
+    run_dir = project / "runs" / "owned"
+    done = tuneup(project, "experiment=mine", *LIT, "optimizer.lr=0.5", f"hydra.run.dir={run_dir}")
+    assert done.returncode == 1
+    assert "  - optimizer.lr=0.5 does nothing with model=lightning: my_project.lit.LitNet builds " \
+           "its own optimizer and schedule" in done.stderr  # fmt: skip
+    assert not (run_dir / "checkpoints").exists()
+
+
+def test_a_search_samples_the_lightningmodules_own_lr_not_tuneups(mine):
+    """hparams_search=optuna's default space (optimizer.lr, optimizer.weight_decay): the
+    module's model.lr over optimizer.lr's interval in their place; the same keys given by the
+    user, or a model argument the model does not take, are refused."""
+    from tuneup import TuneupError
+    from tuneup.optuna.space import parse_space
+    from tuneup.optuna.unread import default_params, fit_space, given_lines
+    from tuneup.trainer.components import Plan
+
+    def fitted(arguments, *overrides):
+        params = default_params()
+        cfg = mine(*overrides)
+        space = fit_space(parse_space(params, arguments), given_lines(params, arguments), cfg,
+                          Plan(cfg))  # fmt: skip
+        return {k: repr(d) for k, d in space.distributions.items()}
+
+    defaults = fitted([])  # an nn.Module: tuneup's optimizer, searched
+    assert {"optimizer.lr", "optimizer.weight_decay", "data.batch_size"} == set(defaults)
+    own = fitted([], *LIT)
+    assert set(own) == {"model.lr", "data.batch_size"}
+    assert own["model.lr"] == defaults["optimizer.lr"]  # log-uniform over the same interval
+    with pytest.raises(TuneupError, match=r"^optimizer.lr=choice\(0.1, 0.2\) does nothing with "
+                       r"model=lightning: .* e.g. model.lr=choice\(0.1, 0.2\)$"):  # fmt: skip
+        fitted(["optimizer.lr=choice(0.1, 0.2)"], *LIT)
+    with pytest.raises(TuneupError, match=r"^model.lr is not an argument of model "
+                       r"my_project.nets.Net \(it takes: width, depth, num_classes\)"):  # fmt: skip
+        fitted(["model.lr=choice(0.1, 0.2)"])

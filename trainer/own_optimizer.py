@@ -1,0 +1,66 @@
+"""The settings a user's own LightningModule (``model=lightning``) owns: its optimizer and its
+learning-rate schedule, which its ``configure_optimizers`` builds from its own arguments.
+
+tuneup's ``optimizer.*`` and ``scheduler.*`` are read by tuneup's training step alone
+(trainer/module.py ``TrainingModule.configure_optimizers``); for such a module they would train
+exactly as without them. So, as for any key nothing reads, a single run refuses them when the
+command line gives them, and a search does not sample them (tuneup/optuna/own_settings.py),
+in one line that says where the module's own settings go: its arguments, ``model.lr=...``.
+``optimizer.clip_grad_norm`` has its own line (trainer/checks.py ``clip_problems``), and an
+optimizer that is a plugin (muon, schedulefree, lamb, lars) refuses itself in its ``check``.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+#: The groups the module's ``configure_optimizers`` replaces.
+OWNED = ("optimizer", "scheduler")
+#: Keys of those groups with a line of their own.
+OWN_LINE = ("optimizer.clip_grad_norm",)
+
+
+def owned(key: str) -> bool:
+    """Whether ``key`` (an override's key, ``+``/``~`` allowed) is a setting the module owns."""
+    key = key.lstrip("+~")
+    return key.split(".")[0] in OWNED and key not in OWN_LINE
+
+
+def own_settings_problems(cfg, plan, given: list[str]) -> list[str]:
+    """One problem naming the overrides in ``given`` (the command line's) that the
+    LightningModule of ``plan`` owns, or none."""
+    if not plan.lightning:
+        return []
+    found = [o for o in given if owned(o.split("=", 1)[0])]
+    if cfg.optimizer.get("plugin"):  # its plugin's check refuses it, with its own advice
+        found = [o for o in found if not o.lstrip("+~").startswith("optimizer")]
+    if not found:
+        return []
+    verb = "does" if len(found) == 1 else "do"
+    return [f"{' '.join(found)} {verb} nothing with model=lightning: {plan.model_name} builds "
+            f"its own optimizer and schedule in its configure_optimizers; "
+            f"{where_settings_go(plan, found)}"]  # fmt: skip
+
+
+def where_settings_go(plan, overrides: list[str]) -> str:
+    """Where the module's own settings go: ``model.lr=<the value given>`` where it takes
+    ``lr``, else its arguments by name."""
+    names = argument_names(plan.model_target)
+    lr = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+~").startswith("optimizer.lr=")),
+              None)  # fmt: skip
+    if "lr" in names:
+        return (f"set its own arguments instead (it takes: {', '.join(names)}), e.g. "
+                f"model.lr={lr if lr is not None else '...'}")  # fmt: skip
+    if names:
+        return f"set its own arguments instead (it takes: {', '.join(names)}), model.<argument>=..."
+    return "its __init__ takes no arguments: change its configure_optimizers"
+
+
+def argument_names(target) -> list[str]:
+    """The named arguments of ``target`` (a class: its ``__init__``'s), in order."""
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in parameters if p.kind in kinds]
