@@ -177,6 +177,14 @@ def test_what_cannot_work_is_refused_naming_both_sides(mine, tmp_path, overrides
     assert expected in str(info.value)
 
 
+def test_a_data_module_smaller_than_a_batch_is_refused_not_trained_for_0_steps(mine, tmp_path):
+    from tuneup import TuneupError
+
+    with pytest.raises(TuneupError, match=r"^data.batch_size=32 is larger than the 20 training "
+                       r"samples: training batches are full, so an epoch would train nothing"):  # fmt: skip
+        run(mine("data.train_samples=20", "checkpoint=off"), run_dir=tmp_path)
+
+
 def test_kernels_swap_the_named_head_and_model_loss_trains(mine, tmp_path):
     run(mine("kernels=[linear_cross_entropy]", "kernels.ops.linear_cross_entropy.head=head",
              "trainer.max_epochs=1"), run_dir=tmp_path / "fused")  # fmt: skip
