@@ -236,6 +236,15 @@ def test_tuneups_optimizer_settings_for_a_lightningmodule_are_refused_naming_its
     ]
     net = mine()
     assert own_settings_problems(net, Plan(net), ["optimizer=nadamw"]) == []
+    # a run without an end needs tuneup's schedule to know its length, not the module's own
+    from tuneup.trainer.checks import core_problems
+    from tuneup.trainer.environment import Environment
+
+    endless = ["trainer.max_epochs=-1", "trainer.max_steps=-1"]
+    for overrides, refused in ((LIT, False), ([], True)):
+        cfg = mine(*overrides, *endless)
+        found = core_problems(cfg, Environment.from_config(cfg), Plan(cfg))
+        assert any("the run has no end" in p for p in found) is refused, found
 
 
 def test_the_command_line_refuses_them_before_anything_is_built(project):
