@@ -256,6 +256,20 @@ def test_the_command_line_refuses_them_before_anything_is_built(project):
     assert not (run_dir / "checkpoints").exists()
 
 
+def test_a_sweep_of_them_is_refused_before_its_first_job(project):
+    """Every job would train the same; where the model is swept too, the others read them."""
+    sweep_dir = project / "runs" / "owned-sweep"
+    done = tuneup(project, "-m", "experiment=mine", *LIT, "optimizer.lr=0.1,0.5",
+                  f"hydra.sweep.dir={sweep_dir}")  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "error: optimizer.lr=0.1,0.5 does nothing with model=lightning: my_project.lit.LitNet "
+        "builds its own optimizer and schedule in its configure_optimizers; set its own "
+        "arguments instead (it takes: width, lr), e.g. model.lr=0.1,0.5"
+    )
+    assert not (sweep_dir / "0").exists()
+
+
 def test_a_search_samples_the_lightningmodules_own_lr_not_tuneups(mine):
     """hparams_search=optuna's default space (optimizer.lr, optimizer.weight_decay): the
     module's model.lr over optimizer.lr's interval in their place; the same keys given by the

@@ -4,7 +4,8 @@ learning-rate schedule, which its ``configure_optimizers`` builds from its own a
 tuneup's ``optimizer.*`` and ``scheduler.*`` are read by tuneup's training step alone
 (trainer/module.py ``TrainingModule.configure_optimizers``); for such a module they would train
 exactly as without them. So, as for any key nothing reads, a single run refuses them when the
-command line gives them, and a search does not sample them (tuneup/optuna/own_settings.py),
+command line gives them, so does a sweep whose every job trains the module (:class:`SweepCheck`),
+and a search does not sample them (tuneup/optuna/unread.py),
 in one line that says where the module's own settings go: its arguments, ``model.lr=...``.
 ``optimizer.clip_grad_norm`` has its own line (trainer/checks.py ``clip_problems``), and an
 optimizer that is a plugin (muon, schedulefree, lamb, lars) refuses itself in its ``check``.
@@ -13,9 +14,14 @@ optimizer that is a plugin (muon, schedulefree, lamb, lars) refuses itself in it
 from __future__ import annotations
 
 import inspect
+import sys
+
+from hydra.experimental.callback import Callback
 
 #: The groups the module's ``configure_optimizers`` replaces.
 OWNED = ("optimizer", "scheduler")
+#: Overrides that choose the model: swept, a sweep trains other models than the first.
+MODEL_CHOICES = ("model", "model._target_", "experiment")
 #: Keys of those groups with a line of their own.
 OWN_LINE = ("optimizer.clip_grad_norm",)
 
@@ -64,3 +70,27 @@ def argument_names(target) -> list[str]:
         return []
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     return [p.name for p in parameters if p.kind in kinds]
+
+
+class SweepCheck(Callback):
+    """A Hydra callback: a sweep (``-m``) whose jobs all train a user's LightningModule
+    (``model=lightning`` fixed) and whose command line gives tuneup's ``optimizer.*`` or
+    ``scheduler.*`` is refused before its first job, in the single run's line: every job would
+    train the same. Where ``model`` itself is swept, the other models read them."""
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        from tuneup.trainer.components import Plan
+
+        given = list(config.hydra.overrides.task)
+        if not any(owned(o.split("=", 1)[0]) for o in given):
+            return
+        for override in OverridesParser.create().parse_overrides(given):
+            key = override.key_or_group.lstrip("+~")
+            if override.is_sweep_override() and key in MODEL_CHOICES:
+                return  # the config here has the first model alone: the others may read them
+        found = own_settings_problems(config, Plan(config), given)
+        if found:
+            print(f"error: {found[0]}", file=sys.stderr)
+            sys.exit(1)
