@@ -166,6 +166,9 @@ def mine(project, monkeypatch):
          "model my_project.nets.Net has nothing there, not an nn.Linear"),
         (["+model.hiden=3"], "model my_project.nets.Net cannot be built with (width=16, "
          "hiden=3): TypeError: Net.__init__() got an unexpected keyword argument 'hiden'"),
+        (["model=lightning", "model._target_=my_project.lit.LitNoOptimizer"],
+         "model=lightning: my_project.lit.LitNoOptimizer defines no configure_optimizers, which "
+         "Lightning needs to train it"),
         (["model=lightning", "model._target_=my_project.lit.LitNoForward", "compile=on"],
          "compile=on compiles the LightningModule's forward, but my_project.lit.LitNoForward "
          "defines none"),

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from tuneup.hints import did_you_mean
 from tuneup.trainer import callbacks
 from tuneup.trainer.optim import check_optim
-from tuneup.trainer.own_optimizer import own_settings_problems
+from tuneup.trainer.own_optimizer import missing_hook_problems, own_settings_problems
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
 
 _FRACTION_OR_COUNT = "a fraction in (0, 1] or a whole number of batches >= 0"
@@ -101,6 +101,7 @@ def core_problems(cfg, env, plan) -> list[str]:
     found += _trainer_argument_problems(cfg) + _length_problems(cfg, plan) + _unknown_keys(cfg)
     given = _single_run_overrides()
     found += inert_problems(cfg, given) + own_settings_problems(cfg, plan, given)
+    found += missing_hook_problems(cfg, plan)
     found += plan.problems + check_optim(cfg) + callbacks.problems(cfg) + clip_problems(cfg, plan)
     return found
 

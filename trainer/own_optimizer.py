@@ -48,6 +48,31 @@ def own_settings_problems(cfg, plan, given: list[str]) -> list[str]:
             f"{where_settings_go(plan, found)}"]  # fmt: skip
 
 
+#: What Lightning needs a LightningModule to define to train it (its configuration validator).
+TRAINING_HOOKS = ("training_step", "configure_optimizers")
+
+
+def missing_hook_problems(cfg, plan) -> list[str]:
+    """A LightningModule without ``training_step`` or ``configure_optimizers`` cannot train:
+    said before anything is built (Lightning would say it once the run has started, and
+    tuneup does not lend it its own optimizer: the module's loop is its own)."""
+    if cfg.get("mode", "fit") != "fit" or not plan.lightning:
+        return []
+    import pytorch_lightning as pl
+
+    target = plan.model_target
+    module = target if inspect.isclass(target) else type(plan.meta_model())
+    missing = [
+        h for h in TRAINING_HOOKS if getattr(module, h, None) is getattr(pl.LightningModule, h)
+    ]
+    if not missing:
+        return []
+    return [f"model=lightning: {plan.model_name} defines no {' and no '.join(missing)}, which "
+            "Lightning needs to train it (configure_optimizers builds its optimizer from its "
+            "own arguments, e.g. torch.optim.AdamW(self.parameters(), lr=self.lr)); define "
+            "it, or evaluate a checkpoint without training: mode=validate resume=<checkpoint>"]  # fmt: skip
+
+
 def where_settings_go(plan, overrides: list[str]) -> str:
     """Where the module's own settings go: ``model.lr=<the value given>`` where it takes
     ``lr``, else its arguments by name."""
