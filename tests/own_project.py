@@ -50,6 +50,10 @@ LIT = """
             return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
 
 
+    class LitNoOptimizer(LitNet):  # Lightning's own configure_optimizers: it cannot train
+        configure_optimizers = pl.LightningModule.configure_optimizers
+
+
     class LitNoForward(LitNet):  # reaches its layers directly: there is no forward to compile
         forward = pl.LightningModule.forward
 

@@ -249,3 +249,19 @@ def test_a_batch_larger_than_the_training_set_is_a_check_error(tmp_path, data):
         ConfigError, match=r"data.batch_size=32 is larger than data.train_samples=16"
     ):
         run(cfg, run_dir=tmp_path)
+
+
+def test_an_epoch_without_a_full_batch_is_refused_naming_the_largest_batch():
+    """Each process's share of the training samples, in full batches: a batch above it would
+    train 0 steps and end "ok" (a data set of the user's, or processes splitting the zoo's)."""
+    from tuneup import TuneupError
+    from tuneup.trainer.state.data_order import ResumableSampler, check_a_full_batch
+
+    check_a_full_batch(ResumableSampler(48, num_replicas=2), 24)  # one full batch each: trains
+    with pytest.raises(TuneupError) as error:
+        check_a_full_batch(ResumableSampler(48, num_replicas=2), 32)
+    assert str(error.value) == (
+        "data.batch_size=32 is larger than the 24 training samples of each of the 2 processes "
+        "(48 in all): training batches are full, so an epoch would train nothing; lower "
+        "data.batch_size to 24 or less, or give more training samples"
+    )

@@ -276,6 +276,17 @@ def test_an_objective_the_runs_never_log_is_refused_before_any_trial(tmp_path):
     assert not (sweep_dir / "0").exists()
 
 
+def test_a_swept_key_the_model_does_not_take_is_refused_before_any_trial(tmp_path):
+    """``model.lr`` on a built-in model without that setting: every trial would train the same
+    and the study would report model.lr as part of the answer; one line, exit code 1."""
+    done, sweep_dir = sweep(tmp_path, *SHORT, "model.lr=tag(log, interval(1e-3, 1e-1))")
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "error: model.lr is not a setting of model=small_resnet; its settings are: blocks, width"
+    )
+    assert not (sweep_dir / "0").exists() and not (sweep_dir / "optuna.journal").exists()
+
+
 def test_a_trial_without_its_objective_fails_and_so_does_the_sweep(tmp_path):
     """A figure the run does not write (time to target, without a target): the trial failed,
     its run's summary says why, the report lists it, and the sweep exits 1 (as for any failed

@@ -166,6 +166,9 @@ def mine(project, monkeypatch):
          "model my_project.nets.Net has nothing there, not an nn.Linear"),
         (["+model.hiden=3"], "model my_project.nets.Net cannot be built with (width=16, "
          "hiden=3): TypeError: Net.__init__() got an unexpected keyword argument 'hiden'"),
+        (["model=lightning", "model._target_=my_project.lit.LitNoOptimizer"],
+         "model=lightning: my_project.lit.LitNoOptimizer defines no configure_optimizers, which "
+         "Lightning needs to train it"),
         (["model=lightning", "model._target_=my_project.lit.LitNoForward", "compile=on"],
          "compile=on compiles the LightningModule's forward, but my_project.lit.LitNoForward "
          "defines none"),
@@ -175,6 +178,14 @@ def test_what_cannot_work_is_refused_naming_both_sides(mine, tmp_path, overrides
     with pytest.raises(ConfigError) as info:
         run(mine(*overrides), run_dir=tmp_path)
     assert expected in str(info.value)
+
+
+def test_a_data_module_smaller_than_a_batch_is_refused_not_trained_for_0_steps(mine, tmp_path):
+    from tuneup import TuneupError
+
+    with pytest.raises(TuneupError, match=r"^data.batch_size=32 is larger than the 20 training "
+                       r"samples: training batches are full, so an epoch would train nothing"):  # fmt: skip
+        run(mine("data.train_samples=20", "checkpoint=off"), run_dir=tmp_path)
 
 
 def test_kernels_swap_the_named_head_and_model_loss_trains(mine, tmp_path):
@@ -190,3 +201,102 @@ def test_kernels_swap_the_named_head_and_model_loss_trains(mine, tmp_path):
     own = summary(tmp_path / "own")
     assert own["status"] == "ok" and own["val"]["loss"] < 1.4 and "acc" not in own["val"]
     assert own["flops_per_sample"] == 2 * 2 * (3 * 16 * 16) * 4  # fc forward + weight gradient
+
+
+# -- tuneup's optimizer and schedule with a LightningModule's own (issue 47 point 2) ------------
+
+LIT = ["model=lightning", "model._target_=my_project.lit.LitNet"]
+#: (command-line overrides, the start of the one line they get): what would train as without them.
+OWNED = [
+    (["optimizer=nadamw"], "optimizer=nadamw does nothing"),
+    (["optimizer=adamw", "optimizer.weight_decay=0.3"],
+     "optimizer=adamw optimizer.weight_decay=0.3 do nothing"),
+    (["optimizer.lr=0.5"], "optimizer.lr=0.5 does nothing"),
+    (["scheduler=wsd", "scheduler.decay_fraction=0.9"],
+     "scheduler=wsd scheduler.decay_fraction=0.9 do nothing"),
+]  # fmt: skip
+
+
+def test_tuneups_optimizer_settings_for_a_lightningmodule_are_refused_naming_its_own(mine):
+    """Given on the command line, each is one line naming the LightningModule and where its own
+    settings go (model.lr, the value given where it is optimizer.lr's); from a config file, and
+    for an nn.Module, they are read or kept; muon and clipping keep their own lines."""
+    from tuneup.trainer.components import Plan
+    from tuneup.trainer.own_optimizer import own_settings_problems
+
+    cfg = mine(*LIT)
+    plan = Plan(cfg)
+    for given, start in OWNED:
+        (problem,) = own_settings_problems(cfg, plan, given)
+        lr = "0.5" if given == ["optimizer.lr=0.5"] else "..."
+        assert problem == (f"{start} with model=lightning: my_project.lit.LitNet builds its own "
+                           "optimizer and schedule in its configure_optimizers; set its own "
+                           f"arguments instead (it takes: width, lr), e.g. model.lr={lr}")  # fmt: skip
+    assert own_settings_problems(cfg, plan, ["optimizer.clip_grad_norm=1.0", "seed=3"]) == []
+    muon = mine(*LIT, "optimizer=muon")
+    assert own_settings_problems(muon, Plan(muon), ["optimizer=muon", "scheduler=wsd"]) == [
+        own_settings_problems(cfg, plan, ["scheduler=wsd"])[0]  # muon's: its plugin's line
+    ]
+    net = mine()
+    assert own_settings_problems(net, Plan(net), ["optimizer=nadamw"]) == []
+    # a run without an end needs tuneup's schedule to know its length, not the module's own
+    from tuneup.trainer.checks import core_problems
+    from tuneup.trainer.environment import Environment
+
+    endless = ["trainer.max_epochs=-1", "trainer.max_steps=-1"]
+    for overrides, refused in ((LIT, False), ([], True)):
+        cfg = mine(*overrides, *endless)
+        found = core_problems(cfg, Environment.from_config(cfg), Plan(cfg))
+        assert any("the run has no end" in p for p in found) is refused, found
+
+
+def test_the_command_line_refuses_them_before_anything_is_built(project):
+    run_dir = project / "runs" / "owned"
+    done = tuneup(project, "experiment=mine", *LIT, "optimizer.lr=0.5", f"hydra.run.dir={run_dir}")
+    assert done.returncode == 1
+    assert "  - optimizer.lr=0.5 does nothing with model=lightning: my_project.lit.LitNet builds " \
+           "its own optimizer and schedule" in done.stderr  # fmt: skip
+    assert not (run_dir / "checkpoints").exists()
+
+
+def test_a_sweep_of_them_is_refused_before_its_first_job(project):
+    """Every job would train the same; where the model is swept too, the others read them."""
+    sweep_dir = project / "runs" / "owned-sweep"
+    done = tuneup(project, "-m", "experiment=mine", *LIT, "optimizer.lr=0.1,0.5",
+                  f"hydra.sweep.dir={sweep_dir}")  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "error: optimizer.lr=0.1,0.5 does nothing with model=lightning: my_project.lit.LitNet "
+        "builds its own optimizer and schedule in its configure_optimizers; set its own "
+        "arguments instead (it takes: width, lr), e.g. model.lr=0.1,0.5"
+    )
+    assert not (sweep_dir / "0").exists()
+
+
+def test_a_search_samples_the_lightningmodules_own_lr_not_tuneups(mine):
+    """hparams_search=optuna's default space (optimizer.lr, optimizer.weight_decay): the
+    module's model.lr over optimizer.lr's interval in their place; the same keys given by the
+    user, or a model argument the model does not take, are refused."""
+    from tuneup import TuneupError
+    from tuneup.optuna.space import parse_space
+    from tuneup.optuna.unread import default_params, fit_space, given_lines
+    from tuneup.trainer.components import Plan
+
+    def fitted(arguments, *overrides):
+        params = default_params()
+        cfg = mine(*overrides)
+        space = fit_space(parse_space(params, arguments), given_lines(params, arguments), cfg,
+                          Plan(cfg))  # fmt: skip
+        return {k: repr(d) for k, d in space.distributions.items()}
+
+    defaults = fitted([])  # an nn.Module: tuneup's optimizer, searched
+    assert {"optimizer.lr", "optimizer.weight_decay", "data.batch_size"} == set(defaults)
+    own = fitted([], *LIT)
+    assert set(own) == {"model.lr", "data.batch_size"}
+    assert own["model.lr"] == defaults["optimizer.lr"]  # log-uniform over the same interval
+    with pytest.raises(TuneupError, match=r"^optimizer.lr=choice\(0.1, 0.2\) does nothing with "
+                       r"model=lightning: .* e.g. model.lr=choice\(0.1, 0.2\)$"):  # fmt: skip
+        fitted(["optimizer.lr=choice(0.1, 0.2)"], *LIT)
+    with pytest.raises(TuneupError, match=r"^model.lr is not an argument of model "
+                       r"my_project.nets.Net \(it takes: width, depth, num_classes\)"):  # fmt: skip
+        fitted(["model.lr=choice(0.1, 0.2)"])

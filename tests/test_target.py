@@ -101,6 +101,27 @@ def test_direction_from_the_metric_name():
     assert direction("val/thing") is None and direction("val/thing", "min") == "min"
 
 
+def test_a_target_outside_a_fraction_metrics_range_is_refused(make_config):
+    """val/acc 1.5 (or -0.1) would train to "not reached": one line with the allowed range;
+    a loss has no such range."""
+    from tuneup.plugins.target.plugin import settings_problems
+
+    cfg = make_config([])  # one composition, its target set in turn
+
+    def problems(metric, value):
+        cfg.target.metric, cfg.target.value = metric, value
+        return settings_problems(cfg)
+
+    for value in (1.5, -0.1):
+        assert problems("val/acc", value) == [
+            f"target.value={value} is not allowed: expected a number in [0, 1]: "
+            "target.metric=val/acc is a fraction by its name (acc, top1, f1...), e.g. 0.9"
+        ]
+    for metric, value in (("val/acc", 1), ("val_top1", 0.0), ("val/loss", 1.5)):
+        assert problems(metric, value) == []
+    assert len(problems("val_f1", 90)) == 1
+
+
 def test_race_record_and_resume_with_a_fake_clock():
     now = [0.0]
     race = Race("val/loss", 1.0, "min", clock=lambda: now[0])

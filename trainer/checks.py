@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from tuneup.hints import did_you_mean
 from tuneup.trainer import callbacks
 from tuneup.trainer.optim import check_optim
+from tuneup.trainer.own_optimizer import missing_hook_problems, own_settings_problems
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
 
 _FRACTION_OR_COUNT = "a fraction in (0, 1] or a whole number of batches >= 0"
@@ -97,8 +98,10 @@ def core_problems(cfg, env, plan) -> list[str]:
             f"trainer.accelerator={cfg.trainer.accelerator} but this machine has no CUDA device; "
             "allowed here: cpu or auto"
         )
-    found += _trainer_argument_problems(cfg) + _length_problems(cfg) + _unknown_keys(cfg)
-    found += inert_problems(cfg)
+    found += _trainer_argument_problems(cfg) + _length_problems(cfg, plan) + _unknown_keys(cfg)
+    given = _single_run_overrides()
+    found += inert_problems(cfg, given) + own_settings_problems(cfg, plan, given)
+    found += missing_hook_problems(cfg, plan)
     found += plan.problems + check_optim(cfg) + callbacks.problems(cfg) + clip_problems(cfg, plan)
     return found
 
@@ -143,6 +146,12 @@ def _unknown_keys(cfg) -> list[str]:
             found.append(f"{group}.{key} is not a setting of {group}={node.name}; its settings "
                          f"are: {settings}{hint}")  # fmt: skip
     return found + _unknown_feature_keys(cfg)
+
+
+def unread_key_problems(cfg, keys: list[str]) -> list[str]:
+    """Those problems of :func:`_unknown_keys` that are about ``keys`` (a search space's: a
+    key given in a sweep is a key of every job, without Hydra's ``+``)."""
+    return [p for p in _unknown_keys(cfg) if p.split(" ", 1)[0].split("=", 1)[0] in keys]
 
 
 def _other_options(group: str, key: str) -> str:
@@ -290,9 +299,12 @@ def _meant(name: str, value) -> str:
     return name
 
 
-def _length_problems(cfg) -> list[str]:
-    """A schedule that needs the run's length, in a run without one."""
+def _length_problems(cfg, plan) -> list[str]:
+    """A schedule that needs the run's length, in a run without one (tuneup's schedule: a
+    LightningModule's own is its own, trainer/own_optimizer.py)."""
     t = cfg.trainer
+    if plan.lightning:
+        return []
     endless = t.get("max_epochs") == -1 and t.get("max_steps", -1) == -1
     if endless and OmegaConf.select(cfg, "scheduler.name") != "constant":
         return [

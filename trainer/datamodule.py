@@ -53,6 +53,8 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
 from tuneup import TuneupError
 from tuneup.trainer.prefetch import PrefetchLoader, ResumablePrefetchLoader, Staged
 from tuneup.trainer.state.data_order import (
+    ResumableSampler,
+    check_a_full_batch,
     eval_loader_kwargs,
     train_loader_kwargs,
 )
@@ -151,6 +153,8 @@ class DataModule(pl.LightningDataModule):
         }  # fmt: skip
         if self.configure_loader is not None:
             self.configure_loader(kwargs)
+        if train and isinstance(kwargs.get("sampler"), ResumableSampler) and kwargs["drop_last"]:
+            check_a_full_batch(kwargs["sampler"], kwargs["batch_size"])
         if self.resident:  # the samples are on the device already: workers could not reach them
             kwargs.update(num_workers=0, pin_memory=False)
         refused = self.prefetch_refusal(kwargs) if kwargs.pop(PREFETCH, False) else "off"

@@ -27,6 +27,7 @@ from tuneup.trainer.environment import Environment, threads_as_asked
 from tuneup.trainer.evaluate import evaluate
 from tuneup.trainer.module import TrainingModule, with_batch_transforms
 from tuneup.trainer.plugin_manager import PluginManager
+from tuneup.trainer.state.data_order import dropped_per_epoch
 from tuneup.trainer.state.preemption import (
     Interrupted,
     Preempted,
@@ -315,6 +316,9 @@ def _finish(cfg, plugins, trainer, summary: dict, run_dir: Path) -> None:
         summary.update(
             world_size=trainer.world_size, steps=trainer.global_step, epochs=trainer.current_epoch
         )
+        dropped = dropped_per_epoch(trainer.train_dataloader)  # full batches only
+        if dropped is not None:
+            summary["dropped_per_epoch"] = dropped
         if isinstance(trainer.lightning_module, TrainingModule):  # measured: grad_norm
             summary.update(trainer.lightning_module.grad_norm.summary())
     summary.update(python=platform.python_version(), torch=_torch_version())

@@ -117,6 +117,10 @@ def _run(s: dict):
         yield "precision", f"{precision.get('name')} ran as {precision['ran_as']}"
     if isinstance(s.get("fit_seconds"), (int, float)):
         yield "fit_seconds", _format(s["fit_seconds"])
+    if s.get("dropped_per_epoch"):
+        n = s["dropped_per_epoch"]
+        yield "dropped_per_epoch", (f"{_count(n, 'training sample')} left out of each epoch: "
+                                    f"training batches are full, a different {n} each epoch")  # fmt: skip
     for key in ("resumed_from", "short_of_limits"):
         if s.get(key):
             yield key, _format(s[key])

@@ -24,6 +24,8 @@ RULES = {
 #: Words of a metric's name that say which way is better (``target.mode=auto``).
 HIGHER = ("acc", "top1", "top5", "f1", "auc", "iou", "map", "precision", "recall", "bleu", "score")
 LOWER = ("loss", "perplexity", "ppl", "err", "mse", "mae", "rmse", "wer", "cer", "nll")
+#: Words of a metric's name that say it is a fraction, in [0, 1]: a target outside is never met.
+FRACTION = ("acc", "top1", "top5", "f1", "auc", "iou", "precision", "recall")
 
 
 def direction(metric: str, mode: str = "auto") -> str | None:
@@ -35,6 +37,11 @@ def direction(metric: str, mode: str = "auto") -> str | None:
     up = any(w.startswith(HIGHER) for w in words)
     down = any(w.startswith(LOWER) for w in words)
     return None if up == down else ("max" if up else "min")
+
+
+def is_fraction(metric: str) -> bool:
+    """Whether the metric's name says it is a fraction in [0, 1] (``val/acc``, ``val_f1``)."""
+    return any(w.startswith(FRACTION) for w in re.split(r"[^a-z0-9]+", metric.lower()) if w)
 
 
 def settings_problems(cfg, plan=None) -> list[str]:
@@ -52,6 +59,10 @@ def settings_problems(cfg, plan=None) -> list[str]:
     if not found and direction(metric, node.get("mode", "auto")) is None:
         found.append(f"target.mode=auto cannot tell whether higher or lower is better for "
                      f"target.metric={metric}; set target.mode=max or target.mode=min")  # fmt: skip
+    value = node.get("value")
+    if not found and value is not None and is_fraction(metric) and not 0 <= value <= 1:
+        found.append(problem("target.value", value, f"a number in [0, 1]: target.metric={metric} "
+                             "is a fraction by its name (acc, top1, f1...), e.g. 0.9"))  # fmt: skip
     if node.get("stop") and node.get("value") is None:
         found.append(
             "target.stop=true needs target.value: the run stops when the metric reaches it"

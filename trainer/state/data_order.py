@@ -158,6 +158,33 @@ def rest_trained(
     return min(rest, taken), max(0, rest - taken), max(0, taken - rest)
 
 
+def dropped_per_epoch(loader) -> int | None:
+    """The training samples a whole epoch leaves out, over all shards: with full batches only,
+    each shard's last ``share % batch_size`` (a different set each epoch: the order is drawn
+    anew). None where ``loader`` is not tuneup's resumable one (a loader with its own sampler
+    is used as it is)."""
+    if not isinstance(loader, ResumableLoader):
+        return None
+    sampler = loader.sampler
+    return rest_trained(sampler.size, 0, sampler.num_replicas, loader.batch_size,
+                        loader.drop_last)[1]  # fmt: skip
+
+
+def check_a_full_batch(sampler: ResumableSampler, batch_size: int) -> None:
+    """Refuse an epoch without a full batch: a batch larger than each process's share of the
+    training samples would train nothing, and the run would end "ok" after 0 steps."""
+    share, shards = len(sampler), sampler.num_replicas
+    if share >= batch_size:
+        return
+    samples = f"{share} training samples of each of the {shards} processes ({sampler.size} in " \
+              "all)" if shards > 1 else f"{share} training samples"  # fmt: skip
+    raise TuneupError(
+        f"data.batch_size={batch_size} is larger than the {samples}: training batches are "
+        f"full, so an epoch would train nothing; lower data.batch_size to {share} or less, or "
+        "give more training samples"
+    )
+
+
 class ResumableLoader(DataLoader):
     """A DataLoader over a :class:`ResumableSampler` that counts the batches it hands out.
 

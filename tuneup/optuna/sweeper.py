@@ -23,6 +23,7 @@ import functools
 import json
 import logging
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from tuneup.optuna import study as studies
 from tuneup.optuna.objectives import objective, objective_problems
 from tuneup.optuna.resume import continued_sampler, mark_interrupted_runs
 from tuneup.optuna.space import Space, override_value, parse_space
+from tuneup.optuna.unread import fit_space, given_lines
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +114,10 @@ class OptunaSearch:
 
         settings = self.settings
         space = parse_space(self.node.get("params"), arguments)  # a bad setting: nothing written
-        self.check_objectives(space)
+        first = self.first_trial(space)
+        if first is not None:  # keys nothing reads: refused, or left out of tuneup's default
+            space = fit_space(space, given_lines(self.node.get("params"), arguments), *first)
+        self.check_objectives(first)
         sampler, n_trials = self.complete_sampler(space)
         pruner = self.study_pruner()
         sweep_dir = Path(self.config.hydra.sweep.dir)
@@ -186,17 +191,32 @@ class OptunaSearch:
         _tell(study, trial, state=TrialState.FAIL)
         return True
 
-    def check_objectives(self, space: Space) -> None:
-        """Refuse, before any trial trains, a ``val.*`` objective the runs never log
-        (objectives.py), for the config of a trial with each parameter at its first value."""
+    def first_trial(self, space: Space):
+        """(config, Plan) of a trial with each parameter at its first value, or None where it
+        does not compose or build (the runs report it)."""
         from tuneup.trainer.components import Plan
 
-        first = {key: _first(d) for key, d in space.distributions.items()}
+        overrides = space.overrides({key: _first(d) for key, d in space.distributions.items()})
+        for _ in range(len(overrides) + 1):
+            try:
+                cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+                return cfg, Plan(cfg)
+            except Exception as exc:
+                # a key the config lacks (model=mlp model.lr=...): added with Hydra's +, for
+                # fit_space to name what nothing would read
+                if (added := _plus_refused(overrides, exc)) is None:
+                    log.debug("optuna: the space is not checked up front: %s", exc)
+                    return None
+                overrides = added
+        return None
+
+    def check_objectives(self, first) -> None:
+        """Refuse, before any trial trains, a ``val.*`` objective the runs never log
+        (objectives.py), for ``first``: :meth:`first_trial`."""
+        if first is None:
+            return
         try:
-            cfg = self.hydra_context.config_loader.load_sweep_config(
-                self.config, space.overrides(first)
-            )
-            found = objective_problems(self.settings.objectives, cfg, Plan(cfg))
+            found = objective_problems(self.settings.objectives, *first)
         except Exception as exc:  # the runs report a config that does not compose or build
             log.debug("optuna: objectives not checked up front: %s", exc)
             return
@@ -237,6 +257,18 @@ def ask(study, space: Space):
             "(choice(), range(), interval() and tag(log, ...) are kinds; a choice keeps its "
             "values); keep them, or start another study: hydra.sweeper.study_name=<new name>"
         ) from exc
+
+
+def _plus_refused(overrides: list[str], exc: Exception) -> list[str] | None:
+    """``overrides`` with ``+`` before the one Hydra could not override (a key the config
+    lacks), or None where ``exc`` is another error."""
+    refused = re.search(r"Could not override '([^']+)'", str(exc))
+    keys = [o.split("=", 1)[0] for o in overrides]
+    if refused is None or refused.group(1) not in keys:
+        return None
+    return [
+        f"+{o}" if key == refused.group(1) else o for o, key in zip(overrides, keys, strict=True)
+    ]
 
 
 def _first(distribution):
