@@ -259,7 +259,7 @@ LONGEST_FIRST = (
     "test_model_parallel.py", "test_slurm.py", "test_run.py", "test_autotune_study.py",
     "test_optuna.py", "test_own_project.py", "test_shards.py", "test_huggingface.py", "test_autotune.py",
     "test_sweeps.py", "test_pretrained.py", "test_precision.py",
-    "test_run_dirs.py", "test_resume.py", "test_logger_mlflow.py", "test_config_errors.py",
+    "test_run_dirs.py", "test_resume.py", "test_logger_mlflow.py", "test_postgres.py", "test_config_errors.py",
     "test_newcomer.py", "test_ema.py",
     "test_async_checkpoint.py", "test_data_path.py", "test_resume_every_checkpoint.py",
     "test_optimizers.py",
