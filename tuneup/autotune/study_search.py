@@ -25,8 +25,11 @@ paired seeds, then paired throughput windows.
 
 The budget: ``autotune.budget_trials`` study trials (the baseline aside), or
 ``autotune.budget_samples`` samples trained by them, whichever comes first; and
-``autotune.budget_minutes`` over everything: a trial gets ``trainer.max_time`` of what is left
-(less the room kept for the later stages), and no trial starts that could not finish in it.
+``autotune.budget_minutes`` over everything, shared by study_budget.py once the baseline's time
+is known: a budget too small for one study trial and one confirmation is refused there; the
+confirmation gets room for as many candidates as fit in half of what is left (at least one),
+and the study runs until the minutes left are that room. A trial gets ``trainer.max_time`` of
+what is left above it, and no trial starts that could not finish in it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import math
 import warnings
 
 from tuneup import TuneupError
+from tuneup.autotune import study_budget
 from tuneup.autotune.outcome import BASELINE, label
 from tuneup.autotune.race import race_settings, reached, required_target
 from tuneup.autotune.study_space import build_space, default_params
@@ -62,6 +66,7 @@ class StudySearch:
         self.space = None
         self.study = None
         self.confirmed: dict[str, dict] = {}  # label -> {"overrides", "trials", "decision"}
+        self.confirm_count = settings.confirm  # candidates the budget confirms (share_budget)
         self.speed = None  # study_speed.Speed
         self.verdict = ""  # the answer, in words
         self.notes: list[str] = []
@@ -73,6 +78,7 @@ class StudySearch:
         self.user_config = config
         self.open_study()
         self.baseline_run(config)
+        self.share_budget()
         params = self.settings.params
         if params is None:
             params = default_params(config, self._warmup_range(), own_loop(config))
@@ -162,8 +168,9 @@ class StudySearch:
             if self.settings.budget_samples is not None and used >= self.settings.budget_samples:
                 self.notes.append(f"explore stopped at autotune.budget_samples: {used:,} samples")
                 break
-            limit = self._left() - self._reserve()
-            if limit < self._typical_seconds():
+            limit = study_budget.explore_limit(self._left(), self._reserve(),
+                                               self._typical_seconds())  # fmt: skip
+            if not limit:
                 self.notes.append(f"explore stopped by autotune.budget_minutes after "
                                   f"{len(done)} trial(s): the rest is kept for confirm and speed")  # fmt: skip
                 break
@@ -276,13 +283,29 @@ class StudySearch:
             self.baseline.get("seconds", 1.0)]  # fmt: skip
         return seconds[len(seconds) // 2]
 
+    def share_budget(self) -> None:
+        """Once the baseline's time is known: refuse a budget that cannot hold one study trial
+        and one confirmation, and size the confirmation to what is left (study_budget.py)."""
+        settings, seeds, run_s = self.settings, len(self.confirm_seeds), self._confirm_seconds()
+        refusal = study_budget.too_small(
+            settings.budget_minutes, self.budget.elapsed, self.baseline.get("seconds", 1.0),
+            run_s, seeds, settings.min_rounds,
+            max(0, settings.budget_trials - len(self.explored())),
+        )  # fmt: skip
+        if refusal:
+            raise TuneupError(refusal)
+        self.confirm_count = study_budget.candidates_that_fit(
+            self._left(), settings.confirm, seeds, run_s, settings.min_rounds)  # fmt: skip
+
     def _speed_reserve(self) -> float:
-        return 2 * self.settings.max_rounds * max(1.0, self._typical_seconds() / 2)
+        """The speed stage's first ``min_rounds`` (more rounds while the budget allows)."""
+        return study_budget.speed_seconds(self.settings.min_rounds, self._confirm_seconds())
 
     def _reserve(self) -> float:
-        """Room kept for confirm and speed: their trials at the typical trial's time."""
-        runs = (self.settings.confirm + 1) * len(self.confirm_seeds)
-        return runs * self._confirm_seconds() + self._speed_reserve()
+        """Room kept for confirm and speed: ``confirm_count`` candidates and the command on
+        the paired seeds at a run to the target's time, then the speed stage."""
+        return study_budget.confirm_seconds(self.confirm_count, len(self.confirm_seeds),
+                                            self._confirm_seconds(), self.settings.min_rounds)  # fmt: skip
 
     def _confirm_seconds(self) -> float:
         """A confirm run's expected seconds: a run to the target, as the baseline's (the
