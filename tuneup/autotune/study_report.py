@@ -9,6 +9,7 @@ from tuneup.autotune import paired
 from tuneup.autotune.outcome import BASELINE
 from tuneup.autotune.race import reached
 from tuneup.autotune.record import trial_dict
+from tuneup.autotune.study_space import searched
 from tuneup.report.markdown import code, escape
 
 
@@ -71,6 +72,9 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
         "space": {
             "params": {k: repr(d) for k, d in search.space.distributions.items()},
             "fixed": search.space.fixed,
+            "searched": searched(search.space),
+            "implied": search.space.implied,
+            "left_out": [{"override": o, "reason": r} for o, r in search.space.dropped],
             "never_launched": [{"override": o, "reason": r} for o, r in search.space.dropped],
         },
         "baseline": search.baseline,
@@ -191,15 +195,24 @@ def render_study_markdown(record: dict, sweep_dir: Path) -> str:
             value = f"{t['value']:,.0f}"
         lines.append(f"| {t['number']} | {t['job'] or '-'} | {code(what)} | {escape(state)} | "
                      f"{value} | {t['pruned_at_samples'] or '-'} |")  # fmt: skip
-    never = record["space"]["never_launched"]
-    if never:
-        lines += ["", "## Never launched", ""]
-        lines += [f"- {code(n['override'])}: {escape(n['reason'])}" for n in never]
+    lines += _space_lines(record["space"])
     if record["notes"]:
         lines += ["", "## Notes", "", *(f"- {escape(n)}" for n in record["notes"])]
     lines += ["", "![every configuration: the target metric against samples and time]"
               "(autotune.png)", ""]  # fmt: skip
     return "\n".join(lines)
+
+
+def _space_lines(space: dict) -> list[str]:
+    """The space the study searched (key, distribution, where it is sampled), and each choice
+    left out of it with the check's reason."""
+    lines = ["", "## Searched space", "", "| key | distribution | condition |", "|---|---|---|"]
+    lines += [f"| {code(r['key'])} | {escape(r['distribution'])} | {escape(r['condition'])} |"
+              for r in space["searched"]]  # fmt: skip
+    if space["left_out"]:
+        lines += ["", "## Left out", ""]
+        lines += [f"- {code(n['override'])}: {escape(n['reason'])}" for n in space["left_out"]]
+    return lines
 
 
 def _estimated(found: dict | None) -> str:

@@ -48,7 +48,6 @@ from tuneup.autotune.study_trials import (
     NEVER_ATTR,
     OVERRIDES_ATTR,
     config_value,
-    contains,
     relative_gap,
     samples_seen,
 )
@@ -136,17 +135,9 @@ class StudySearch:
 
         if any(t.user_attrs.get(BASELINE_ATTR) for t in self.study.get_trials(deepcopy=False)):
             return
-        values = {}
-        for key, dist in self.space.distributions.items():
-            value = config_value(config, key)
-            if self.space.parent(key) and str(values.get(self.space.parent(key))).lower() in (
-                "off", "none", "false"):  # fmt: skip
-                continue
-            if value is None or not contains(dist, value):
-                return  # the user's value is outside the space: no such trial
-            values[key] = value
-        if not self.baseline["reached"]:
-            return
+        values = self.space.params_of(lambda key: config_value(config, key))
+        if values is None or not self.baseline["reached"]:
+            return  # the user's value is outside the space: no such trial
         trial = optuna.trial.create_trial(
             params=values,
             distributions={k: self.space.distributions[k] for k in values},
