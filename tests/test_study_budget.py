@@ -57,6 +57,12 @@ def test_a_tight_budget_confirms_fewer_candidates_rather_than_none():
     assert simulate(2, 10.0, 5.0)["k"] == 1 and simulate(30, 10.0, 5.0)["k"] == 3
 
 
+def test_another_seed_only_while_it_and_the_speed_stage_fit():
+    # 2 candidates and the command on one more seed (3 x 10 s) + 2 speed rounds (2 x 2 x 5 s)
+    assert study_budget.another_seed(50.0, 2, 10.0, 2)
+    assert not study_budget.another_seed(49.0, 2, 10.0, 2)
+
+
 def test_explore_stops_when_the_minutes_left_are_the_confirmations():
     assert study_budget.explore_limit(100.0, 60.0, 10.0) == 40.0
     assert study_budget.explore_limit(65.0, 60.0, 10.0) == 0.0

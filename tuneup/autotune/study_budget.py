@@ -42,6 +42,12 @@ def candidates_that_fit(left_s: float, most: int, seeds: int, run_s: float, roun
     return max(fit, default=1)
 
 
+def another_seed(left_s: float, candidates: int, run_s: float, rounds: int) -> bool:
+    """Whether one more paired seed fits while the decision is open: ``candidates`` and the
+    command on it, with the speed stage's ``rounds`` still after it."""
+    return (candidates + 1) * run_s + speed_seconds(rounds, run_s) <= left_s
+
+
 def explore_limit(left_s: float, reserve_s: float, trial_s: float) -> float:
     """The time limit of the next study trial: what is left above the confirmation's room;
     0 when that is less than a typical trial's time (the study stops there)."""
