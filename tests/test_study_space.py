@@ -104,3 +104,17 @@ def test_a_learning_rate_on_the_command_line_replaces_every_members_range():
     )
     assert not [name for name in space.distributions if "@" in name and "lr" in name]
     assert space.distributions["optimizer.lr"].high == 1
+
+
+def test_an_optimizer_whose_package_is_missing_is_left_out_with_the_install_to_run(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "schedulefree", None)  # import schedulefree fails
+    monkeypatch.delitem(sys.modules, "tuneup.plugins.schedulefree", raising=False)
+    found = checks()
+    params = {**default_params(found.inspect(()).config), "scheduler": "choice(constant, cosine)"}
+    space = build_space(params, [], found, lambda key: key in ("optimizer", "scheduler"))
+    assert space.distributions["optimizer"].choices == ("adamw", "muon", "nadamw")
+    assert "optimizer.lr@schedulefree" not in space.distributions and not space.implied
+    why = dict(space.dropped)["optimizer=schedulefree"]
+    assert "optimizer=schedulefree needs pip install 'tuneup[schedulefree]'" in why
