@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 
+SPARE = 1.2  # the least budget advised: what is needed, and a fifth more
+
 
 def speed_seconds(rounds: int, run_s: float) -> float:
     """The speed stage: ``rounds`` rounds of two short throughput trials (the command's and
@@ -60,9 +62,10 @@ def minutes_needed(
 ) -> tuple[float, int]:
     """(seconds still needed, the least ``autotune.budget_minutes``) for one study trial (none
     when the study has no trials left) and the confirmation of one candidate, after
-    ``elapsed_s`` spent already (the baseline)."""
+    ``elapsed_s`` spent already (the baseline). The least budget keeps a fifth to spare: a
+    run's time varies from one search to the next on a shared machine."""
     need = (run_s if trials_left > 0 else 0.0) + confirm_seconds(1, seeds, run_s, rounds)
-    return need, math.ceil((elapsed_s + need) / 60)
+    return need, math.ceil(SPARE * (elapsed_s + need) / 60)
 
 
 def too_small(

@@ -77,11 +77,11 @@ class StudySearch:
         self.user_config = config
         self.open_study()
         self.baseline_run(config)
-        self.share_budget()
         params = self.settings.params
         if params is None:
             params = default_params(config, self._warmup_range(), own_loop(config))
         self.space = build_space(params, self.sweeps, self.checks, self.is_group)
+        self.share_budget()
         self.add_baseline_trial(config)
         self.explore()
         self.confirm()
