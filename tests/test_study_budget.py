@@ -15,7 +15,7 @@ from tuneup.autotune.study_search import StudySearch
 
 
 def simulate(minutes: float, baseline_s: float, trial_s: float, seeds=3, confirm=3, rounds=2,
-             most_rounds=4, trials=100) -> dict:  # fmt: skip
+             most_rounds=4, trials=100, first_hit=1) -> dict:  # fmt: skip
     """The search's stages on a made-up clock, sharing the minutes as study_search.py does:
     the baseline, study trials while explore_limit allows, then as many candidates as fit
     on the paired seeds, then the speed stage's rounds while they fit."""
@@ -23,9 +23,17 @@ def simulate(minutes: float, baseline_s: float, trial_s: float, seeds=3, confirm
     run_s = max(baseline_s, trial_s)
     k = study_budget.candidates_that_fit(budget - clock, confirm, seeds, run_s, rounds)
     reserve = study_budget.confirm_seconds(k, seeds, run_s, rounds)
-    done = 0
-    while done < trials and study_budget.explore_limit(budget - clock, reserve, trial_s):
+    done, released = 0, False
+    while done < trials:
+        found = done >= first_hit  # a trial has reached the target: something to confirm
+        room, released = study_budget.explore_reserve(
+            budget - clock, trial_s, reserve, study_budget.confirm_seconds(1, seeds, run_s, rounds),
+            found, released)  # fmt: skip
+        if not study_budget.explore_limit(budget - clock, room, trial_s):
+            break
         clock, done = clock + trial_s, done + 1
+    if done < first_hit:  # nothing to confirm
+        return {"trials": done, "confirmed": 0, "seconds": clock, "k": k}
     confirmed = 0
     for _ in range(confirm + 1):  # the command, then the candidates, while they fit
         cost = seeds * run_s
@@ -48,6 +56,21 @@ def test_the_minutes_are_spent_within_ten_percent_with_study_trials(minutes, bas
     run = simulate(minutes, baseline_s, trial_s, trials=10**6)  # trials left throughout
     assert run["trials"] >= 1 and run["confirmed"] >= 1
     assert 0.9 * minutes * 60 <= run["seconds"] <= 1.1 * minutes * 60
+
+
+@pytest.mark.parametrize("minutes", [2, 8])
+def test_with_nothing_to_confirm_the_study_goes_on_with_the_confirmations_minutes(minutes):
+    """No study trial reaches the target before the confirmation's room is all that is left:
+    the study spends it rather than stopping with the minutes unused."""
+    run = simulate(minutes, 10.0, 10.0, trials=10**6, first_hit=10**6)
+    assert run["seconds"] >= 0.9 * minutes * 60 and run["seconds"] <= minutes * 60
+
+
+def test_a_candidate_found_after_the_release_keeps_one_candidates_room():
+    assert study_budget.explore_reserve(100.0, 10.0, 80.0, 40.0, False, False) == (80.0, False)
+    assert study_budget.explore_reserve(85.0, 10.0, 80.0, 40.0, False, False) == (0.0, True)
+    assert study_budget.explore_reserve(85.0, 10.0, 80.0, 40.0, True, False) == (80.0, False)
+    assert study_budget.explore_reserve(60.0, 10.0, 80.0, 40.0, True, True) == (40.0, True)
 
 
 def test_a_tight_budget_confirms_fewer_candidates_rather_than_none():

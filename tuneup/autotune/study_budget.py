@@ -12,7 +12,9 @@ How the minutes are shared, once the baseline has run and its time is known:
   most half of what is left after the baseline (at least 1). A tight budget confirms fewer
   candidates; it does not stop the study.
 - The explore stage gets the rest: it runs while what is left exceeds that room by a trial's
-  time, so the study ends when the minutes left are the minutes the confirmation needs.
+  time, so the study ends when the minutes left are the minutes the confirmation needs. If
+  no study trial has reached the target by then, there is nothing to confirm: the study goes
+  on with that room too (:func:`explore_reserve`).
 - A budget in which one study trial and the confirmation of one candidate do not fit is
   refused as soon as the baseline's time says so, before any study trial, with the minutes
   it would need.
@@ -21,6 +23,8 @@ How the minutes are shared, once the baseline has run and its time is known:
 from __future__ import annotations
 
 import math
+
+from tuneup import TuneupError
 
 SPARE = 1.2  # the least budget advised: what is needed, and a fifth more
 
@@ -48,6 +52,20 @@ def another_seed(left_s: float, candidates: int, run_s: float, rounds: int) -> b
     """Whether one more paired seed fits while the decision is open: ``candidates`` and the
     command on it, with the speed stage's ``rounds`` still after it."""
     return (candidates + 1) * run_s + speed_seconds(rounds, run_s) <= left_s
+
+
+def explore_reserve(
+    left_s: float, trial_s: float, need_s: float, need_one_s: float, found: bool, released: bool
+) -> tuple[float, bool]:
+    """(the room the study keeps now, whether it has been released). ``need_s``: the
+    confirmation's room; ``need_one_s``: one candidate's; ``found``: a study trial has reached
+    the target (there is something to confirm). The room is kept while the study has more
+    than it and a trial left, or has a candidate. Reached with nothing to confirm, it is
+    released: the study goes on with the rest (an idle reserve would answer nothing), and a
+    candidate found after that keeps one candidate's room."""
+    if not released and (found or left_s - trial_s >= need_s):
+        return need_s, False
+    return (need_one_s if found else 0.0), True
 
 
 def explore_limit(left_s: float, reserve_s: float, trial_s: float) -> float:
@@ -83,3 +101,15 @@ def too_small(
         f"took {baseline_s:.0f} s; {what} need about {math.ceil(need / 60)} more minute(s); "
         f"give at least autotune.budget_minutes={least}"
     )
+
+
+def confirm_count(
+    budget_minutes: float, elapsed_s: float, baseline_s: float, run_s: float, seeds: int,
+    most: int, rounds: int, trials_left: int,
+) -> int:  # fmt: skip
+    """How many candidates the confirmation takes (:func:`candidates_that_fit`), once the
+    baseline has run; a budget too small for one trial and one confirmation is refused."""
+    refusal = too_small(budget_minutes, elapsed_s, baseline_s, run_s, seeds, rounds, trials_left)
+    if refusal:
+        raise TuneupError(refusal)
+    return candidates_that_fit(budget_minutes * 60 - elapsed_s, most, seeds, run_s, rounds)

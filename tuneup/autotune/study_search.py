@@ -66,6 +66,7 @@ class StudySearch:
         self.study = None
         self.confirmed: dict[str, dict] = {}  # label -> {"overrides", "trials", "decision"}
         self.confirm_count = settings.confirm  # candidates the budget confirms (share_budget)
+        self._released = False  # the confirmation's room given to the study (_reserve)
         self.speed = None  # study_speed.Speed
         self.verdict = ""  # the answer, in words
         self.notes: list[str] = []
@@ -275,28 +276,35 @@ class StudySearch:
         return seconds[len(seconds) // 2]
 
     def share_budget(self) -> None:
-        """Once the baseline's time is known: refuse a budget that cannot hold one study trial
-        and one confirmation, and size the confirmation to what is left (study_budget.py)."""
-        settings, seeds, run_s = self.settings, len(self.confirm_seeds), self._confirm_seconds()
-        refusal = study_budget.too_small(
-            settings.budget_minutes, self.budget.elapsed, self.baseline.get("seconds", 1.0),
-            run_s, seeds, settings.min_rounds,
-            max(0, settings.budget_trials - len(self.explored())),
-        )  # fmt: skip
-        if refusal:
-            raise TuneupError(refusal)
-        self.confirm_count = study_budget.candidates_that_fit(
-            self._left(), settings.confirm, seeds, run_s, settings.min_rounds)  # fmt: skip
+        """Refuse a budget too small for one study trial and one confirmation, or size the
+        confirmation to it (study_budget.py), once the baseline's time is known."""
+        s = self.settings
+        self.confirm_count = study_budget.confirm_count(
+            s.budget_minutes, self.budget.elapsed, self.baseline.get("seconds", 1.0),
+            self._confirm_seconds(), len(self.confirm_seeds), s.confirm, s.min_rounds,
+            max(0, s.budget_trials - len(self.explored())))  # fmt: skip
 
     def _speed_reserve(self) -> float:
         """The speed stage's first ``min_rounds`` (more rounds while the budget allows)."""
         return study_budget.speed_seconds(self.settings.min_rounds, self._confirm_seconds())
 
     def _reserve(self) -> float:
-        """Room kept for confirm and speed: ``confirm_count`` candidates and the command on
-        the paired seeds at a run to the target's time, then the speed stage."""
-        return study_budget.confirm_seconds(self.confirm_count, len(self.confirm_seeds),
-                                            self._confirm_seconds(), self.settings.min_rounds)  # fmt: skip
+        """Room kept for confirm and speed (study_budget.explore_reserve)."""
+        seeds, run_s, rounds = (
+            len(self.confirm_seeds),
+            self._confirm_seconds(),
+            self.settings.min_rounds,
+        )
+        found = any(t.user_attrs.get("reached") for t in self.explored())
+        released = self._released
+        room, self._released = study_budget.explore_reserve(
+            self._left(), self._typical_seconds(),
+            study_budget.confirm_seconds(self.confirm_count, seeds, run_s, rounds),
+            study_budget.confirm_seconds(1, seeds, run_s, rounds), found, released)  # fmt: skip
+        if self._released and not released:
+            self.notes.append("no study trial had reached the target when the minutes left were "
+                              "the confirmation's: the study went on with them")  # fmt: skip
+        return room
 
     def _confirm_seconds(self) -> float:
         """A confirm run's expected seconds: a run to the target, as the baseline's (the
