@@ -274,11 +274,12 @@ def test_the_default_space_holds_the_hand_recipes_and_drops_what_is_not_installe
 
     for optimizer, hand in (("sgd", 0.2), ("adamw", 0.003)):  # bench/race.py's hand recipes
         params = default_params(compose([f"optimizer={optimizer}"]), 40)
-        lr = parse_space({"optimizer.lr": params["optimizer.lr"]}, []).distributions["optimizer.lr"]
+        key = f"optimizer.lr@{optimizer}"  # your optimizer's own range (study_family.py)
+        lr = parse_space({key: params[key]}, []).distributions[key]
         assert lr.log and lr.low < hand < lr.high
     space = build_space(params, [], Checks(compose), lambda key: key == "scheduler")
     assert space.distributions["scheduler.warmup_steps"].high == 40
-    assert space.parent("ema.decay") == "ema" and space.parent("optimizer.lr") is None
+    assert space.parent("ema.decay") == "ema" and space.parent("data.batch_size") is None
     assert isinstance(space.distributions["scheduler"], CategoricalDistribution)
     installed = (ROOT / "conf" / "scheduler" / "wsd.yaml").is_file()
     assert ("wsd" in space.distributions["scheduler"].choices) == installed
@@ -446,6 +447,12 @@ def test_the_study_finds_a_higher_learning_rate_that_needs_fewer_steps(continued
     assert time["seeds"] == 2 and time["rounds"] == 2 and time["df"] >= 1
     assert speed["time_verdict"].startswith(time["verdict"])  # faster (beyond the noise)...
     assert "(autotune.cost=steps); on this machine, estimated time to target" in record["verdict"]
+    text = (continued["dir"] / "autotune.md").read_text()
+    # the space it searched, printed: autotune.params' one key, on every trial
+    assert record["space"]["searched"] == [{"key": "optimizer.lr", "name": "optimizer.lr",
+        "distribution": "log-uniform [0.002, 0.3]", "condition": "every trial"}]  # fmt: skip
+    assert "## Searched space" in text
+    assert "| `optimizer.lr` | log-uniform [0.002, 0.3] | every trial |" in text
     command = f"tuneup --config-dir {continued['dir'] / 'conf'} experiment=recipe target.stop=true"
     assert record["recipe"]["command"] == command and command in text
     assert "| better, p " in text and f"held-out seed {expected['seed']}" in text

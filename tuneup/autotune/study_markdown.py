@@ -88,10 +88,7 @@ def render_study_markdown(record: dict, sweep_dir: Path) -> str:
         lines.append(f"| {t['number']} | {t['job'] or '-'} | {code(what)} | {escape(state)} | "
                      f"{value} | {_counts([steps])} | {_counts([samples])} | "
                      f"{t['pruned_at_samples'] or '-'} |")  # fmt: skip
-    never = record["space"]["never_launched"]
-    if never:
-        lines += ["", "## Never launched", ""]
-        lines += [f"- {code(n['override'])}: {escape(n['reason'])}" for n in never]
+    lines += _space_lines(record["space"])
     if record["notes"]:
         lines += ["", "## Notes", "", *(f"- {escape(n)}" for n in record["notes"])]
     lines += ["", "![every configuration: the target metric against samples and time]"
@@ -154,6 +151,18 @@ def _number(value, unit: str) -> str:
 
 def _counts(values: list, none: str = "-") -> str:
     return ", ".join(none if v is None else f"{v:,}" for v in values)
+
+
+def _space_lines(space: dict) -> list[str]:
+    """The space the study searched (key, distribution, where it is sampled), and each choice
+    left out of it with the check's reason."""
+    lines = ["", "## Searched space", "", "| key | distribution | condition |", "|---|---|---|"]
+    lines += [f"| {code(r['key'])} | {escape(r['distribution'])} | {escape(r['condition'])} |"
+              for r in space["searched"]]  # fmt: skip
+    if space["left_out"]:
+        lines += ["", "## Left out", ""]
+        lines += [f"- {code(n['override'])}: {escape(n['reason'])}" for n in space["left_out"]]
+    return lines
 
 
 def _estimated(found: dict | None) -> str:

@@ -11,6 +11,7 @@ from tuneup.autotune.outcome import BASELINE
 from tuneup.autotune.race import reached
 from tuneup.autotune.record import trial_dict
 from tuneup.autotune.study_confirm import held_out_seed, paired_seeds
+from tuneup.autotune.study_space import searched
 from tuneup.autotune.study_trials import (
     STEPS,
     TIME,
@@ -109,6 +110,9 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
         "space": {
             "params": {k: repr(d) for k, d in search.space.distributions.items()},
             "fixed": search.space.fixed,
+            "searched": searched(search.space),
+            "implied": search.space.implied,
+            "left_out": [{"override": o, "reason": r} for o, r in search.space.dropped],
             "never_launched": [{"override": o, "reason": r} for o, r in search.space.dropped],
         },
         "baseline": search.baseline,

@@ -29,8 +29,11 @@ paired seeds, then paired throughput windows.
 
 The budget: ``autotune.budget_trials`` study trials (the baseline aside), or
 ``autotune.budget_samples`` samples trained by them, whichever comes first; and
-``autotune.budget_minutes`` over everything: a trial gets ``trainer.max_time`` of what is left
-(less the room kept for the later stages), and no trial starts that could not finish in it.
+``autotune.budget_minutes`` over everything, shared by study_budget.py once the baseline's time
+is known: a budget too small for one study trial and one confirmation is refused there; the
+confirmation gets room for as many candidates as fit in half of what is left (at least one),
+and the study runs until the minutes left are that room. A trial gets ``trainer.max_time`` of
+what is left above it, and no trial starts that could not finish in it.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import math
 import warnings
 
 from tuneup import TuneupError
+from tuneup.autotune import study_budget
 from tuneup.autotune.outcome import BASELINE, label
 from tuneup.autotune.race import race_settings, reached, required_target, sample_limit
 from tuneup.autotune.study_advice import baseline_stop
@@ -51,7 +55,6 @@ from tuneup.autotune.study_trials import (
     OVERRIDES_ATTR,
     config_value,
     console_line,
-    contains,
     figures,
     samples_seen,
     trial_value,
@@ -72,6 +75,8 @@ class StudySearch:
         self.space = None
         self.study = None
         self.confirmed: dict[str, dict] = {}  # label -> {"overrides", "trials", "decision"}
+        self.confirm_count = settings.confirm  # candidates the budget confirms (share_budget)
+        self._released = False  # the confirmation's room given to the study (_reserve)
         self.speed = None  # study_speed.Speed
         self.verdict = ""  # the answer, in words
         self.notes: list[str] = []
@@ -87,6 +92,7 @@ class StudySearch:
         if params is None:
             params = default_params(config, self._warmup_range(), own_loop(config))
         self.space = build_space(params, self.sweeps, self.checks, self.is_group)
+        self.share_budget()
         self.add_baseline_trial(config)
         self.explore()
         self.confirm()
@@ -145,16 +151,10 @@ class StudySearch:
 
         if any(t.user_attrs.get(BASELINE_ATTR) for t in self.study.get_trials(deepcopy=False)):
             return
-        values = {}
-        for key, dist in self.space.distributions.items():
-            value = config_value(config, key)
-            if self.space.parent(key) and str(values.get(self.space.parent(key))).lower() in (
-                "off", "none", "false"):  # fmt: skip
-                continue
-            if value is None or not contains(dist, value):
-                return  # the user's value is outside the space: no such trial
-            values[key] = value
-        if not self.baseline["reached"] or self.baseline.get("value") is None:
+        values = self.space.params_of(lambda key: config_value(config, key))
+        if values is None or not self.baseline["reached"]:
+            return  # the user's value is outside the space: no such trial
+        if self.baseline.get("value") is None:
             return
         if self.baseline.get("ranked_by") != self.settings.cost:
             return  # a continued study ranked by another cost: its value would not compare
@@ -179,8 +179,9 @@ class StudySearch:
             if self.settings.budget_samples is not None and used >= self.settings.budget_samples:
                 self.notes.append(f"explore stopped at autotune.budget_samples: {used:,} samples")
                 break
-            limit = self._left() - self._reserve()
-            if limit < self._typical_seconds():
+            limit = study_budget.explore_limit(self._left(), self._reserve(),
+                                               self._typical_seconds())  # fmt: skip
+            if not limit:
                 self.notes.append(f"explore stopped by autotune.budget_minutes after "
                                   f"{len(done)} trial(s): the rest is kept for confirm and speed")  # fmt: skip
                 break
@@ -299,13 +300,36 @@ class StudySearch:
             self.baseline.get("seconds", 1.0)]  # fmt: skip
         return seconds[len(seconds) // 2]
 
+    def share_budget(self) -> None:
+        """Refuse a budget too small for one study trial and one confirmation, or size the
+        confirmation to it (study_budget.py), once the baseline's time is known."""
+        s = self.settings
+        self.confirm_count = study_budget.confirm_count(
+            s.budget_minutes, self.budget.elapsed, self.baseline.get("seconds", 1.0),
+            self._confirm_seconds(), len(self.confirm_seeds), s.confirm, s.min_rounds,
+            max(0, s.budget_trials - len(self.explored())))  # fmt: skip
+
     def _speed_reserve(self) -> float:
-        return 2 * self.settings.max_rounds * max(1.0, self._typical_seconds() / 2)
+        """The speed stage's first ``min_rounds`` (more rounds while the budget allows)."""
+        return study_budget.speed_seconds(self.settings.min_rounds, self._confirm_seconds())
 
     def _reserve(self) -> float:
-        """Room kept for confirm and speed: their trials at the typical trial's time."""
-        runs = (self.settings.confirm + 1) * len(self.confirm_seeds)
-        return runs * self._confirm_seconds() + self._speed_reserve()
+        """Room kept for confirm and speed (study_budget.explore_reserve)."""
+        seeds, run_s, rounds = (
+            len(self.confirm_seeds),
+            self._confirm_seconds(),
+            self.settings.min_rounds,
+        )
+        found = any(t.user_attrs.get("reached") for t in self.explored())
+        released = self._released
+        room, self._released = study_budget.explore_reserve(
+            self._left(), self._typical_seconds(),
+            study_budget.confirm_seconds(self.confirm_count, seeds, run_s, rounds),
+            study_budget.confirm_seconds(1, seeds, run_s, rounds), found, released)  # fmt: skip
+        if self._released and not released:
+            self.notes.append("no study trial had reached the target when the minutes left were "
+                              "the confirmation's: the study went on with them")  # fmt: skip
+        return room
 
     def _confirm_seconds(self) -> float:
         """A confirm run's expected seconds: a run to the target, as the baseline's (the

@@ -1,0 +1,115 @@
+"""The time-to-target study's budget arithmetic: how ``autotune.budget_minutes`` is shared.
+
+Plain functions of seconds and counts, so that they are tested with made-up times
+(tests/test_study_budget.py) and the search (study_search.py) only asks them. The times they
+take are the runs' own, measured as the search goes: ``run_s``, a run to the target (the
+baseline's, or the study's median trial's if longer), which is what a confirmation run costs.
+
+How the minutes are shared, once the baseline has run and its time is known:
+
+- The confirmation gets the room for ``k`` candidates (and the command) on the paired seeds,
+  plus the speed stage: ``k`` is the most of ``autotune.confirm`` whose confirmation takes at
+  most half of what is left after the baseline (at least 1). A tight budget confirms fewer
+  candidates; it does not stop the study.
+- The explore stage gets the rest: it runs while what is left exceeds that room by a trial's
+  time, so the study ends when the minutes left are the minutes the confirmation needs. If
+  no study trial has reached the target by then, there is nothing to confirm: the study goes
+  on with that room too (:func:`explore_reserve`).
+- A budget in which one study trial and the confirmation of one candidate do not fit is
+  refused as soon as the baseline's time says so, before any study trial, with the minutes
+  it would need.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tuneup import TuneupError
+
+SPARE = 1.2  # the least budget advised: what is needed, and a fifth more
+
+
+def speed_seconds(rounds: int, run_s: float) -> float:
+    """The speed stage: ``rounds`` rounds of two short throughput trials (the command's and
+    the pick's), each taken at half a run to the target (a few steps, but the same start-up)."""
+    return 2 * rounds * max(1.0, run_s / 2)
+
+
+def confirm_seconds(candidates: int, seeds: int, run_s: float, rounds: int) -> float:
+    """Seconds the confirmation of ``candidates`` needs: they and the command on ``seeds``
+    paired seeds, each run at ``run_s``, then the speed stage's ``rounds``."""
+    return (candidates + 1) * seeds * run_s + speed_seconds(rounds, run_s)
+
+
+def candidates_that_fit(left_s: float, most: int, seeds: int, run_s: float, rounds: int) -> int:
+    """How many candidates the confirmation takes: the most of ``most`` whose confirmation
+    needs at most half of ``left_s`` (the other half at least goes to the study), at least 1."""
+    fit = [k for k in range(1, most + 1) if confirm_seconds(k, seeds, run_s, rounds) <= left_s / 2]
+    return max(fit, default=1)
+
+
+def another_seed(left_s: float, candidates: int, run_s: float, rounds: int) -> bool:
+    """Whether one more paired seed fits while the decision is open: ``candidates`` and the
+    command on it, with the speed stage's ``rounds`` still after it."""
+    return (candidates + 1) * run_s + speed_seconds(rounds, run_s) <= left_s
+
+
+def explore_reserve(
+    left_s: float, trial_s: float, need_s: float, need_one_s: float, found: bool, released: bool
+) -> tuple[float, bool]:
+    """(the room the study keeps now, whether it has been released). ``need_s``: the
+    confirmation's room; ``need_one_s``: one candidate's; ``found``: a study trial has reached
+    the target (there is something to confirm). The room is kept while the study has more
+    than it and a trial left, or has a candidate. Reached with nothing to confirm, it is
+    released: the study goes on with the rest (an idle reserve would answer nothing), and a
+    candidate found after that keeps one candidate's room."""
+    if not released and (found or left_s - trial_s >= need_s):
+        return need_s, False
+    return (need_one_s if found else 0.0), True
+
+
+def explore_limit(left_s: float, reserve_s: float, trial_s: float) -> float:
+    """The time limit of the next study trial: what is left above the confirmation's room;
+    0 when that is less than a typical trial's time (the study stops there)."""
+    limit = left_s - reserve_s
+    return limit if limit >= trial_s else 0.0
+
+
+def minutes_needed(
+    elapsed_s: float, run_s: float, seeds: int, rounds: int, trials_left: int
+) -> tuple[float, int]:
+    """(seconds still needed, the least ``autotune.budget_minutes``) for one study trial (none
+    when the study has no trials left) and the confirmation of one candidate, after
+    ``elapsed_s`` spent already (the baseline). The least budget keeps a fifth to spare: a
+    run's time varies from one search to the next on a shared machine."""
+    need = (run_s if trials_left > 0 else 0.0) + confirm_seconds(1, seeds, run_s, rounds)
+    return need, math.ceil(SPARE * (elapsed_s + need) / 60)
+
+
+def too_small(
+    budget_minutes: float, elapsed_s: float, baseline_s: float, run_s: float, seeds: int,
+    rounds: int, trials_left: int,
+) -> str | None:  # fmt: skip
+    """The one-line refusal when ``budget_minutes`` cannot hold one study trial and one
+    confirmation after ``elapsed_s``; None when it can."""
+    need, least = minutes_needed(elapsed_s, run_s, seeds, rounds, trials_left)
+    if budget_minutes * 60 - elapsed_s >= need:
+        return None
+    what = "one study trial and a confirmation" if trials_left > 0 else "a confirmation"
+    return (
+        f"autotune.budget_minutes={budget_minutes:g} is too small for this command: its baseline "
+        f"took {baseline_s:.0f} s; {what} need about {math.ceil(need / 60)} more minute(s); "
+        f"give at least autotune.budget_minutes={least}"
+    )
+
+
+def confirm_count(
+    budget_minutes: float, elapsed_s: float, baseline_s: float, run_s: float, seeds: int,
+    most: int, rounds: int, trials_left: int,
+) -> int:  # fmt: skip
+    """How many candidates the confirmation takes (:func:`candidates_that_fit`), once the
+    baseline has run; a budget too small for one trial and one confirmation is refused."""
+    refusal = too_small(budget_minutes, elapsed_s, baseline_s, run_s, seeds, rounds, trials_left)
+    if refusal:
+        raise TuneupError(refusal)
+    return candidates_that_fit(budget_minutes * 60 - elapsed_s, most, seeds, run_s, rounds)
