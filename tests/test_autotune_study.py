@@ -292,7 +292,7 @@ def test_the_default_space_holds_the_hand_recipes_and_drops_what_is_not_installe
 #: The user's command: 16 steps of a cosine schedule; a trial's budget stops it after 4.
 SCHEDULED = ["data.train_samples=256", "data.val_samples=32", "data.batch_size=32", "model=mlp",
              "model.hidden=[8]", "trainer.max_steps=16", "trainer.max_epochs=-1",
-             "scheduler=cosine", "target.metric=val/acc", "target.value=1.01",
+             "scheduler=cosine", "target.metric=val/loss", "target.value=1e-9",
              "target.check_every_n_steps=4", "trainer.enable_progress_bar=false",
              "measure.console_table=false"]  # fmt: skip
 
