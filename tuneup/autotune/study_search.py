@@ -43,10 +43,11 @@ import math
 import warnings
 
 from tuneup import TuneupError
-from tuneup.autotune import study_budget
 from tuneup.autotune.outcome import BASELINE, label
 from tuneup.autotune.race import race_settings, reached, required_target, sample_limit
 from tuneup.autotune.study_advice import baseline_stop
+from tuneup.autotune import study_budget
+from tuneup.autotune.study_share import BudgetShare
 from tuneup.autotune.study_space import build_space, default_params
 from tuneup.autotune.study_trials import (
     BASELINE_ATTR,
@@ -64,7 +65,7 @@ from tuneup.autotune.trials import Trial
 log = logging.getLogger(__name__)
 
 
-class StudySearch:
+class StudySearch(BudgetShare):
     def __init__(self, settings, lab, checks, budget, seed: int, storage: str, sweeps=(),
                  is_group=lambda key: False) -> None:  # fmt: skip
         self.settings, self.lab, self.checks, self.budget = settings, lab, checks, budget
@@ -289,52 +290,6 @@ class StudySearch:
             f"{{_target_:optuna.pruners.SuccessiveHalvingPruner,min_resource:{low},"
             "reduction_factor:3,min_early_stopping_rate:0}"
         )
-
-    def _left(self) -> float:
-        return self.budget.seconds - self.budget.elapsed
-
-    def _typical_seconds(self) -> float:
-        """A race trial's expected seconds: the median of the study's trials so far (or the
-        baseline's)."""
-        seconds = sorted(t.seconds for t in self.lab.trials if t.label != "speed") or [
-            self.baseline.get("seconds", 1.0)]  # fmt: skip
-        return seconds[len(seconds) // 2]
-
-    def share_budget(self) -> None:
-        """Refuse a budget too small for one study trial and one confirmation, or size the
-        confirmation to it (study_budget.py), once the baseline's time is known."""
-        s = self.settings
-        self.confirm_count = study_budget.confirm_count(
-            s.budget_minutes, self.budget.elapsed, self.baseline.get("seconds", 1.0),
-            self._confirm_seconds(), len(self.confirm_seeds), s.confirm, s.min_rounds,
-            max(0, s.budget_trials - len(self.explored())))  # fmt: skip
-
-    def _speed_reserve(self) -> float:
-        """The speed stage's first ``min_rounds`` (more rounds while the budget allows)."""
-        return study_budget.speed_seconds(self.settings.min_rounds, self._confirm_seconds())
-
-    def _reserve(self) -> float:
-        """Room kept for confirm and speed (study_budget.explore_reserve)."""
-        seeds, run_s, rounds = (
-            len(self.confirm_seeds),
-            self._confirm_seconds(),
-            self.settings.min_rounds,
-        )
-        found = any(t.user_attrs.get("reached") for t in self.explored())
-        released = self._released
-        room, self._released = study_budget.explore_reserve(
-            self._left(), self._typical_seconds(),
-            study_budget.confirm_seconds(self.confirm_count, seeds, run_s, rounds),
-            study_budget.confirm_seconds(1, seeds, run_s, rounds), found, released)  # fmt: skip
-        if self._released and not released:
-            self.notes.append("no study trial had reached the target when the minutes left were "
-                              "the confirmation's: the study went on with them")  # fmt: skip
-        return room
-
-    def _confirm_seconds(self) -> float:
-        """A confirm run's expected seconds: a run to the target, as the baseline's (the
-        study's median trial is a pruned one, far shorter)."""
-        return max(self._typical_seconds(), self.baseline.get("seconds", 1.0))
 
     def _warmup_range(self) -> int | None:
         steps = self.baseline.get("steps_to_target")
