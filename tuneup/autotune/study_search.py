@@ -43,10 +43,10 @@ import math
 import warnings
 
 from tuneup import TuneupError
+from tuneup.autotune import study_budget
 from tuneup.autotune.outcome import BASELINE, label
 from tuneup.autotune.race import race_settings, reached, required_target, sample_limit
 from tuneup.autotune.study_advice import baseline_stop
-from tuneup.autotune import study_budget
 from tuneup.autotune.study_share import BudgetShare
 from tuneup.autotune.study_space import build_space, default_params
 from tuneup.autotune.study_trials import (
