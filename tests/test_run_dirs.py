@@ -90,7 +90,7 @@ def snapshot(run_dir: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
 
 
-def test_one_run_per_directory_and_a_refused_run_touches_nothing(site, tmp_path):
+def test_one_run_per_directory_and_a_refused_run_or_resume_touches_nothing(site, tmp_path):
     run_dir, barrier = tmp_path / "run", tmp_path / "go"
     first = start(site, tmp_path, f"hydra.run.dir={run_dir}", BARRIER=str(barrier))
     wait_for(Path(f"{barrier}.waiting"), first)  # it holds the directory, training not begun
@@ -113,6 +113,27 @@ def test_one_run_per_directory_and_a_refused_run_touches_nothing(site, tmp_path)
     _, err = finish(refused)
     assert refused.returncode == 1 and "resume=null (start fresh) but" in err
     assert snapshot(run_dir) == before  # summary, .hydra/overrides.yaml, log: all as they were
+
+    # A resume refused by a plugin's check (before the model is built), then by the
+    # checkpoint's weights (after it is built, its logger too): the run's files byte for
+    # byte as they were, so that its own command still continues it.
+    resume = (f"hydra.run.dir={run_dir}", "resume=auto", "trainer.max_epochs=2")
+    for change, said in [("optimizer=schedulefree", "scheduler=cosine cannot be used with "),
+                         ("model.width=16", "model.width: 8 -> 16: the checkpoint's weights "
+                          "do not fit")]:  # fmt: skip
+        refused = start(site, tmp_path, *resume, change)
+        _, err = finish(refused)
+        assert refused.returncode == 1 and said in err, err[-3000:]
+        assert snapshot(run_dir) == before, change
+
+    accepted = start(site, tmp_path, *resume)
+    _, err = finish(accepted)
+    assert accepted.returncode == 0, err[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["epochs"] == 2
+    assert (run_dir / "metrics-1.csv").read_bytes() == before["metrics.csv"]
+    recorded = (run_dir / ".hydra" / "overrides.yaml").read_text()
+    assert "schedulefree" not in recorded and "width=16" not in recorded
 
 
 def test_runs_started_together_get_their_own_directories(site, tmp_path):
