@@ -158,6 +158,7 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool, claim: Claim):
         mode = cfg.get("mode", "fit")
         if mode == "fit":
             trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
+            claim.take()  # a fit that had nothing to train never started training: it ended
             if _needs_final_validation(trainer, run_state):
                 trainer.validate(module, datamodule=data, verbose=False)
         else:  # the checkpoint's weights, evaluated or predicted with; nothing trained
