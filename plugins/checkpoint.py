@@ -157,9 +157,6 @@ class Saver(Checkpoint):
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self.signals.remember_handlers()  # the ones from before Lightning installs its own
-        if trainer.is_global_zero:
-            for path in remove_leftover_temporaries(self.directory):
-                log.info("removed %s, left by a save that was killed", path.name)
 
     def tidy(self, resumed: Path | None, module) -> None:
         """Before the first save (rank 0): damaged files aside (and after resume=<path>, those
@@ -177,6 +174,11 @@ class Saver(Checkpoint):
             log.warning("%s", warning)
 
     def on_train_start(self, trainer, pl_module) -> None:
+        # After the run-state callback's (a checkpoint callback's hooks run last): the resume
+        # was accepted, so a refused one leaves even a killed save's leftovers as they were.
+        if trainer.is_global_zero:
+            for path in remove_leftover_temporaries(self.directory):
+                log.info("removed %s, left by a save that was killed", path.name)
         # After Lightning installed its SIGTERM handler (which would only stop at the epoch end,
         # and under DDP kill the other processes before they save): the signals are ours now.
         self.signals.install()

@@ -34,3 +34,14 @@ def test_readme_says_where_the_tests_real_slurm_comes_from():
     assert "without it `tests/test_slurm.py` is skipped" in before_test_command
     slurm_setup = (ROOT / ".ci" / "run").read_text()
     assert "apt-get install" in slurm_setup and "slurmctld" in slurm_setup  # as it says
+
+
+def test_checkpointing_page_says_when_the_first_resumed_step_is_shorter():
+    """The behaviour: tests/test_elastic_resume.py counts each step's samples (a whole first
+    step without accumulation, test_another_batch_on_processes_...) and each step's
+    micro-batches (a shorter first one with it, test_another_global_batch_...)."""
+    text = " ".join((DOCS / "checkpointing.md").read_text().split())
+    assert "inside a step of that grid, the first step is shorter" not in text  # said wrongly
+    assert ("With `grad_accum.steps=1` every step, the first included, is a whole global "
+            "batch") in text  # fmt: skip
+    assert "the first step has fewer micro-batches" in text

@@ -149,13 +149,25 @@ def test_the_warning_says_whether_the_steps_are_the_same_or_the_rest_is_seen_onc
                          "num_replicas": 2}, 64, 0, 12)  # fmt: skip
     assert sum(map(len, shards)) - 28 == 8
 
+    # 2 x 6 -> 3 x 5 after 36 of 60 (inside a step of 15 on the new grid): whole steps of 15,
+    # the first one too (every micro-batch is whole; no accumulation window to fill)
+    (line,) = [str(c) for c in changes.review(context(facts(2, 6), facts(3, 5), position=18,
+                                                      size=60)) if c.key == "global batch"]  # fmt: skip
+    assert line == (
+        "global batch: 12 -> 15: global batch changed from 12 to 15: of the remaining 24 samples "
+        "of epoch 0, 15 are each seen once, in the same order, in steps of 15; the last 9 of the "
+        "epoch's order are left out (each of the 3 data shard(s) trains whole batches of 5 only, "
+        "as every epoch in this layout does)"
+    )
+
 
 # -- real runs: 2 processes -> 1 -------------------------------------------------------------
 
 
 #: A plugin that records, per process, the index of every training sample the loader reads
 #: (the training loaders read only the batches they hand to the loop: full ones, drop_last),
-#: with SEEN_DIR set; and, with LOSS_DIR set, each process's own loss at every step.
+#: with SEEN_DIR set; with STEP_DIR set, each micro-batch's samples and the steps done after
+#: it; and, with LOSS_DIR set, each process's own loss at every step.
 RECORDER = """
 import os
 from tuneup import hookimpl
@@ -182,7 +194,11 @@ class Plugin:
             kwargs["dataset"] = Recorded(kwargs["dataset"], folder)
 
     @hookimpl
-    def on_train_batch_end(self, trainer, outputs):
+    def on_train_batch_end(self, trainer, outputs, batch):
+        folder = os.environ.get("STEP_DIR")
+        if folder:  # the samples of each micro-batch, by the optimizer steps done after it
+            with open(os.path.join(folder, f"{trainer.global_rank}.txt"), "a") as f:
+                f.write(f"{trainer.global_step} {len(batch[0])}\\n")
         folder = os.environ.get("LOSS_DIR")
         if folder:
             loss = outputs["loss"] if isinstance(outputs, dict) else outputs
@@ -339,30 +355,40 @@ def test_another_global_batch_sees_each_remaining_sample_once_and_says_so(
 def test_another_batch_on_processes_trains_what_the_warning_says_and_reaches_its_end(
     two_processes, site, tmp_path
 ):
-    """Step 3 of the 2-process run (batches of 4) resumed on 2 processes with batches of 6:
-    each shard has 20 of the 40 samples left and trains 3 whole batches of 6; the last 2 of
-    each shard's share, the last 4 of the epoch's order, are left out, as the warning says, and
-    the run ends at the epoch's end (step 6) without being taken for short of it."""
-    run_dir, seen = tmp_path / "two-at-6", tmp_path / "seen"
+    """Step 3 of the 2-process run (batches of 4, 24 samples) resumed on 2 processes with
+    batches of 7: a global batch of 14, whose grid of the epoch has a step from sample 14 to
+    28; the first step is still a whole 14 (no accumulation window to fill: every micro-batch
+    is whole). Each shard has 20 of the 40 samples left and trains 2 whole batches of 7; the
+    last 6 of each shard's share, the last 12 of the epoch's order, are left out, as the
+    warning says, and the run ends at the epoch's end (step 5) without being taken for short
+    of it."""
+    run_dir, seen, steps = tmp_path / "two-at-7", tmp_path / "seen", tmp_path / "steps"
     (run_dir / "checkpoints").mkdir(parents=True)
     seen.mkdir()
+    steps.mkdir()
     name = checkpoint_name(0, STEP)
     shutil.copy(two_processes / "checkpoints" / name, run_dir / "checkpoints" / name)
-    env = with_recorder(site, SEEN_DIR=seen)
-    result = run_cli(*RUN, "strategy=ddp", "trainer.devices=2", "data.batch_size=6",
+    env = with_recorder(site, SEEN_DIR=seen, STEP_DIR=steps)
+    result = run_cli(*RUN, "strategy=ddp", "trainer.devices=2", "data.batch_size=7",
                      "resume=auto", f"hydra.run.dir={run_dir}", tiny=False, env=env)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     trained = [int(line) for f in seen.iterdir() for line in f.read_text().split()]
     order = ResumableSampler(64, compose_config(RUN, tiny=False).seed).permutation(0)
-    assert sorted(trained) == sorted(order[SEEN : SEEN + 36])  # each once, the order's next 36
+    assert sorted(trained) == sorted(order[SEEN : SEEN + 28])  # each once, the order's next 28
     left_out = 64 - SEEN - len(trained)
-    assert left_out == 4
+    assert left_out == 12
+    per_step: dict[int, int] = {}  # the samples of each optimizer step, over both processes
+    for path in steps.iterdir():
+        for step, samples in (map(int, line.split()) for line in path.read_text().splitlines()):
+            per_step[step] = per_step.get(step, 0) + samples
+    assert per_step == {STEP + 1: 14, STEP + 2: 14}  # the first step whole, as the docs say
     said = " ".join((result.stdout + result.stderr).split())
     assert (
-        "global batch changed from 8 to 12: of the remaining 40 samples of epoch 0, 36 are each "
-        "seen once, in the same order, in steps of 12; the last 4 of the epoch's order are left "
-        "out (each of the 2 data shard(s) trains whole batches of 6 only"
+        "global batch changed from 8 to 14: of the remaining 40 samples of epoch 0, 28 are each "
+        "seen once, in the same order, in steps of 14; the last 12 of the epoch's order are left "
+        "out (each of the 2 data shard(s) trains whole batches of 7 only"
     ) in said
+    assert "the first step takes" not in said
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["steps"] == STEP + 3
-    assert summary["samples"] == SEEN + 36 and "short_of_limits" not in summary
+    assert summary["status"] == "ok" and summary["steps"] == STEP + 2
+    assert summary["samples"] == SEEN + 28 and "short_of_limits" not in summary

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests.conftest import compose_config, run_cli
+from tuneup import override_syntax
 from tuneup.hints import choice_hints, override_hints
 from tuneup.trainer.runner import ConfigError, run
 
@@ -181,6 +182,42 @@ def test_a_mistyped_group_is_one_line_on_the_command_line(cli, tmp_path):
     assert result.stderr.strip() == (
         "error: did you mean model=mlp model.hidden=[32]? (modle is not a config group or setting)"
     )
+
+
+# -- an override that does not parse (issue 47 point 12) -----------------------------------------
+
+RESUME_TAKES = "resume takes one checkpoint: a .ckpt path, auto or null"
+
+
+def test_two_checkpoint_paths_are_one_line_saying_what_resume_takes(cli, tmp_path):
+    """Hydra printed its parser's exception and a link to its grammar."""
+    result = cli("resume=a.ckpt", "b.ckpt")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"error: 'b.ckpt' after resume=a.ckpt is not an override: give key=value; {RESUME_TAKES} "
+        """(a path with spaces in quotes: 'resume="a b.ckpt"')"""
+    )
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["resume=a.ckpt;b.ckpt"], "resume=a.ckpt;b.ckpt does not parse: ';' (character 14) is "
+         """not allowed in an unquoted value; quote the value: 'resume="a.ckpt;b.ckpt"'; """
+         f"{RESUME_TAKES}"),
+        (["resume=a.ckpt,b.ckpt"], f"resume=a.ckpt,b.ckpt: {RESUME_TAKES}, not a list; quote "
+         """the value: 'resume="a.ckpt,b.ckpt"'"""),
+        (["resume=[a.ckpt,b.ckpt]"], f"resume=[a.ckpt,b.ckpt]: {RESUME_TAKES}, not a list; "
+         """quote the value: 'resume="[a.ckpt,b.ckpt]"'"""),
+        (["model=mlp", "model.hidden=(8"], "model.hidden=(8 does not parse: extraneous input "
+         """'('; quote the value: 'model.hidden="(8"'"""),
+        (["-m", "resume=a.ckpt,b.ckpt"], None),  # a sweep over them: Hydra's to run
+        (["resume=a.ckpt", 'hydra.run.dir="out #1"'], None),
+    ],
+)  # fmt: skip
+def test_an_override_that_does_not_parse_is_one_line_naming_it(argv, expected):
+    assert override_syntax.problem(argv) == expected
 
 
 # -- the autotune and a user's own preset (issue 43 point 15) -----------------------------------

@@ -145,7 +145,7 @@ def test_another_optimizer_is_refused_naming_the_key_and_the_ways_out(checkpoint
         resume(path, "optimizer=adamw")
     message = str(info.value)
     assert "optimizer.name: 'sgd' -> 'adamw': the saved optimizer state" in message
-    assert "resumed_from" not in load_summary(tmp_path / "resumed")  # refused: not resumed
+    assert not (tmp_path / "resumed" / "summary.json").exists()  # refused: the run untouched
     assert "resume_weights_only=true" in message and "resume with the old value" in message
     assert "(also changed: optimizer.betas, optimizer.eps, optimizer.lr" in message
 
@@ -173,7 +173,7 @@ def test_an_optimizer_of_another_class_is_refused_even_without_a_recorded_config
     torch.save(state, older)
     with pytest.raises(TuneupError, match=r"optimizer is SGD, this run's AdamW.*weights_only"):
         resume(older, "optimizer=adamw")
-    assert "resumed_from" not in load_summary(tmp_path / "resumed")  # refused as fit started
+    assert not (tmp_path / "resumed" / "summary.json").exists()  # refused as fit started
 
 
 # -- weights only ------------------------------------------------------------------------------

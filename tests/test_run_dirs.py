@@ -90,9 +90,10 @@ def snapshot(run_dir: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
 
 
-def test_one_run_per_directory_and_a_refused_run_touches_nothing(site, tmp_path):
+def test_one_run_per_directory_and_a_refused_run_or_resume_touches_nothing(site, tmp_path):
     run_dir, barrier = tmp_path / "run", tmp_path / "go"
-    first = start(site, tmp_path, f"hydra.run.dir={run_dir}", BARRIER=str(barrier))
+    first = start(site, tmp_path, f"hydra.run.dir={run_dir}", "checkpoint.every_n_steps=3",
+                  BARRIER=str(barrier))  # fmt: skip
     wait_for(Path(f"{barrier}.waiting"), first)  # it holds the directory, training not begun
     holder = Path(f"{barrier}.waiting").read_text()  # the run's pid (first.pid under tests/warm.py)
 
@@ -107,12 +108,40 @@ def test_one_run_per_directory_and_a_refused_run_touches_nothing(site, tmp_path)
     assert first.returncode == 0, err[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["epochs"] == 1  # not the second's 2 epochs
+    leftover = run_dir / "checkpoints" / ".epoch000-step00000009.ckpt.tmp-1"  # a killed save's
+    leftover.write_bytes(b"partial")
     before = snapshot(run_dir)
 
     refused = start(site, tmp_path, f"hydra.run.dir={run_dir}", "optimizer.lr=0.5")
     _, err = finish(refused)
     assert refused.returncode == 1 and "resume=null (start fresh) but" in err
     assert snapshot(run_dir) == before  # summary, .hydra/overrides.yaml, log: all as they were
+
+    # A resume refused by a plugin's check (before the model is built), by the checkpoint's
+    # weights (after it is built, its logger too), by the data order as training starts (step
+    # 3, mid-epoch, on other data): the run's files byte for byte as they were, so that its
+    # own command still continues it.
+    resume = (f"hydra.run.dir={run_dir}", "resume=auto", "trainer.max_epochs=2")
+    step_3 = run_dir / "checkpoints" / "epoch000-step00000003.ckpt"
+    for change, said in [
+        (["optimizer=schedulefree"], "scheduler=cosine cannot be used with "),
+        (["model.width=16"], "model.width: 8 -> 16: the checkpoint's weights do not fit"),
+        ([f"resume={step_3}", "data.train_samples=128"], "cannot resume mid-epoch"),
+    ]:
+        refused = start(site, tmp_path, *resume, *change)
+        _, err = finish(refused)
+        assert refused.returncode == 1 and said in err, err[-3000:]
+        assert snapshot(run_dir) == before, change
+
+    accepted = start(site, tmp_path, *resume)
+    _, err = finish(accepted)
+    assert accepted.returncode == 0, err[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["epochs"] == 2
+    assert (run_dir / "metrics-1.csv").read_bytes() == before["metrics.csv"]
+    assert not leftover.exists()  # removed once training started
+    recorded = (run_dir / ".hydra" / "overrides.yaml").read_text()
+    assert "schedulefree" not in recorded and "width=16" not in recorded
 
 
 def test_runs_started_together_get_their_own_directories(site, tmp_path):

@@ -43,7 +43,7 @@ from tuneup.trainer.state.resume import (
     resolve,
     weights_only_setting,
 )
-from tuneup.trainer.state.run_dir import RunDirLock, check_writable, write_record
+from tuneup.trainer.state.run_dir import Claim, RunDirLock, check_writable, holds_a_run
 from tuneup.trainer.state.run_state import RunState
 
 log = logging.getLogger(__name__)
@@ -76,9 +76,11 @@ def run(cfg, run_dir: str | Path | None = None):
 
     The run first takes its directory (state/run_dir.py: an exclusive lock) and resolves
     ``resume=``; a run refused there (the directory is another live run's, or holds a
-    finished run and resume=null) raises without touching anything in it. From then on the
-    directory is the run's: its record (.hydra/), its log file and its summary, written also
-    when it fails.
+    finished run and resume=null) raises without touching anything in it. Then the run takes
+    the directory (state/run_dir.py ``Claim``): its record (.hydra/), its log file and its
+    summary, written also when it fails. A directory that holds a run is taken only once
+    training starts: a resume refused before then (its settings, its checkpoint, a plugin's
+    check) raises and leaves that run as it was, for its own command to continue.
     """
     if cfg.get("plugins", {}).get("list", False):
         print(PluginManager.from_config(cfg).listing(cfg))
@@ -101,17 +103,18 @@ def run(cfg, run_dir: str | Path | None = None):
     if done:
         console.say(done, log)  # a finished run resumed as it was: untouched too
         return _previous_acc(run_dir)
+    held = holds_a_run(run_dir)  # another run's files: they change only once training starts
     check_writable(run_dir, checkpoint_dir(run_dir))  # now, not at the first save
-    with RunDirLock(run_dir) if first else nullcontext():
-        if first:
-            write_record(run_dir, cfg)
-        with console.log_file(run_dir):
-            try:
-                return _train(cfg, run_dir, resume_from, weights_only)
-            except BaseException as exc:
+    lock = RunDirLock(run_dir) if first else nullcontext()
+    with lock, console.log_file(run_dir, held) as run_log:
+        claim = Claim(run_dir, cfg, run_log, first, held)
+        try:
+            return _train(cfg, run_dir, resume_from, weights_only, claim)
+        except BaseException as exc:
+            if claim.taken:  # else refused: the error goes to the console alone
                 console.traceback_to_file(log, exc)
                 _note(exc, tuneup_log=run_dir / console.log_file_name())  # the command names it
-                raise
+            raise
 
 
 def _previous_acc(run_dir: Path):
@@ -122,8 +125,9 @@ def _previous_acc(run_dir: Path):
         return None
 
 
-def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
-    """Check, build, fit and report, in a run directory the run owns."""
+def _train(cfg, run_dir: Path, resume_from, weights_only: bool, claim: Claim):
+    """Check, build, fit and report; the run takes its directory (``claim``) as training
+    starts (RunState), or before its checkpoint's weights are evaluated (``mode``)."""
     summary: dict = {"status": "running", "run_dir": str(run_dir)}
     plugins = trainer = run_state = ckpt_path = None
     try:
@@ -139,6 +143,7 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
         summary.update(device=env.device_name, accelerator=env.accelerator)
         empty = wanted(cfg, resume_from is not None and weights_only) and not plan.lightning
         trainer, module, data, run_state = build(cfg, plugins, plan, run_dir, empty)
+        run_state.on_start = claim.take
         ckpt_path = None
         if resume_from is not None:
             path, checkpoint = resume_from
@@ -154,9 +159,11 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
         mode = cfg.get("mode", "fit")
         if mode == "fit":
             trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
+            claim.take()  # a fit that had nothing to train never started training: it ended
             if _needs_final_validation(trainer, run_state):
                 trainer.validate(module, datamodule=data, verbose=False)
         else:  # the checkpoint's weights, evaluated or predicted with; nothing trained
+            claim.take()
             summary["mode"] = mode
             summary.update(evaluate(mode, trainer, module, data, run_dir))
         summary["status"] = "ok"
@@ -178,7 +185,7 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool):
         raise failure from exc
     finally:
         first = console.process_rank() == "0" if trainer is None else trainer.is_global_zero
-        if first:  # one summary per run, by its first process
+        if first and claim.taken:  # one summary per run, by its first process
             _finish(cfg, plugins, trainer, summary, run_dir)
     return summary.get("val", {}).get("acc")
 

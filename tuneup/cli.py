@@ -65,12 +65,15 @@ def main() -> None:
     if any(a in ("-h", "--help") for a in argv):
         print(help_text(argv))
         return
-    from tuneup import config, hints
+    from tuneup import config, hints, override_syntax
     from tuneup.trainer.state.preemption import COMMAND_VARIABLE, command_name
 
     os.environ.setdefault(COMMAND_VARIABLE, command_name())  # for the processes launchers start
     config.warn_shadowed(argv)
     for line in hints.repeated_presets(argv):  # Hydra would use the last one alone
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        raise SystemExit(1)
+    if line := override_syntax.problem(argv):  # Hydra's: its parser's exception and a caret
         print(f"error: {line}", file=sys.stderr, flush=True)
         raise SystemExit(1)
     argv = resumed_settings(argv)

@@ -148,12 +148,44 @@ def log_file_name() -> str:
     return LOG_FILE if rank == "0" else f"tuneup.rank{rank}.log"
 
 
+class RunLog(logging.Handler):
+    """This process's log file of the run, appended to; ``held``: the records are kept in
+    memory until :meth:`open` (the run took its directory), so that a command refused in a
+    directory that holds a run leaves that run's log as it was."""
+
+    def __init__(self, path: Path, held: bool = False) -> None:
+        super().__init__()
+        self.path, self.file, self.held = path, None, []
+        self.addFilter(no_adverts)
+        if not held:
+            self.open()
+
+    def open(self) -> None:
+        if self.file is None:
+            self.file = logging.FileHandler(self.path, encoding="utf-8")
+            self.file.setFormatter(logging.Formatter(FORMAT))
+            for record in self.held:
+                self.file.handle(record)
+            self.held.clear()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.file is None:
+            self.held.append(record)
+        else:
+            self.file.handle(record)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        self.held.clear()
+        super().close()
+
+
 @contextmanager
-def log_file(run_dir: Path):
-    """Everything logged while active is appended to this process's log file of the run."""
-    handler = logging.FileHandler(Path(run_dir) / log_file_name(), encoding="utf-8")
-    handler.setFormatter(logging.Formatter(FORMAT))
-    handler.addFilter(no_adverts)
+def log_file(run_dir: Path, held: bool = False):
+    """Everything logged while active is appended to this process's log file of the run
+    (``held``: from :meth:`RunLog.open` on, with what was logged before it)."""
+    handler = RunLog(Path(run_dir) / log_file_name(), held)
     root = logging.getLogger()
     root.addHandler(handler)
     if root.level > logging.INFO or root.level == logging.NOTSET:

@@ -20,8 +20,6 @@ that step yet (12), and so does each ``log_every_n_steps`` row (49 for 50 steps 
 from __future__ import annotations
 
 import importlib.util
-import warnings
-from pathlib import Path
 
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
@@ -51,24 +49,6 @@ NEEDS = {
 }
 
 
-def keep_earlier_metrics(save_dir: str) -> Path | None:
-    """Move an earlier ``metrics.csv`` (a resumed run's) to ``metrics-<n>.csv``.
-
-    Lightning's CSV logger deletes an existing metrics.csv when it starts; a
-    resumed run must not lose the rows of the runs before it.
-    """
-    from lightning_fabric.utilities.rank_zero import rank_zero_only
-
-    current = Path(save_dir) / "metrics.csv"
-    if rank_zero_only.rank != 0 or not current.is_file():
-        return None
-    n = 1
-    while (kept := current.with_name(f"metrics-{n}.csv")).exists():
-        n += 1
-    current.rename(kept)
-    return kept
-
-
 def build_logger(settings, save_dir: str):
     """The Lightning logger named by ``settings.name``, writing under ``save_dir``
     (``mlflow``: the CSV logger and the MLflow one)."""
@@ -78,14 +58,9 @@ def build_logger(settings, save_dir: str):
         return [build_logger(OmegaConf.create({"name": "csv"}), save_dir),
                 build_mlflow_logger(settings, save_dir)]  # fmt: skip
     if settings.name == "csv":
-        keep_earlier_metrics(save_dir)
-        # It warns that the run directory is not empty (it holds .hydra/, the log file) and
-        # that its files would be deleted: the only one it writes, metrics.csv, was kept above.
-        warnings.filterwarnings("ignore", message=r"Experiment logs directory .* not empty")
-        # Every logged row written at once (Lightning's default holds 100 in memory): a run
-        # killed with -9 keeps its rows up to the kill. One appended line per logged step.
-        return loggers.CSVLogger(save_dir=save_dir, name="", version="",
-                                 flush_logs_every_n_steps=1)  # fmt: skip
+        from .csv_file import MetricsFile
+
+        return MetricsFile(save_dir)
     if settings.name == "tensorboard":
         return loggers.TensorBoardLogger(save_dir=save_dir, name="", version="")
     return loggers.WandbLogger(

@@ -12,9 +12,12 @@ things happens:
   trains ("same global batch: resumes the same sequence of steps"); the weights agree to
   float rounding (the same gradient, summed in another order);
 - it changed: the remaining samples of the epoch are each seen once, in the same order,
-  in steps of the new global batch. The steps fall on the new layout's grid of the epoch
-  (as if it had trained the epoch from its start), so the first one is shorter when the
-  checkpoint's samples end inside one of them; the warning says so.
+  in steps of the new global batch, in whole micro-batches (a shorter one would change the
+  batch's shapes) from the checkpoint's last sample on. With gradient accumulation the
+  windows fall on the new layout's grid of the epoch (counted in its micro-batches as if it
+  had trained the epoch from its start), so the first step has fewer micro-batches when the
+  count falls inside a window (:func:`first_step`); the warning says so. Without it every
+  step is a whole global batch, the first included.
 
 Training loaders make full batches only (``drop_last``, trainer/datamodule.py), in every
 epoch of every layout: a data shard's last samples that do not fill a batch are not

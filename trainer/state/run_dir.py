@@ -9,10 +9,14 @@ the file). A run that ends removes the file; one killed leaves it, unlocked. The
 On file systems without ``flock`` (some network mounts) the lock is the file itself,
 created exclusively, and a leftover from a dead process of this host is detected by its pid.
 
-Only once the lock is held and ``resume=`` is resolved does a run own the directory: then
+Only once the lock is held and ``resume=`` is resolved does a run own a new directory: then
 it writes Hydra's record (``.hydra/config.yaml``, ``hydra.yaml``, ``overrides.yaml``; Hydra
-itself is told not to, ``hydra.output_subdir: null``) and its log file. A run refused there
-touches nothing of the run it refused.
+itself is told not to, ``hydra.output_subdir: null``) and its log file. A directory that
+already holds a run (a resume, a requeued job) is owned only once training starts from it
+(:class:`Claim`): a command refused before then (changed settings, the checkpoint, a
+plugin's check, the data) leaves the run's record, log, summary and metrics as they were,
+so that the run's own command still continues it. A run refused there touches nothing of
+the run it refused.
 """
 
 from __future__ import annotations
@@ -170,6 +174,32 @@ def unwritable(directory: Path, exc: OSError) -> str:
     return (f"cannot write in the run directory {directory} ({exc.strerror}): the run could not "
             "write its log, metrics or checkpoints. Give it a directory where it can write: "
             "hydra.run.dir=<directory>")  # fmt: skip
+
+
+def holds_a_run(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds what a run left (anything but a lock file): a new run's
+    directory is empty, made by Hydra a moment ago."""
+    return Path(run_dir).is_dir() and any(p.name != LOCK_FILE for p in Path(run_dir).iterdir())
+
+
+class Claim:
+    """When a run takes its directory: writes its record (the first process) and opens its
+    log file (``log``: console.py ``RunLog``). At once in a new directory; in one that holds
+    a run (``held``), only at :meth:`take`, once training starts (the checkpoint restored and
+    every check passed), so that a refused command changes nothing there."""
+
+    def __init__(self, run_dir: Path, cfg, log, first: bool, held: bool) -> None:
+        self.run_dir, self.cfg, self.log, self.first = run_dir, cfg, log, first
+        self.taken = False
+        if not held:
+            self.take()
+
+    def take(self) -> None:
+        if not self.taken:
+            self.taken = True
+            if self.first:
+                write_record(self.run_dir, self.cfg)
+            self.log.open()
 
 
 def write_record(run_dir: Path, cfg) -> None:

@@ -16,6 +16,8 @@ is trained by tuneup's TrainingModule or is the user's own LightningModule:
 - a NaN/inf loss stops the run (:mod:`.divergence`): checked at once on one CPU process,
   else at the logging interval, and before every checkpoint, which is never written with
   non-finite weights;
+- once all that is done, training starts from the restored state: the run takes its
+  directory (``on_start``), so that a resume refused before then changed nothing there;
 - it notes the step of the last validation, so the runner validates the final weights
   when a run ended between validations.
 """
@@ -65,6 +67,9 @@ class RunState(pl.Callback):
         #: (optimizer step, epoch, micro-batches of it done) where a run resumed mid-epoch in
         #: another layout started (progress.py continue_epoch); None otherwise
         self.started_at: tuple[int, int, int] | None = None
+        #: called once training starts from the restored state, every check passed (the
+        #: runner's: the run takes its directory, trainer/state/run_dir.py ``Claim``)
+        self.on_start = None
 
     def observe(self, loss, trainer, batch_idx: int, batch=None) -> None:
         """Note one micro-batch's loss (raises :class:`Diverged` at once when not deferred);
@@ -144,6 +149,8 @@ class RunState(pl.Callback):
         self.restored = self._resumed is not None
         self._resumed_rng = self._resumed_order = self._resumed = None
         self._between_epochs = False
+        if self.on_start is not None:
+            self.on_start()
 
     @staticmethod
     def _owns_optimizer(pl_module) -> bool:
