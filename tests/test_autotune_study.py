@@ -198,7 +198,7 @@ def study_pruner(baseline: dict, pruner: str = "successive_halving"):
 
     from tuneup.autotune.study_search import StudySearch
 
-    settings = SimpleNamespace(seeds=1, pruner=pruner)
+    settings = SimpleNamespace(seeds=1, pruner=pruner, confirm=1)
     search = StudySearch(settings, None, None, None, 0, "")
     search.baseline = baseline
     [override] = OverridesParser.create().parse_overrides([f"p={search.pruner_spec()}"])

@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import compose_config
 from tuneup.autotune.space import Checks
-from tuneup.autotune.study_report import _space_lines
+from tuneup.autotune.study_markdown import _space_lines
 from tuneup.autotune.study_space import build_space, default_params, searched
 from tuneup.autotune.study_trials import config_value
 

@@ -176,7 +176,10 @@ def test_your_command_enters_the_study_at_its_cost_with_steps_and_samples_beside
     assert "your command: 4 s to the target (40 steps, 640 samples; autotune.cost=time)" in (
         caplog.text)  # fmt: skip
     lr = FloatDistribution(1e-3, 1.0, log=True)
-    search.space = SimpleNamespace(distributions={"optimizer.lr": lr}, parent=lambda key: None)
+    search.space = SimpleNamespace(
+        distributions={"optimizer.lr": lr},
+        params_of=lambda value_of: {"optimizer.lr": value_of("optimizer.lr")},
+    )
     search.add_baseline_trial({"optimizer": {"lr": 0.1}})
     [trial] = search.study.trials
     assert trial.value == pytest.approx(40 * 0.05 + 2.0) and trial.params == {"optimizer.lr": 0.1}
