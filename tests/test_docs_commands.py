@@ -34,7 +34,9 @@ def documented_commands(page: str) -> list[str]:
     """The ``python run.py ...`` and ``tuneup ...`` commands in the page's code blocks
     (continuation lines joined) and inline code spans; placeholders (``<dir>``, ``...``), the
     user's own project's modules (tests/test_own_project.py runs those), presets made by an
-    autotune and commands with flags (``--help``: not overrides) left out."""
+    autotune and commands with flags (``--help``: not overrides) left out. A line whose words
+    are not all overrides or flags is output shown beside the commands (``tuneup run
+    summary: ok, ...``), not a command."""
     text = (ROOT / page).read_text()
     commands = []
     blocks = re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.S | re.M)
@@ -47,8 +49,11 @@ def documented_commands(page: str) -> list[str]:
             words = shlex.split(line)
             while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # OMP_NUM_THREADS=4 ...
                 words.pop(0)
-            if not any(tuple(words[: len(p)]) == p for p in PROGRAMS):
+            program = next((p for p in PROGRAMS if tuple(words[: len(p)]) == p), None)
+            if program is None:
                 continue
+            if any("=" not in w and not w.startswith("-") for w in words[len(program) :]):
+                continue  # output, e.g. the console's summary
             if any(
                 "<" in w or w == "..." or w.startswith("--") or "my_project" in w or w in MADE
                 for w in words
