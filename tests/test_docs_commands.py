@@ -1,5 +1,6 @@
-"""Every sweep and autotune command printed in the docs composes and passes the run's checks as
-printed: a doc that falls behind the code (a renamed key, group or option) fails here.
+"""Every command printed in the README and the sweep and autotune pages composes and passes the
+run's checks as printed: a doc that falls behind the code (a renamed key, group or option) fails
+here.
 
 Each command's overrides are composed with Hydra's own parser, the ``hydra.*`` ones included
 (launchers, sweepers and their settings must exist: Hydra composes the ``hydra`` node with
@@ -22,8 +23,8 @@ from hydra.core.override_parser.types import IntervalSweep
 import tuneup
 from tuneup.autotune.space import Checks
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
-PAGES = ("sweeps.md", "autotune.md")
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = ("README.md", "docs/sweeps.md", "docs/autotune.md")
 PROGRAMS = (("python", "run.py"), ("tuneup",))
 #: Presets an autotune writes or the user copies from it (test_autotune.py runs recipe.yaml).
 MADE = ("experiment=recipe", "experiment=fast")
@@ -32,9 +33,11 @@ MADE = ("experiment=recipe", "experiment=fast")
 def documented_commands(page: str) -> list[str]:
     """The ``python run.py ...`` and ``tuneup ...`` commands in the page's code blocks
     (continuation lines joined) and inline code spans; placeholders (``<dir>``, ``...``), the
-    user's own project's modules (tests/test_own_project.py runs those) and presets made by an
-    autotune left out."""
-    text = (DOCS / page).read_text()
+    user's own project's modules (tests/test_own_project.py runs those), presets made by an
+    autotune and commands with flags (``--help``: not overrides) left out. A line whose words
+    are not all overrides or flags is output shown beside the commands (``tuneup run
+    summary: ok, ...``), not a command."""
+    text = (ROOT / page).read_text()
     commands = []
     blocks = re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.S | re.M)
     inline = re.findall(r"(?<!`)`((?:python run\.py|tuneup) [^`]+)`", text.replace("\n", " "))
@@ -46,9 +49,15 @@ def documented_commands(page: str) -> list[str]:
             words = shlex.split(line)
             while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # OMP_NUM_THREADS=4 ...
                 words.pop(0)
-            if not any(tuple(words[: len(p)]) == p for p in PROGRAMS):
+            program = next((p for p in PROGRAMS if tuple(words[: len(p)]) == p), None)
+            if program is None:
                 continue
-            if any("<" in w or w == "..." or "my_project" in w or w in MADE for w in words):
+            if any("=" not in w and not w.startswith("-") for w in words[len(program) :]):
+                continue  # output, e.g. the console's summary
+            if any(
+                "<" in w or w == "..." or w.startswith("--") or "my_project" in w or w in MADE
+                for w in words
+            ):
                 continue
             commands.append(shlex.join(words))
     return commands
@@ -100,4 +109,4 @@ def test_documented_command_composes_and_passes_the_checks(page, command):
         # composed with its hydra.* overrides: an unknown launcher, sweeper or setting of
         # theirs does not compose (Hydra applies them to its hydra node, then drops the node)
         problems = CHECKS.inspect(tuple(job)).problems
-        assert not problems, f"docs/{page}: `{command}` as job {job}: {problems}"
+        assert not problems, f"{page}: `{command}` as job {job}: {problems}"
