@@ -169,6 +169,94 @@ def test_a_continued_study_is_sampled_from_a_seed_of_its_own():
     assert continued_sampler(OmegaConf.create({"seed": 0}), qmc, 3) is qmc  # counts its draws
 
 
+class SlowFirstLauncher:
+    """A launcher whose jobs run in the calling thread and write a summary.json: trial 0's job is
+    the slow one, which ends only once trial 2's job has started (or after ``wait_s``); trial 1
+    is pruned at once. Records ("start"|"end", job number) in order."""
+
+    def __init__(self, sweep_dir: Path, wait_s: float = 20) -> None:
+        import threading
+
+        self.sweep_dir, self.wait_s = sweep_dir, wait_s
+        self.events: list[tuple[str, int]] = []
+        self.later_started = threading.Event()
+
+    def launch(self, job_overrides, initial_job_idx):
+        from types import SimpleNamespace
+
+        returns = []
+        for number, overrides in enumerate(job_overrides, start=initial_job_idx):
+            self.events.append(("start", number))
+            if number == 2:
+                self.later_started.set()
+            if number == 0:
+                self.later_started.wait(self.wait_s)
+            run_dir = self.sweep_dir / str(number)
+            run_dir.mkdir(parents=True)
+            (run_dir / "overrides.txt").write_text("\n".join(overrides))
+            x = float(next(o for o in overrides if o.startswith("x=")).split("=")[1])
+            status = {"status": "pruned"} if number == 1 else {"status": "ok", "val": {"acc": x}}
+            (run_dir / "summary.json").write_text(json.dumps(status))
+            self.events.append(("end", number))
+            config = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(run_dir)}}})
+            returns.append(SimpleNamespace(hydra_cfg=config))
+        return returns
+
+
+def test_a_worker_asks_the_next_trial_when_its_own_ends_not_when_the_batch_does(tmp_path):
+    """n_jobs=2: trial 1 is pruned while trial 0 runs on; trial 2 is asked and launched then,
+    before trial 0 ends (a batch of 2 would wait for trial 0). Each trial a job of its own,
+    numbered as the trial; the study ends with n_trials finished trials, none repeated."""
+    import functools
+    from types import SimpleNamespace
+
+    from tuneup.optuna.study import open_storage
+    from tuneup.optuna.sweeper import OptunaSearch, Settings
+
+    sweep_dir = tmp_path / "sweep"
+    node = OmegaConf.create({"objectives": ["val.acc"], "direction": "maximize", "n_trials": 4,
+                             "n_jobs": 2, "study_name": "s", "storage": None,
+                             "params": {"x": "choice(1, 2, 3, 4, 5)"}})  # fmt: skip
+    grid = functools.partial(optuna.samplers.GridSampler, seed=0)  # as Hydra makes it
+    search = OptunaSearch(grid, optuna.pruners.NopPruner(), node)
+    search.settings = Settings.from_node(node)
+    search.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep_dir)}}})
+    refuse = SimpleNamespace(load_sweep_config=lambda *a: (_ for _ in ()).throw(ValueError()))
+    search.hydra_context = SimpleNamespace(config_loader=refuse)  # the space: not checked first
+    search.launcher = SlowFirstLauncher(sweep_dir)
+    search.sweep([])
+
+    events = search.launcher.events
+    assert events.index(("end", 1)) < events.index(("start", 2)) < events.index(("end", 0))
+    journal = open_storage(str(sweep_dir / "optuna.journal"))
+    trials = optuna.load_study(study_name="s", storage=journal).get_trials()
+    states = [t.state.name for t in trials]
+    assert states == ["COMPLETE", "PRUNED", "COMPLETE", "COMPLETE"]
+    assert trials[2].datetime_start < trials[0].datetime_complete  # told in the storage too
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
+    for trial in trials:  # job number = trial number: its directory has its values
+        overrides = (sweep_dir / str(trial.number) / "overrides.txt").read_text().splitlines()
+        assert f"x={trial.params['x']}" in overrides
+        assert f"hydra.sweeper.trial={trial.number}" in overrides
+    assert len({t.params["x"] for t in trials}) == 4  # no point asked twice
+
+
+def test_launchers_that_run_jobs_in_this_process_get_one_worker():
+    """The basic launcher runs its jobs in the sweeping process and joblib's with n_jobs=1 too:
+    their jobs are launched one at a time, whatever hydra.sweeper.n_jobs; joblib's n_jobs caps
+    the workers."""
+    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+    from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
+
+    from tuneup.optuna.workers import worker_count
+
+    assert worker_count(BasicLauncher(), 4) == 1
+    assert worker_count(JoblibLauncher(n_jobs=1), 4) == 1
+    assert worker_count(JoblibLauncher(n_jobs=2), 4) == 2
+    assert worker_count(JoblibLauncher(n_jobs=8), 4) == 4
+    assert worker_count(object(), 4) == 4  # submitit's and others: as many as asked
+
+
 def dead_pid() -> int:
     process = subprocess.Popen(["true"])
     process.wait()
