@@ -257,6 +257,38 @@ def test_launchers_that_run_jobs_in_this_process_get_one_worker():
     assert worker_count(object(), 4) == 4  # submitit's and others: as many as asked
 
 
+def test_two_joblib_workers_share_the_study_without_a_batch_barrier(tmp_path):
+    """``hydra.sweeper.n_jobs=2`` under joblib's 2 processes, 3 trials of a grid, one of them
+    longer (32x the samples): whichever of the first two trials ends first, the third is asked
+    (its ``datetime_start`` in the storage) after that one is told and before the other is,
+    which a batch of 2 would wait for. Each trial is its own job, numbered as the trial (its
+    directory and ``hydra.job.num``); the study ends with exactly 3 finished trials, no point
+    asked twice; the sweep's multirun.yaml and reports cover the 3 runs."""
+    from tuneup.optuna.study import open_storage
+
+    done, sweep_dir = sweep(tmp_path, *SHORT, "hydra/sweeper/sampler=grid",
+                            "data.train_samples=choice(64,96,2048)", "hydra.sweeper.n_trials=3",
+                            "hydra.sweeper.n_jobs=2", "hydra/launcher=joblib",
+                            "hydra.launcher.n_jobs=2")  # fmt: skip
+    ok(done)
+    journal = open_storage(str(sweep_dir / "optuna.journal"))
+    trials = optuna.load_study(study_name="tuneup", storage=journal).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    first, other = sorted(trials[:2], key=lambda t: t.datetime_complete)
+    assert other.datetime_start < first.datetime_complete  # the two ran at once
+    assert first.datetime_complete < trials[2].datetime_start < other.datetime_complete
+    assert sorted(t.params["data.train_samples"] for t in trials) == [64, 96, 2048]
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == ["0", "1", "2"]
+    for trial in trials:
+        hydra = OmegaConf.load(sweep_dir / str(trial.number) / ".hydra" / "hydra.yaml").hydra
+        assert hydra.job.num == hydra.sweeper.trial == trial.number
+        assert f"data.train_samples={trial.params['data.train_samples']}" in hydra.overrides.task
+        assert summary(sweep_dir / str(trial.number))["val"]["acc"] == trial.value
+    assert OmegaConf.load(sweep_dir / "multirun.yaml").hydra.sweeper.n_jobs == 2
+    assert "3 runs, 3 finished, 0 not." in (sweep_dir / "report.md").read_text()
+    assert "Trials: 3: 3 complete." in (sweep_dir / "optuna_report.md").read_text()
+
+
 def dead_pid() -> int:
     process = subprocess.Popen(["true"])
     process.wait()
