@@ -169,6 +169,147 @@ def test_a_continued_study_is_sampled_from_a_seed_of_its_own():
     assert continued_sampler(OmegaConf.create({"seed": 0}), qmc, 3) is qmc  # counts its draws
 
 
+class SlowFirstLauncher:
+    """A launcher whose jobs run in the calling thread and write a summary.json: trial 0's job is
+    the slow one, which ends only once the event ``until`` has happened (or after ``wait_s``);
+    trial 1 ends at once with the status ``second``. Records ("start"|"end", job number) in
+    order."""
+
+    def __init__(self, sweep_dir: Path, until: tuple[str, int], second: str) -> None:
+        import threading
+
+        self.sweep_dir, self.until, self.second = sweep_dir, until, second
+        self.events: list[tuple[str, int]] = []
+        self.changed = threading.Condition()
+
+    def record(self, event: tuple[str, int]) -> None:
+        with self.changed:
+            self.events.append(event)
+            self.changed.notify_all()
+
+    def launch(self, job_overrides, initial_job_idx, wait_s: float = 20):
+        from types import SimpleNamespace
+
+        returns = []
+        for number, overrides in enumerate(job_overrides, start=initial_job_idx):
+            self.record(("start", number))
+            if number == 0:
+                with self.changed:
+                    self.changed.wait_for(lambda: self.until in self.events, timeout=wait_s)
+            run_dir = self.sweep_dir / str(number)
+            run_dir.mkdir(parents=True)
+            (run_dir / "overrides.txt").write_text("\n".join(overrides))
+            x = float(next(o for o in overrides if o.startswith("x=")).split("=")[1])
+            status = {"status": self.second} if number == 1 else {"status": "ok", "val": {"acc": x}}
+            (run_dir / "summary.json").write_text(json.dumps(status))
+            self.record(("end", number))
+            config = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(run_dir)}}})
+            returns.append(SimpleNamespace(hydra_cfg=config))
+        return returns
+
+
+def sweep_in_process(sweep_dir: Path, launcher, **settings) -> list:
+    """Run the Optuna sweeper in this process with ``launcher``, ``x=choice(1, 2, 3, 4, 5)``
+    on a grid, the study 's' in the sweep directory's journal; returns the study's trials."""
+    import functools
+    from types import SimpleNamespace
+
+    from tuneup.optuna.study import open_storage
+    from tuneup.optuna.sweeper import OptunaSearch, Settings
+
+    node = OmegaConf.create({"objectives": ["val.acc"], "direction": "maximize", "n_jobs": 2,
+                             "study_name": "s", "storage": None,
+                             "params": {"x": "choice(1, 2, 3, 4, 5)"}, **settings})  # fmt: skip
+    grid = functools.partial(optuna.samplers.GridSampler, seed=0)  # as Hydra makes it
+    search = OptunaSearch(grid, optuna.pruners.NopPruner(), node)
+    search.settings = Settings.from_node(node)
+    search.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep_dir)}}})
+    refuse = SimpleNamespace(load_sweep_config=lambda *a: (_ for _ in ()).throw(ValueError()))
+    search.hydra_context = SimpleNamespace(config_loader=refuse)  # the space: not checked first
+    search.launcher = launcher
+    search.sweep([])
+    journal = open_storage(str(sweep_dir / "optuna.journal"))
+    return optuna.load_study(study_name="s", storage=journal).get_trials()
+
+
+def test_a_worker_asks_the_next_trial_when_its_own_ends_not_when_the_batch_does(tmp_path):
+    """n_jobs=2: trial 1 is pruned while trial 0 runs on; trial 2 is asked and launched then,
+    before trial 0 ends (a batch of 2 would wait for trial 0). Each trial a job of its own,
+    numbered as the trial; the study ends with n_trials finished trials, none repeated."""
+    sweep_dir = tmp_path / "sweep"
+    launcher = SlowFirstLauncher(sweep_dir, until=("start", 2), second="pruned")
+    trials = sweep_in_process(sweep_dir, launcher, n_trials=4)
+
+    events = launcher.events
+    assert events.index(("end", 1)) < events.index(("start", 2)) < events.index(("end", 0))
+    assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED", "COMPLETE", "COMPLETE"]
+    assert trials[2].datetime_start < trials[0].datetime_complete  # told in the storage too
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == ["0", "1", "2", "3"]
+    for trial in trials:  # job number = trial number: its directory has its values
+        overrides = (sweep_dir / str(trial.number) / "overrides.txt").read_text().splitlines()
+        assert f"x={trial.params['x']}" in overrides
+        assert f"hydra.sweeper.trial={trial.number}" in overrides
+    assert len({t.params["x"] for t in trials}) == 4  # no point asked twice
+
+
+def test_past_max_failure_rate_no_trial_is_asked_and_the_running_ones_are_told(tmp_path):
+    """max_failure_rate=0.5: trial 1 fails while trial 0 runs (1 of 1 finished: past it); no
+    other trial is asked, and trial 0, which ends after, is told its result."""
+    sweep_dir = tmp_path / "sweep"
+    launcher = SlowFirstLauncher(sweep_dir, until=("end", 1), second="failed")
+    trials = sweep_in_process(sweep_dir, launcher, n_trials=4, max_failure_rate=0.5)
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL"]
+    assert launcher.events == [("start", 0), ("start", 1), ("end", 1), ("end", 0)]
+
+
+def test_launchers_that_run_jobs_in_this_process_get_one_worker():
+    """The basic launcher runs its jobs in the sweeping process and joblib's with n_jobs=1 too:
+    their jobs are launched one at a time, whatever hydra.sweeper.n_jobs; joblib's n_jobs caps
+    the workers."""
+    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+    from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
+
+    from tuneup.optuna.workers import worker_count
+
+    assert worker_count(BasicLauncher(), 4) == 1
+    assert worker_count(JoblibLauncher(n_jobs=1), 4) == 1
+    assert worker_count(JoblibLauncher(n_jobs=2), 4) == 2
+    assert worker_count(JoblibLauncher(n_jobs=8), 4) == 4
+    assert worker_count(object(), 4) == 4  # submitit's and others: as many as asked
+
+
+def test_two_joblib_workers_share_the_study_without_a_batch_barrier(tmp_path):
+    """``hydra.sweeper.n_jobs=2`` under joblib's 2 processes, 3 trials of a grid, one of them
+    longer (32x the samples): whichever of the first two trials ends first, the third is asked
+    (its ``datetime_start`` in the storage) after that one is told and before the other is,
+    which a batch of 2 would wait for. Each trial is its own job, numbered as the trial (its
+    directory and ``hydra.job.num``); the study ends with exactly 3 finished trials, no point
+    asked twice; the sweep's multirun.yaml and reports cover the 3 runs."""
+    from tuneup.optuna.study import open_storage
+
+    done, sweep_dir = sweep(tmp_path, *SHORT, "hydra/sweeper/sampler=grid",
+                            "data.train_samples=choice(64,96,2048)", "hydra.sweeper.n_trials=3",
+                            "hydra.sweeper.n_jobs=2", "hydra/launcher=joblib",
+                            "hydra.launcher.n_jobs=2")  # fmt: skip
+    ok(done)
+    journal = open_storage(str(sweep_dir / "optuna.journal"))
+    trials = optuna.load_study(study_name="tuneup", storage=journal).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    first, other = sorted(trials[:2], key=lambda t: t.datetime_complete)
+    assert other.datetime_start < first.datetime_complete  # the two ran at once
+    assert first.datetime_complete < trials[2].datetime_start < other.datetime_complete
+    assert sorted(t.params["data.train_samples"] for t in trials) == [64, 96, 2048]
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == ["0", "1", "2"]
+    for trial in trials:
+        hydra = OmegaConf.load(sweep_dir / str(trial.number) / ".hydra" / "hydra.yaml").hydra
+        assert hydra.job.num == hydra.sweeper.trial == trial.number
+        assert f"data.train_samples={trial.params['data.train_samples']}" in hydra.overrides.task
+        assert summary(sweep_dir / str(trial.number))["val"]["acc"] == trial.value
+    assert OmegaConf.load(sweep_dir / "multirun.yaml").hydra.sweeper.n_jobs == 2
+    assert "3 runs, 3 finished, 0 not." in (sweep_dir / "report.md").read_text()
+    assert "Trials: 3: 3 complete." in (sweep_dir / "optuna_report.md").read_text()
+
+
 def dead_pid() -> int:
     process = subprocess.Popen(["true"])
     process.wait()

@@ -1,7 +1,8 @@
 """The Optuna sweeper (``hydra/sweeper=optuna``, set by ``hparams_search=optuna``), on Optuna's
-ask-and-tell API: ask a batch of trials, launch them as jobs through the user's launcher
-(basic, joblib, Slurm), tell each trial what its run's summary.json says, until the study has
-``n_trials`` finished trials.
+ask-and-tell API: ask a trial, launch it as a job through the user's launcher (basic, joblib,
+Slurm), tell it what its run's summary.json says, until the study has ``n_trials`` finished
+trials. ``hydra.sweeper.n_jobs`` trials run at once, each asked when a worker is free: no
+batch waits for its slowest trial (tuneup/optuna/workers.py).
 
 - Objectives: ``hydra.sweeper.objectives`` names summary.json keys (``val.acc``,
   ``samples_per_s``...), one per ``direction``; two or more: a multi-objective study.
@@ -38,6 +39,7 @@ from tuneup.optuna.objectives import objective, objective_problems
 from tuneup.optuna.resume import continued_sampler, mark_interrupted_runs
 from tuneup.optuna.space import Space, override_value, parse_space
 from tuneup.optuna.unread import fit_space, given_lines
+from tuneup.optuna.workers import run_trials, worker_count
 
 log = logging.getLogger(__name__)
 
@@ -142,33 +144,29 @@ class OptunaSearch:
                  len(studies.finished(study)), n_trials)  # fmt: skip
         job = [f"hydra.sweeper.storage={override_value(storage)}",
                f"hydra.sweeper.study_name={override_value(study.study_name)}"]  # fmt: skip
-        while (left := n_trials - len(studies.finished(study))) > 0:
-            trials = [ask(study, space) for _ in range(min(settings.n_jobs, left))]
-            for trial in trials:
-                trial.set_user_attr(studies.SWEEPER_ATTR, studies.sweeper_id())
-            failed = self.run_batch(study, space, trials, job)
-            if failed / len(trials) > settings.max_failure_rate:
-                log.error("optuna: %d of %d trials of the batch failed, more than "
-                          "max_failure_rate=%g: the search stops", failed, len(trials),
-                          settings.max_failure_rate)  # fmt: skip
-                break
+        run_trials(
+            study,
+            workers=worker_count(self.launcher, settings.n_jobs),
+            n_trials=n_trials,
+            ask=lambda: self.ask_job(study, space, job),
+            launch=self.launch,
+            tell=lambda trial, run_dir: self.tell(study, trial, run_dir),
+            max_failure_rate=settings.max_failure_rate,
+        )
         return write_report(study, sweep_dir, settings.objectives, storage)
 
-    def run_batch(self, study, space: Space, trials: list, job: list[str]) -> int:
-        """Launch the trials as jobs (job number = trial number, so a continued study's runs
-        never reuse a directory) and tell the study their results; returns how many failed."""
-        numbers = [t.number for t in trials]
-        consecutive = numbers == list(range(numbers[0], numbers[0] + len(numbers)))
-        groups = [trials] if consecutive else [[t] for t in trials]  # another sweeper's between
-        failed = 0
-        for group in groups:
-            overrides = [
-                [*space.overrides(t.params), f"hydra.sweeper.trial={t.number}", *job] for t in group
-            ]
-            returns = self.launcher.launch(overrides, initial_job_idx=group[0].number)
-            for trial, ret in zip(group, returns, strict=True):
-                failed += self.tell(study, trial, Path(ret.hydra_cfg.hydra.runtime.output_dir))
-        return failed
+    def ask_job(self, study, space: Space, job: list[str]) -> tuple[object, list[str]]:
+        """A new trial, marked as this process's, and its job's overrides."""
+        trial = ask(study, space)
+        trial.set_user_attr(studies.SWEEPER_ATTR, studies.sweeper_id())
+        return trial, [*space.overrides(trial.params), f"hydra.sweeper.trial={trial.number}", *job]
+
+    def launch(self, number: int, overrides: list[str]) -> Path:
+        """Run trial ``number``'s job, a batch of one, and give its run directory. Job number =
+        trial number, so a continued study's runs never reuse a directory and jobs launched
+        at once never share one (tuneup/optuna/workers.py)."""
+        (ret,) = self.launcher.launch([overrides], initial_job_idx=number)
+        return Path(ret.hydra_cfg.hydra.runtime.output_dir)
 
     def tell(self, study, trial, run_dir: Path) -> bool:
         """Tell the study what the run's summary.json says; True if the trial failed."""
