@@ -19,6 +19,7 @@ BATCH = "batch_size"
 LR_RULES = ("linear", "sqrt", "keep")
 OBJECTIVES = ("throughput", "time_to_target")
 PRUNERS = ("successive_halving", "hyperband", "none")
+SAMPLERS = ("tpe", "random")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class Settings:
     budget_samples: int | None = None
     confirm: int = 3
     pruner: str = "successive_halving"
+    sampler: str = "tpe"
+    sampler_seed: int | None = None
     storage: str | None = None
     study_name: str = "autotune"
     params: dict[str, str] | None = None
@@ -112,6 +115,11 @@ class Settings:
             ),
             "confirm": (_whole(self.confirm, 1), "an integer >= 1"),
             "pruner": (self.pruner in PRUNERS, " | ".join(PRUNERS)),
+            "sampler": (self.sampler in SAMPLERS, " | ".join(SAMPLERS)),
+            "sampler_seed": (
+                self.sampler_seed is None or _whole(self.sampler_seed, 0),
+                "null or an integer >= 0",
+            ),
             "study_name": (
                 isinstance(self.study_name, str) and self.study_name != "",
                 "a non-empty name",
