@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 import tempfile
 import time
@@ -47,7 +48,7 @@ from race_tasks import SEARCHES, SMOKE_TASKS, TASKS  # noqa: E402
 
 RUNS = ("default", "hand", "algoperf", "random", "autotune", "autotune_steps")
 DEFAULT_RUNS = RUNS[:5]
-SMOKE = {"budget_minutes": 1, "budget_trials": 2, "seeds": 2, "confirm": 1}
+SMOKE = {"budget_minutes": 0.5, "budget_trials": 2, "seeds": 2, "confirm": 1}
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -68,6 +69,7 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--choose-targets", action="store_true",
                         help="run each task's default on seed 0 at full length; print the target rule's figures")  # fmt: skip
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.smoke:
         args.tasks = args.tasks or list(SMOKE_TASKS)
         args.seeds, args.speed_rounds, args.speed_steps = args.seeds[:1], 2, 8
@@ -94,7 +96,7 @@ def frozen_settings(args) -> dict:
 
 def contenders(name: str, command: list[str], args, frozen: dict, folder: Path):
     """(contender, label, overrides) for each --runs choice, and notes."""
-    limit = ["++trainer.max_time=00:00:00:20"] if args.smoke else []
+    limit = ["++trainer.max_time=00:00:00:30"] if args.smoke else []
     rows, notes = [("default", "default", [])], []
     if "hand" in args.runs:
         extra, note = race_runs.hand_rule(command, folder / "hand", limit)
@@ -128,10 +130,14 @@ def run_task(name: str, args, frozen: dict, folder: Path) -> dict:
             )
         rows.append({"contender": contender, "label": label, "overrides": extra,
                      "summaries": raced[key]})  # fmt: skip
-    recipes = {row["label"]: row["overrides"] for row in rows}
-    speed = race_speed.measure(
+    unique: dict[tuple, str] = {}  # a recipe two contenders share is timed once
+    for row in rows:
+        unique.setdefault(tuple(row["overrides"]), row["label"])
+    recipes = {label: list(key) for key, label in unique.items()}  # the default's first
+    measured = race_speed.measure(
         command, recipes, folder / "speed", args.speed_rounds, args.speed_steps
     )
+    speed = {row["label"]: measured[unique[tuple(row["overrides"])]] for row in rows}
     return {"task": name, "command": race_tasks.shown(command), "rows": rows, "speed": speed,
             "notes": notes}  # fmt: skip
 
@@ -140,14 +146,17 @@ def target_rule(summary: dict) -> dict | None:
     """The rule the targets were chosen by, on the default's run at full length (seed 0, no
     target value): accuracy: its best x 0.99 rounded down, loss: its best x 1.02 rounded up,
     to 0.01; the steps the default took to that target; step_hint 1.25 x those steps."""
+    import numpy
+
     target = summary.get("target") or {}
     best, history = target.get("best"), summary.get("target_history") or []
     if best is None:
         return None
     high = target.get("mode", "max") == "max"
     value = math.floor(best * 99) / 100 if high else math.ceil(best * 102) / 100
-    step = next((h["step"] for h in history
-                 if (h["value"] >= value if high else h["value"] <= value)), None)  # fmt: skip
+    at = numpy.float32(value)  # as the target plugin compares: at the metric's float32
+    step = next((h["step"] for h in history if (numpy.float32(h["value"]) >= at if high
+                                                 else numpy.float32(h["value"]) <= at)), None)  # fmt: skip
     return {"best": best, "best_step": target.get("best_step"), "target": value, "steps": step,
             "step_hint": math.ceil(1.25 * step) if step else None}  # fmt: skip
 
@@ -188,7 +197,7 @@ def report(results: list[dict], args, frozen: dict | None, seconds: float) -> st
     for result in results:
         lines += race_report.task_table(result)
     lines += race_report.overall_table(results) + race_report.misses(results, args.seeds)
-    lines += ["Commands:", "", "```", f"python bench/race.py {' '.join(sys.argv[1:])}", "```", ""]
+    lines += ["Command:", "", "```", f"python bench/race.py {shlex.join(args.argv)}", "```", ""]
     return "\n".join(lines)
 
 

@@ -79,7 +79,9 @@ def task_table(result: dict) -> list[str]:
              "|---|---|---|---|---:|---:|---:|"]  # fmt: skip
     for row in result["rows"]:
         f = row_figures(row, result["speed"])
-        ratio = f["time"] / default if f["time"] is not None and default else None
+        ratio = None  # against a default that missed: no ratio
+        if f["time"] is not None and default and math.isfinite(default):
+            ratio = f["time"] / default
         lines.append(
             f"| {row['label']} | `{' '.join(row['overrides']) or '-'}` | {_n(f['median_steps'])} "
             f"({_seeds(f['steps'])}) | {_n(f['median_samples'])} ({_seeds(f['samples'])}) | "
@@ -99,10 +101,13 @@ def overall_table(results: list[dict]) -> list[str]:
                  if n in times else "-" for n in names]  # fmt: skip
         lines.append(f"| {task} | " + " | ".join(cells) + " |")
     speedups = {n: [t["default"]["time"] / t[n]["time"] for t in per_task.values()
-                    if n in t and "default" in t and math.isfinite(t[n]["time"]) and t[n]["time"]]
-                for n in names}  # fmt: skip
-    lines.append("| x faster than the default (geometric mean over the tasks it reached) | " + " | ".join(
-        _n(math.exp(statistics.fmean(map(math.log, v))), 2) if v else "-" for v in speedups.values()) + " |")  # fmt: skip
+                    if n in t and "default" in t and 0 < t[n]["time"] < math.inf
+                    and t["default"]["time"] < math.inf] for n in names}  # fmt: skip
+    lines.append(
+        "| x faster than the default (geometric mean over the tasks both reached) | "
+        + " | ".join(_n(math.exp(statistics.fmean(map(math.log, v))), 2) if v else "-"
+                     for v in speedups.values()) + " |"
+    )  # fmt: skip
     shares = profile(results)
     lines += ["", "Performance profile: share of tasks within tau x the best time", "",
               "| contender | " + " | ".join(f"tau={t:g}" for t in TAUS) + " |",

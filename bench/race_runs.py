@@ -24,7 +24,14 @@ LR_FACTORS = (1 / 3, 1, 3, 10)
 
 def train(args: list[str], folder: Path) -> dict:
     """One run in this process; its summary, or ``{"status": "failed", "error": ...}``."""
+    import logging
+    import warnings
+
     import tuneup
+
+    for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric"):
+        logging.getLogger(name).setLevel(logging.ERROR)  # hundreds of runs: no tips, no notices
+    warnings.filterwarnings("ignore", module="pytorch_lightning")
 
     folder = Path(folder)
     try:
@@ -113,6 +120,8 @@ def search(command, overrides: list[str], folder: Path) -> tuple[list[str], str]
     args = [sys.executable, str(ROOT / "run.py"), "-m", *overrides, f"hydra.sweep.dir={sweep}",
             *command]  # fmt: skip
     done = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
+    sweep.mkdir(parents=True, exist_ok=True)
+    (sweep / "search.log").write_text(done.stdout + done.stderr)
     record = sweep / "autotune.json"
     if done.returncode or not record.is_file():
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]

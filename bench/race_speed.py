@@ -11,6 +11,7 @@ a Student's t interval over the rounds' paired log ratios (``interval.paired``).
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def measure(command: list[str], recipes: dict[str, list[str]], folder: Path, rou
     batch: dict[str, int] = {}
     for number in range(rounds):
         for name in names[:: -1 if number % 2 else 1]:
-            run = Path(folder) / f"round{number}" / name.replace(" ", "_").replace("#", "")
+            run = Path(folder) / f"round{number}" / re.sub(r"\W+", "_", name)
             summary = train([*command, *recipes[name], *trial_settings(steps), *NO_TARGET, "seed=0"],
                             run)  # fmt: skip
             speeds[name].append(trial_speed(summary) if summary.get("status") == "ok" else None)
