@@ -95,24 +95,27 @@ def frozen_settings(args) -> dict:
 
 
 def contenders(name: str, command: list[str], args, frozen: dict, folder: Path):
-    """(contender, label, overrides) for each --runs choice, and notes."""
+    """(contender, label, overrides, a search's new-seed interval) for each --runs choice
+    (the default always: the reference), and notes."""
     limit = ["++trainer.max_time=00:00:00:30"] if args.smoke else []
-    rows, notes = [("default", "default", [])], []
+    rows, notes = [("default", "default", [], None)], []
     if "hand" in args.runs:
         extra, note = race_runs.hand_rule(command, folder / "hand", limit)
-        rows.append(("hand", "hand rule", extra))
+        rows.append(("hand", "hand rule", extra, None))
         notes += note
     if "algoperf" in args.runs:
         hint = TASKS[name]["step_hint"]
         extra, note = race_runs.algoperf_pick(command, hint, folder / "algoperf",
                                               2 if args.smoke else 5, limit)  # fmt: skip
-        rows.append(("algoperf", "AlgoPerf's baseline", extra))
+        rows.append(("algoperf", "AlgoPerf's baseline", extra, None))
         notes += [f"{note[0]} (step_hint {hint})"]
     for contender in [r for r in args.runs if r in SEARCHES]:
         for seed in frozen["sampler_seeds"]:
             overrides = race_tasks.search_overrides(frozen, contender, seed)
-            pick, verdict = race_runs.search(command, overrides, folder / f"{contender}{seed}")
-            rows.append((contender, f"{contender} #{seed}", pick))
+            pick, verdict, interval = race_runs.search(
+                command, overrides, folder / f"{contender}{seed}"
+            )
+            rows.append((contender, f"{contender} #{seed}", pick, interval))
             notes.append(f"{contender} #{seed}: {verdict}")
     return rows, notes, limit
 
@@ -122,14 +125,14 @@ def run_task(name: str, args, frozen: dict, folder: Path) -> dict:
     found, notes, limit = contenders(name, command, args, frozen, folder)
     raced: dict[tuple, list] = {}
     rows = []
-    for contender, label, extra in found:
+    for contender, label, extra, interval in found:
         key = tuple(extra)
         if key not in raced:
             raced[key] = race_runs.race(
                 command, extra, args.seeds, folder / f"race{len(raced)}", limit
             )
         rows.append({"contender": contender, "label": label, "overrides": extra,
-                     "summaries": raced[key]})  # fmt: skip
+                     "summaries": raced[key], "interval": interval})  # fmt: skip
     unique: dict[tuple, str] = {}  # a recipe two contenders share is timed once
     for row in rows:
         unique.setdefault(tuple(row["overrides"]), row["label"])

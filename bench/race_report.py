@@ -87,7 +87,28 @@ def task_table(result: dict) -> list[str]:
             f"({_seeds(f['steps'])}) | {_n(f['median_samples'])} ({_seeds(f['samples'])}) | "
             f"{_n(f['seconds_per_step'], 4)} | {_n(f['time'], 2)} | {_n(ratio, 2)} |"
         )
-    return [*lines, "", *[f"- {note}" for note in result["notes"]], ""]
+    held = [f"- {row['label']}: {line}" for row in result["rows"] if (line := interval_held(row))]
+    return [*lines, "", *[f"- {note}" for note in result["notes"]], *held, ""]
+
+
+def _inside(row: dict) -> list[bool]:
+    """Per unseen seed, whether the search's stated interval for a new seed holds its pick's
+    samples to target (a miss: outside); none where the search stated no interval."""
+    interval = row.get("interval") or {}
+    low, high = interval.get("low"), interval.get("high")
+    if low is None or high is None:
+        return []
+    values = [s.get("samples_to_target") for s in row["summaries"]]
+    return [v is not None and low <= v <= high for v in values]
+
+
+def interval_held(row: dict) -> str | None:
+    inside = _inside(row)
+    if not inside:
+        return None
+    interval, values = row["interval"], [s.get("samples_to_target") for s in row["summaries"]]
+    return (f"stated new-seed interval [{interval['low']:,.0f}, {interval['high']:,.0f}] samples "
+            f"holds {sum(inside)} of {len(inside)} unseen seeds ({_seeds(values)})")  # fmt: skip
 
 
 def overall_table(results: list[dict]) -> list[str]:
@@ -108,6 +129,10 @@ def overall_table(results: list[dict]) -> list[str]:
         + " | ".join(_n(math.exp(statistics.fmean(map(math.log, v))), 2) if v else "-"
                      for v in speedups.values()) + " |"
     )  # fmt: skip
+    held = [inside for r in results for row in r["rows"] for inside in _inside(row)]
+    if held:
+        lines.append(f"\nThe searches' stated intervals for a new seed held {sum(held)} of "
+                     f"{len(held)} unseen re-runs of their picks ({sum(held) / len(held):.0%}).")  # fmt: skip
     shares = profile(results)
     lines += ["", "Performance profile: share of tasks within tau x the best time", "",
               "| contender | " + " | ".join(f"tau={t:g}" for t in TAUS) + " |",

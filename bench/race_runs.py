@@ -113,9 +113,10 @@ def algoperf_pick(command, step_hint: int, folder: Path, trials: int = 5, limit=
     return candidates[best], [f"AlgoPerf's {trials} trials, steps to target on seed 0: {note}"]
 
 
-def search(command, overrides: list[str], folder: Path) -> tuple[list[str], str]:
+def search(command, overrides: list[str], folder: Path) -> tuple[list[str], str, dict | None]:
     """One autotune search (a sweep in its own process): the pick's overrides (empty: the
-    command was kept) and its verdict."""
+    command was kept), its verdict, and its stated interval for a new seed's samples to
+    target (``recipe.samples_to_target_next_seed``; None where it states none)."""
     sweep = Path(folder)
     args = [sys.executable, str(ROOT / "run.py"), "-m", *overrides, f"hydra.sweep.dir={sweep}",
             *command]  # fmt: skip
@@ -125,10 +126,11 @@ def search(command, overrides: list[str], folder: Path) -> tuple[list[str], str]
     record = sweep / "autotune.json"
     if done.returncode or not record.is_file():
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return [], f"search failed ({tail}); the default stands in"
+        return [], f"search failed ({tail}); the default stands in", None
     found = json.loads(record.read_text())
-    pick = list((found.get("recipe") or {}).get("found") or [])
-    return pick, str(found.get("verdict") or "")
+    recipe = found.get("recipe") or {}
+    interval = recipe.get("samples_to_target_next_seed")
+    return list(recipe.get("found") or []), str(found.get("verdict") or ""), interval or None
 
 
 def median_steps(summaries: list[dict]) -> float:

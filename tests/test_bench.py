@@ -199,5 +199,10 @@ def test_race_profile_counts_the_tasks_within_tau_of_the_best_and_a_miss_never(t
     results = [result("a", default=100, autotune=50), result("b", default=100, autotune=None)]
     assert report.profile(results, taus=(1, 2)) == {"default": [0.5, 1.0], "autotune": [0.5, 0.5]}
     assert "- b, autotune, seed 10: missed" in "\n".join(report.misses(results, [10]))
+    results[0]["rows"][1]["interval"] = {"estimate": 50, "low": 40, "high": 45}  # 50: outside
+    assert (
+        "- autotune: stated new-seed interval [40, 45] samples holds 0 of 1 unseen seeds (50)"
+        in (report.task_table(results[0]))
+    )
     report.profile_png(results, tmp_path / "profile.png")
     assert (tmp_path / "profile.png").read_bytes()[:4] == b"\x89PNG"
