@@ -51,8 +51,8 @@ TASKS = {
     },
     "python_source_deep": {  # held out: the GPT three blocks deep and 48 wide
         "command": ["data=python_source", "data.max_bytes=300000", *_GPT, "model.layers=3",
-                    "model.width=48", "target.value=3.1"],
-        "step_hint": 0,
+                    "model.width=48", "target.value=2.43"],
+        "step_hint": 263,  # the default: best 2.3770 at step 300, 2.43 at step 210
     },
     "digits_conv": {  # a conv net with BatchNorm on the digits' 8x8 grey images
         "command": ["data=digits", "data.image_size=8", "data.channels=1", "model=small_resnet",
