@@ -19,7 +19,7 @@ interleaved throughput trials of every recipe of the task in one window (race_sp
 Time to target = median steps to target x seconds per step. Writes race.md (tables,
 misses, the performance profile), race.json and race_profile.png to ``--out``.
 
-    python bench/race.py --out race-out             # everything: hours (6 x 3 x 10-minute searches per contender)
+    python bench/race.py --out race-out             # everything: hours (7 tasks x 2 x 3 searches of 10 minutes, then the races)
     python bench/race.py --tasks digits_conv --runs default hand algoperf
     python bench/race.py --runs autotune_steps --tasks digits     # the GPU proxy's searches
     python bench/race.py --smoke                    # 2 tasks, 1 seed, 2-trial searches: the pipeline in ~2 min
@@ -48,7 +48,7 @@ from race_tasks import SEARCHES, SMOKE_TASKS, TASKS  # noqa: E402
 
 RUNS = ("default", "hand", "algoperf", "random", "autotune", "autotune_steps")
 DEFAULT_RUNS = RUNS[:5]
-SMOKE = {"budget_minutes": 0.5, "budget_trials": 2, "seeds": 2, "confirm": 1}
+SMOKE = {"budget_minutes": 0.25, "budget_trials": 2, "seeds": 2, "confirm": 1}
 
 
 def parse(argv=None) -> argparse.Namespace:

@@ -163,8 +163,10 @@ def profile_png(results: list[dict], path) -> None:
 
     taus = [1 + i * 0.01 for i in range(301)]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name, shares in profile(results, taus).items():
-        ax.step(taus, shares, where="post", label=name)
+    styles = ["-", "--", ":", "-.", (0, (5, 1)), (0, (1, 2))]  # equal curves stay visible
+    for i, (name, shares) in enumerate(profile(results, taus).items()):
+        ax.step(taus, shares, where="post", label=name, linestyle=styles[i % len(styles)],
+                linewidth=3 - 0.4 * (i % 5))  # fmt: skip
     ax.set(xlabel="tau (time / the best time on the task)", ylabel="share of tasks",
            ylim=(-0.02, 1.02), title="bench/race.py: performance profile")  # fmt: skip
     ax.legend()
