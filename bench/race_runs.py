@@ -70,40 +70,45 @@ def hand_rule(command, folder: Path, limit=()) -> tuple[list[str], list[str]]:
     return probes[order[0]], [f"hand rule, steps to target on seed 0 (lr {lr:.4g}) {note}"]
 
 
-def algoperf_trials(step_hint: int, gpt: bool, trials: int = 5, seed: int = 0) -> list[list[str]]:
-    """AlgoPerf's external-tuning baseline: NAdamW with linear warm-up and cosine decay over
-    ``step_hint`` steps (warm-up: int(warmup_factor x step_hint) steps, then cosine over the
-    rest), as mlcommons/algorithmic-efficiency's
-    algorithms/baselines/external_tuning/pytorch_nadamw_full_budget.py (commit 49c5388)
-    schedules it; ``trials`` quasi-random points (scrambled Halton, as AlgoPerf's
-    quasi-random search) from the NAdamW baseline's tuning_search_space.json
-    (algorithms/paper_baselines/nadamw, commit 0ac2dbe): learning_rate in [1e-4, 1e-2],
-    1 - beta1 in [4e-3, 0.1], weight_decay in [5e-3, 1] (all log), beta2 0.999,
-    warmup_factor 0.05, label_smoothing 0.1 or 0.2, dropout_rate 0 or 0.1 (the GPT's
-    ``model.dropout``; the other models have none: 0). The schedule ends at step_hint:
-    ``trainer.max_steps=step_hint``, the horizon tuneup's cosine decays over."""
-    from scipy.stats import qmc
+#: AlgoPerf v0.5.0's external-tuning baseline, its five trials: the points of
+#: prize_qualification_baselines/external_tuning/tuning_search_space.json at the tag v0.5.0 of
+#: mlcommons/algorithmic-efficiency (the same five in algorithms/baselines/external_tuning at
+#: its head): learning_rate, one_minus_beta1, beta2, weight_decay, warmup_factor,
+#: label_smoothing, dropout_rate.
+ALGOPERF_V050 = (
+    (0.001308209823469072, 0.02686663061, 0.9981232922116359, 0.16375311233774334, 0.1, 0.1, 0.0),
+    (0.0008445074561975979, 0.11042418465, 0.9978504782314613, 0.08135402759553023, 0.05, 0.2, 0.0),
+    (0.001308209823469072, 0.02686663061, 0.9981232922116359, 0.16375311233774334, 0.1, 0.0, 0.0),
+    (0.004958460849689891, 0.13625575743, 0.6291854735396584, 0.1147386261512052, 0.02, 0.0, 0.0),
+    (0.0017486387539278373, 0.06733926164, 0.9955159689799007, 0.08121616522670176, 0.02, 0.0, 0.1),
+)  # fmt: skip
 
-    def log_scale(u: float, low: float, high: float) -> float:
-        return math.exp(math.log(low) + u * (math.log(high) - math.log(low)))
 
-    warmup = int(0.05 * step_hint)
+def algoperf_trials(step_hint: int, gpt: bool, trials: int = 5) -> list[list[str]]:
+    """AlgoPerf v0.5.0's external-tuning baseline (``pytorch_nadamw_full_budget.py``): NAdamW
+    (tuneup's ``optimizer=nadamw`` is its update), linear warm-up over
+    int(warmup_factor x step_hint) steps, then cosine decay to 0 at ``step_hint``
+    (``trainer.max_steps=step_hint``: the horizon tuneup's cosine decays over); the first
+    ``trials`` of its five points (ALGOPERF_V050). Its dropout_rate is the GPT's
+    ``model.dropout``; the other models have no dropout (0 there)."""
     found = []
-    for u in qmc.Halton(d=5, scramble=True, seed=seed).random(trials):
-        beta1 = 1 - log_scale(u[1], 4e-3, 0.1)
-        found.append(["optimizer=nadamw", f"optimizer.lr={log_scale(u[0], 1e-4, 1e-2):.4g}",
-                      f"optimizer.betas=[{beta1:.4g},0.999]",
-                      f"optimizer.weight_decay={log_scale(u[2], 5e-3, 1.0):.4g}",
-                      "label_smoothing=on", f"label_smoothing.amount={0.1 if u[3] < 0.5 else 0.2}",
-                      "scheduler=cosine", f"scheduler.warmup_steps={warmup}",
-                      f"trainer.max_steps={step_hint}", "trainer.max_epochs=-1",
-                      *([f"model.dropout={0.0 if u[4] < 0.5 else 0.1}"] if gpt else [])])  # fmt: skip
+    for lr, one_minus_beta1, beta2, decay, warmup, smoothing, dropout in ALGOPERF_V050[:trials]:
+        found.append([
+            "optimizer=nadamw", f"optimizer.lr={lr:.6g}",
+            f"optimizer.betas=[{1 - one_minus_beta1:.6g},{beta2:.6g}]",
+            f"optimizer.weight_decay={decay:.6g}",
+            *(["label_smoothing=on", f"label_smoothing.amount={smoothing}"] if smoothing else []),
+            "scheduler=cosine", f"scheduler.warmup_steps={int(warmup * step_hint)}",
+            f"trainer.max_steps={step_hint}", "trainer.max_epochs=-1",
+            *([f"model.dropout={dropout}"] if gpt else []),
+        ])  # fmt: skip
     return found
 
 
 def algoperf_pick(command, step_hint: int, folder: Path, trials: int = 5, limit=()):
     """Each trial trained to the target on seed 0; the one with the fewest steps (AlgoPerf
-    keeps the trial fastest to the target; the batch is the task's in every trial)."""
+    scores a study by its trial fastest to the target; the batch is the task's in every
+    trial, as AlgoPerf's is the workload's)."""
     gpt = "model=gpt" in command
     candidates = algoperf_trials(step_hint, gpt, trials)
     found = [race(command, c, [0], Path(folder) / f"algoperf{i}", limit)[0]

@@ -162,6 +162,12 @@ def test_race_has_six_tasks_or_more_each_passing_the_checks_without_training(tmp
     assert all(task["step_hint"] > 0 for task in tasks.TASKS.values())
     assert tasks.problems(list(tasks.TASKS), tmp_path, None) == []
     assert (tmp_path / "python_reference.txt").stat().st_size > 100_000  # the corpus, written
+    trials = race.race_runs.algoperf_trials(200, gpt=True)  # AlgoPerf v0.5.0's five points
+    assert len(trials) == 5 and all("trainer.max_steps=200" in t for t in trials)
+    assert "scheduler.warmup_steps=20" in trials[0] and "model.dropout=0.1" in trials[4]
+    assert (
+        "label_smoothing=on" not in trials[2] and "optimizer.betas=[0.863744,0.629185]" in trials[3]
+    )
     smoke = race.parse(["--smoke"])
     assert smoke.tasks == list(tasks.SMOKE_TASKS) and smoke.seeds == [10]
     assert race.parse([]).runs == ["default", "hand", "algoperf", "random", "autotune"]
