@@ -97,7 +97,7 @@ def frozen_settings(args) -> dict:
 def contenders(name: str, command: list[str], args, frozen: dict, folder: Path):
     """(contender, label, overrides, a search's new-seed interval) for each --runs choice
     (the default always: the reference), and notes."""
-    limit = ["++trainer.max_time=00:00:00:30"] if args.smoke else []
+    limit = ["++trainer.max_time=00:00:00:10"] if args.smoke else []
     rows, notes = [("default", "default", [], None)], []
     if "hand" in args.runs:
         extra, note = race_runs.hand_rule(command, folder / "hand", limit)

@@ -31,7 +31,8 @@ def train(args: list[str], folder: Path) -> dict:
 
     for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric"):
         logging.getLogger(name).setLevel(logging.ERROR)  # hundreds of runs: no tips, no notices
-    warnings.filterwarnings("ignore", module="pytorch_lightning")
+    for module in ("pytorch_lightning", "lightning_fabric"):
+        warnings.filterwarnings("ignore", module=module)
 
     folder = Path(folder)
     try:
