@@ -1,23 +1,30 @@
-"""The race on CPU: baseline vs a hand-made recipe vs AlgoPerf's protocol vs autotune's pick.
+"""The race on the clock, on tasks the search was not tuned on (issue 50).
 
-Two real data sets that ship with every install (nothing downloaded):
+Seven tasks of real data every install has (bench/race_tasks.py: digits' MLP and
+python_source's GPT, a conv net, the breast-cancer table, the language reference's text,
+and held-out variants of the first two). Contenders, each a ``--runs`` choice:
 
-- ``data=digits`` (scikit-learn's handwritten digits), a small MLP, to val/acc >= 0.95;
-- ``data=python_source`` (the standard library's own .py files), a 2-block GPT, to
-  val/loss <= 3.1.
+- ``default``: the task's command;
+- ``hand``: the best of ``optimizer.lr`` x {1/3, 1, 3, 10} on seed 0, by steps to target;
+- ``algoperf``: AlgoPerf's external-tuning baseline (race_runs.algoperf_trials), 5 trials
+  on seed 0, its schedule over the task's ``step_hint``;
+- ``random``: random search (``autotune.sampler=random``), the same trials, budget, pruner;
+- ``autotune``: autotune's pick (TPE), and ``autotune_steps`` (``autotune.cost=steps``, the
+  GPU proxy; not in the default runs);
+each search run once per sampler seed of the frozen file (3 independent searches), every
+search with the settings of bench/race_frozen_2026-11-29.yaml (refused otherwise unless
+``--unfrozen``; its sha256 is in the output). Each recipe is then trained to the target on
+seeds the searches never saw (10, 11, 12), and its seconds per step measured in short
+interleaved throughput trials of every recipe of the task in one window (race_speed.py).
+Time to target = median steps to target x seconds per step. Writes race.md (tables,
+misses, the performance profile), race.json and race_profile.png to ``--out``.
 
-For each: autotune's pick comes from ``experiment=autotune autotune.objective=time_to_target``
-(on its own seeds, from the task's ``seed``); AlgoPerf's pick from its external-tuning protocol
-for its baseline (``algoperf_trials``): NAdamW with linear warm-up and cosine decay, 5
-quasi-random trials from its search space, each trained to the target on the search seed,
-the one with the fewest samples to target kept. Then the baseline, the hand-made recipe and
-the two picks are each run to the target (``target.stop=true``) in the seeds given (default
-10, 11, 12: seeds neither search saw), one ``tuneup -m seed=...`` sweep each, and the table
-gives each one's time to target and samples to target per seed. Prints a markdown table.
-
-    python bench/race.py                     # each task within 10 minutes of search on 2 idle cores, then 12 x 3 runs
-    python bench/race.py --runs algoperf --tasks digits   # one contender
-    python bench/race.py --seeds 10 11 12 13 --tasks digits
+    python bench/race.py --out race-out             # everything: hours (7 tasks x 2 x 3 searches of 10 minutes, then the races)
+    python bench/race.py --tasks digits_conv --runs default hand algoperf
+    python bench/race.py --runs autotune_steps --tasks digits     # the GPU proxy's searches
+    python bench/race.py --smoke                    # 2 tasks, 1 seed, 2-trial searches: the pipeline in ~2 min
+    python bench/race.py --check                    # every command and the frozen settings checked, nothing trained
+    python bench/race.py --choose-targets --tasks digits_deep     # the default on seed 0 at full length
 """
 
 from __future__ import annotations
@@ -26,157 +33,202 @@ import argparse
 import json
 import math
 import shlex
-import statistics
-import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-QUIET = ["checkpoint=off", "trainer.enable_progress_bar=false", "measure.console_table=false"]
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
-TASKS = {
-    "digits": {
-        "command": ["data=digits", "model=mlp", "model.hidden=[64]", "data.image_size=8",
-                    "data.channels=1", "trainer.max_epochs=30", "target.metric=val/acc",
-                    "target.value=0.95", "target.check_every_n_steps=5"],
-        "hand": ["optimizer.lr=0.2", "label_smoothing=on", "ema=on"],
-        "step_hint": 660,  # the run's length for the schedule: 30 epochs x 22 steps (1,437 / 64)
-        "dimensions": "[optimizer,batch_size,label_smoothing,ema]",
-    },
-    "python_source": {
-        "command": ["data=python_source", "model=gpt", "model.layers=2", "model.width=64",
-                    "data.context=64", "data.max_bytes=300000", "data.val_samples=64",
-                    "data.batch_size=32", "optimizer=adamw", "trainer.max_steps=300",
-                    "trainer.max_epochs=-1", "target.metric=val/loss", "target.value=3.1",
-                    "target.check_every_n_steps=10"],
-        "hand": ["optimizer.lr=0.003"],
-        "step_hint": 300,  # trainer.max_steps
-        "dimensions": "[optimizer,batch_size,ema]",
-    },
-}  # fmt: skip
+import race_report  # noqa: E402
+import race_runs  # noqa: E402
+import race_speed  # noqa: E402
+import race_tasks  # noqa: E402
+from race_tasks import SEARCHES, SMOKE_TASKS, TASKS  # noqa: E402
+
+RUNS = ("default", "hand", "algoperf", "random", "autotune", "autotune_steps")
+DEFAULT_RUNS = RUNS[:5]
+SMOKE = {"budget_minutes": 0.25, "budget_trials": 2, "seeds": 2, "confirm": 1}
 
 
-def tuneup(args: list[str]) -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True,
-                          text=True, cwd=ROOT)  # fmt: skip
-    if done.returncode:
-        raise SystemExit(f"failed: {shlex.join(args)}\n{done.stderr[-2000:]}")
-
-
-def autotune_pick(task: dict, folder: Path, minutes: float, trials: int) -> tuple[list[str], dict]:
-    """The time-to-target study's pick (docs/autotune.md): its overrides, and its measured time
-    to target on the study's paired seeds (its samples to target: printed to stderr)."""
-    sweep = folder / "autotune"
-    tuneup(["-m", "experiment=autotune", "autotune.objective=time_to_target",
-            f"autotune.budget_minutes={minutes}", f"autotune.budget_trials={trials}",
-            f"hydra.sweep.dir={sweep}", *task["command"]])  # fmt: skip
-    record = json.loads((sweep / "autotune.json").read_text())
-    recipe = record["recipe"]
-    row = next((r for r in record["confirmed"] if r["overrides"] == recipe["found"]), {})
-    samples = recipe["samples_to_target"] or {"estimate": 0, "low": 0, "high": 0}
-    new = recipe["samples_to_target_next_seed"] or {}
-    print(f"autotune pick {recipe['found']}: samples to target on seeds "
-          f"{record['seeds']['confirm']}: {row.get('samples_to_target')}, mean "
-          f"{samples['estimate']:.0f} [{samples['low']:.0f}, {samples['high']:.0f}], a new seed "
-          f"[{new.get('low', 0):.0f}, {new.get('high', 0):.0f}]; {record['verdict']}",
-          file=sys.stderr)  # fmt: skip
-    return recipe["found"], row.get("measured_time_interval") or samples
-
-
-def algoperf_trials(task: dict, trials: int = 5, seed: int = 0) -> list[list[str]]:
-    """AlgoPerf's external-tuning protocol for its baseline (mlcommons/algorithmic-efficiency,
-    algorithms/paper_baselines/nadamw): NAdamW, linear warm-up over 5 % of the run, cosine
-    decay to 0; ``trials`` quasi-random points (scrambled Halton, as AlgoPerf's own
-    quasi-random search) from its tuning_search_space.json: learning_rate in [1e-4, 1e-2],
-    1 - beta1 in [4e-3, 0.1], weight_decay in [5e-3, 1] (all log), beta2 0.999, label smoothing
-    0.1 or 0.2. Its dropout_rate (0 or 0.1) has no counterpart in these models: 0."""
-    from scipy.stats import qmc
-
-    def log_scale(u: float, low: float, high: float) -> float:
-        return math.exp(math.log(low) + u * (math.log(high) - math.log(low)))
-
-    warmup = round(0.05 * task["step_hint"])
-    found = []
-    for u in qmc.Halton(d=4, scramble=True, seed=seed).random(trials):
-        beta1 = 1 - log_scale(u[1], 4e-3, 0.1)
-        found.append(["optimizer=nadamw", f"optimizer.lr={log_scale(u[0], 1e-4, 1e-2):.4g}",
-                      f"optimizer.betas=[{beta1:.4g},0.999]",
-                      f"optimizer.weight_decay={log_scale(u[2], 5e-3, 1.0):.4g}",
-                      "label_smoothing=on", f"label_smoothing.amount={0.1 if u[3] < 0.5 else 0.2}",
-                      "scheduler=cosine", f"scheduler.warmup_steps={warmup}"])  # fmt: skip
-    return found
-
-
-def algoperf_pick(task: dict, folder: Path) -> tuple[list[str], list[dict]]:
-    """Each of AlgoPerf's trials trained to the target on the search seed (0); the one with
-    the fewest samples to target (a trial that misses ranks last), and every trial's summary."""
-    summaries = []
-    for i, extra in enumerate(algoperf_trials(task)):
-        summaries.append(race(task, extra, [0], folder / f"algoperf-{i}")[0])
-    ranked = sorted(range(len(summaries)),
-                    key=lambda i: summaries[i].get("samples_to_target") or math.inf)  # fmt: skip
-    return algoperf_trials(task)[ranked[0]], summaries
-
-
-def race(task: dict, extra: list[str], seeds: list[int], folder: Path) -> list[dict]:
-    seeds_arg = "seed=" + ",".join(map(str, seeds))
-    tuneup(["-m", seeds_arg, f"hydra.sweep.dir={folder}", *task["command"], *extra,
-            "target.stop=true", *QUIET])  # fmt: skip
-    return [json.loads((folder / str(i) / "summary.json").read_text()) for i in range(len(seeds))]
-
-
-def cell(summaries: list[dict], key: str, digits: int) -> str:
-    values = [s.get(key) for s in summaries]
-    shown = ", ".join("not reached" if v is None else f"{v:.{digits}f}" for v in values)
-    reached = [v for v in values if v is not None]
-    median = f"{statistics.median(reached):.{digits}f}" if len(reached) == len(values) else "-"
-    return f"{median} ({shown})"
-
-
-RUNS = ("baseline", "hand", "algoperf", "autotune")
-
-
-def main() -> None:
+def parse(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", choices=list(TASKS))
+    parser.add_argument("--runs", nargs="+", choices=RUNS, default=list(DEFAULT_RUNS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[10, 11, 12])
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=list(TASKS))
-    parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=RUNS,
-                        help="which contenders (default: all four)")  # fmt: skip
-    parser.add_argument("--autotune-minutes", type=float, default=10.0)
-    parser.add_argument("--autotune-trials", type=int, default=100,
-                        help="the study's trials; the minutes bind first on a slow task")  # fmt: skip
-    parser.add_argument("--out", help="keep the runs here (default: a temporary folder)")
-    args = parser.parse_args()
-    rows, notes = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = args.out or tmp
-        for name in args.tasks:
-            task, folder = TASKS[name], Path(tmp) / name
-            contenders = {"baseline": ("baseline", []), "hand": ("hand-made", task["hand"])}
-            if "algoperf" in args.runs:
-                algoperf, trials = algoperf_pick(task, folder)
-                contenders["algoperf"] = ("AlgoPerf's protocol", algoperf)
-                notes.append(
-                    f"{name}: AlgoPerf's 5 trials on seed 0, samples to target: "
-                    + ", ".join(str(s.get("samples_to_target") or "not reached") for s in trials)
-                )
-            if "autotune" in args.runs:
-                pick, _ = autotune_pick(task, folder, args.autotune_minutes, args.autotune_trials)
-                contenders["autotune"] = ("autotune's pick", pick)
-            for run in args.runs:
-                who, extra = contenders[run]
-                found = race(task, extra, args.seeds, folder / f"race-{run}")
-                rows.append((name, who, " ".join(extra) or "-", found))
-    print(f"seeds {', '.join(map(str, args.seeds))}; median (per seed)\n")
-    print("| data | run | overrides | time to target, s | samples to target | steps |")
-    print("|---|---|---|---:|---:|---:|")
-    for name, who, extra, found in rows:
-        print(f"| {name} | {who} | `{extra}` | {cell(found, 'time_to_target_s', 2)} | "
-              f"{cell(found, 'samples_to_target', 0)} | {cell(found, 'steps_to_target', 0)} |")  # fmt: skip
+    parser.add_argument("--out", help="keep everything here (default: a temporary folder)")
+    parser.add_argument("--frozen", type=Path, default=race_tasks.FROZEN)
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="change a frozen autotune setting (needs --unfrozen)")  # fmt: skip
+    parser.add_argument("--unfrozen", action="store_true",
+                        help="allow search settings other than the frozen file's")  # fmt: skip
+    parser.add_argument("--speed-rounds", type=int, default=3)
+    parser.add_argument("--speed-steps", type=int, default=32)
+    parser.add_argument("--smoke", action="store_true", help="tiny budgets: the pipeline only")
+    parser.add_argument("--check", action="store_true", help="check the commands, train nothing")
+    parser.add_argument("--choose-targets", action="store_true",
+                        help="run each task's default on seed 0 at full length; print the target rule's figures")  # fmt: skip
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    if args.smoke:
+        args.tasks = args.tasks or list(SMOKE_TASKS)
+        args.seeds, args.speed_rounds, args.speed_steps = args.seeds[:1], 2, 8
+    args.tasks = args.tasks or list(TASKS)
+    return args
+
+
+def frozen_settings(args) -> dict:
+    """The frozen file's settings; under --smoke its budgets made tiny and any key this
+    tuneup does not know left out (said in the notes), the run marked unfrozen."""
+    if not args.smoke:
+        return race_tasks.load_frozen(args.frozen, args.unfrozen, tuple(args.set))
+    from tuneup.autotune.settings import Settings
+
+    changes = (*args.set, *(f"{k}={v}" for k, v in SMOKE.items()))
+    frozen = race_tasks.load_frozen(args.frozen, True, changes)
+    known = set(Settings.__dataclass_fields__)
+    for where in (frozen["settings"], *frozen["contenders"].values()):
+        for key in [k for k in where if k not in known]:
+            frozen.setdefault("left_out", []).append(f"autotune.{key}={where.pop(key)}")
+    frozen["sampler_seeds"] = frozen["sampler_seeds"][:1]
+    return frozen
+
+
+def contenders(name: str, command: list[str], args, frozen: dict, folder: Path):
+    """(contender, label, overrides, a search's new-seed interval) for each --runs choice
+    (the default always: the reference), and notes."""
+    limit = ["++trainer.max_time=00:00:00:10"] if args.smoke else []
+    rows, notes = [("default", "default", [], None)], []
+    if "hand" in args.runs:
+        extra, note = race_runs.hand_rule(command, folder / "hand", limit)
+        rows.append(("hand", "hand rule", extra, None))
+        notes += note
+    if "algoperf" in args.runs:
+        hint = TASKS[name]["step_hint"]
+        extra, note = race_runs.algoperf_pick(command, hint, folder / "algoperf",
+                                              2 if args.smoke else 5, limit)  # fmt: skip
+        rows.append(("algoperf", "AlgoPerf's baseline", extra, None))
+        notes += [f"{note[0]} (step_hint {hint})"]
+    for contender in [r for r in args.runs if r in SEARCHES]:
+        for seed in frozen["sampler_seeds"]:
+            overrides = race_tasks.search_overrides(frozen, contender, seed)
+            pick, verdict, interval = race_runs.search(
+                command, overrides, folder / f"{contender}{seed}"
+            )
+            rows.append((contender, f"{contender} #{seed}", pick, interval))
+            notes.append(f"{contender} #{seed}: {verdict}")
+    return rows, notes, limit
+
+
+def run_task(name: str, args, frozen: dict, folder: Path) -> dict:
+    command = race_tasks.command(name, folder)
+    found, notes, limit = contenders(name, command, args, frozen, folder)
+    raced: dict[tuple, list] = {}
+    rows = []
+    for contender, label, extra, interval in found:
+        key = tuple(extra)
+        if key not in raced:
+            raced[key] = race_runs.race(
+                command, extra, args.seeds, folder / f"race{len(raced)}", limit
+            )
+        rows.append({"contender": contender, "label": label, "overrides": extra,
+                     "summaries": raced[key], "interval": interval})  # fmt: skip
+    unique: dict[tuple, str] = {}  # a recipe two contenders share is timed once
+    for row in rows:
+        unique.setdefault(tuple(row["overrides"]), row["label"])
+    recipes = {label: list(key) for key, label in unique.items()}  # the default's first
+    measured = race_speed.measure(
+        command, recipes, folder / "speed", args.speed_rounds, args.speed_steps
+    )
+    speed = {row["label"]: measured[unique[tuple(row["overrides"])]] for row in rows}
+    return {"task": name, "command": race_tasks.shown(command), "rows": rows, "speed": speed,
+            "notes": notes}  # fmt: skip
+
+
+def target_rule(summary: dict) -> dict | None:
+    """The rule the targets were chosen by, on the default's run at full length (seed 0, no
+    target value): accuracy: its best x 0.99 rounded down, loss: its best x 1.02 rounded up,
+    to 0.01; the steps the default took to that target; step_hint 1.25 x those steps."""
+    import numpy
+
+    target = summary.get("target") or {}
+    best, history = target.get("best"), summary.get("target_history") or []
+    if best is None:
+        return None
+    high = target.get("mode", "max") == "max"
+    value = math.floor(best * 99) / 100 if high else math.ceil(best * 102) / 100
+    at = numpy.float32(value)  # as the target plugin compares: at the metric's float32
+    step = next((h["step"] for h in history if (numpy.float32(h["value"]) >= at if high
+                                                 else numpy.float32(h["value"]) <= at)), None)  # fmt: skip
+    return {"best": best, "best_step": target.get("best_step"), "target": value, "steps": step,
+            "step_hint": math.ceil(1.25 * step) if step else None}  # fmt: skip
+
+
+def choose_targets(args, folder: Path) -> None:
+    """Each task's default on seed 0 at its full length, no target value, and what
+    :func:`target_rule` makes of it."""
+    print(
+        "| task | default's best (step) | target by the rule | default's steps to it | step_hint |"
+    )
+    print("|---|---|---:|---:|---:|")
     for name in args.tasks:
-        print(f"\n{name}: `{' '.join(TASKS[name]['command'])}`")
-    print("", *notes, sep="\n")
+        command = race_tasks.command(name, folder)
+        summary = race_runs.train([*command, "target.value=null", "seed=0", *race_runs.QUIET],
+                                  folder / name)  # fmt: skip
+        rule = target_rule(summary)
+        if rule is None:
+            print(f"| {name} | failed: {summary.get('error')} | | | |")
+            continue
+        print(
+            f"| {name} | {rule['best']:.4f} ({rule['best_step']}) | {rule['target']:.2f} | "
+            f"{rule['steps']} | {rule['step_hint']} |"
+        )
+
+
+def report(results: list[dict], args, frozen: dict | None, seconds: float) -> str:
+    head = ["## bench/race.py", "",
+            f"Seeds {', '.join(map(str, args.seeds))}; runs: {' '.join(args.runs)}; "
+            f"{seconds / 60:.1f} min; speed: {args.speed_rounds} interleaved rounds of "
+            f"{args.speed_steps} steps.", ""]  # fmt: skip
+    if frozen:
+        state = "frozen" if frozen["frozen"] else "UNFROZEN (--unfrozen, --set or --smoke)"
+        head += [f"Search settings: {frozen['file']} sha256 {frozen['sha256']} ({state}): "
+                 f"{json.dumps(frozen['settings'])}; sampler seeds {frozen['sampler_seeds']}"
+                 + (f"; left out (unknown to this tuneup): {', '.join(frozen['left_out'])}"
+                    if frozen.get("left_out") else ""), ""]  # fmt: skip
+    lines = [*head]
+    for result in results:
+        lines += race_report.task_table(result)
+    lines += race_report.overall_table(results) + race_report.misses(results, args.seeds)
+    lines += ["Command:", "", "```", f"python bench/race.py {shlex.join(args.argv)}", "```", ""]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    args = parse(argv)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(args.out or tmp)
+        out.mkdir(parents=True, exist_ok=True)
+        if args.choose_targets:
+            return choose_targets(args, out / "targets")
+        searches = any(r in SEARCHES for r in args.runs)
+        frozen = frozen_settings(args) if searches or args.check else None
+        found = race_tasks.problems(args.tasks, out, frozen, args.runs)
+        if found:
+            raise SystemExit("error: " + "; ".join(found))
+        if args.check:
+            print(f"{len(args.tasks)} task(s) and the search settings of {frozen['file']} check")
+            return None
+        results = [run_task(name, args, frozen, out / name) for name in args.tasks]
+        text = report(results, args, frozen, time.monotonic() - started)
+        (out / "race.md").write_text(text)
+        race_report.profile_png(results, out / "race_profile.png")
+        (out / "race.json").write_text(json.dumps({"frozen": frozen, "seeds": args.seeds,
+                                                   "results": results}, default=str, indent=1))  # fmt: skip
+        print(text)
+        print(f"written: {out / 'race.md'}, {out / 'race_profile.png'}, {out / 'race.json'}")
+    return None
 
 
 if __name__ == "__main__":

@@ -125,6 +125,9 @@ def test_the_advice_without_an_answer_follows_from_what_happened():
          "integer >= autotune.seeds (3)"),
         ({"cost": "wallclock"}, "autotune.cost='wallclock' is not allowed: expected time | "
          "steps | samples"),
+        ({"sampler": "grid"}, "autotune.sampler='grid' is not allowed: expected tpe | random"),
+        ({"sampler_seed": -1}, "autotune.sampler_seed=-1 is not allowed: expected null or an "
+         "integer >= 0"),
     ],
 )  # fmt: skip
 def test_bad_study_settings_are_one_line_errors(values, message):
@@ -133,6 +136,26 @@ def test_bad_study_settings_are_one_line_errors(values, message):
     with pytest.raises(tuneup.TuneupError) as caught:
         Settings.from_config(OmegaConf.create({"autotune": values}))
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_sampler_is_tpe_or_random_seeded_by_sampler_seed_or_the_runs_seed():
+    """autotune.sampler=random: the race's control search (bench/race.py); sampler_seed: three
+    independent searches from one command."""
+    from tuneup.autotune.study_search import study_sampler
+
+    def first_draws(sampler):
+        study = optuna.create_study(sampler=sampler)
+        return [study.ask().suggest_float("lr", 1e-4, 1.0, log=True) for _ in range(3)]
+
+    assert isinstance(study_sampler(Settings(), 0), optuna.samplers.TPESampler)
+    random = study_sampler(Settings(sampler="random"), 5)
+    assert isinstance(random, optuna.samplers.RandomSampler)
+    assert first_draws(random) == first_draws(optuna.samplers.RandomSampler(seed=5))
+    own = study_sampler(Settings(sampler="random", sampler_seed=7), 5)  # the run's seed is 5
+    assert first_draws(own) == first_draws(optuna.samplers.RandomSampler(seed=7))
+    assert first_draws(study_sampler(Settings(sampler_seed=7), 5)) == first_draws(
+        study_sampler(Settings(), 7)
+    )
 
 
 def test_a_bad_value_on_the_command_line_stops_before_any_trial(tmp_path):

@@ -150,3 +150,65 @@ def test_save_every_step_bench_runs_both_ways_and_restores_pruning(capsys):
     assert "CPU-ms a save" in out
     assert (checkpoints.scan, checkpoint_io.remember_written) == (scan, remember)
     assert logging.root.manager.disable == logging.NOTSET
+
+
+# -- bench/race.py: the race on tasks the search was not tuned on (issue 50) -----------------
+
+
+def test_race_has_six_tasks_or_more_each_passing_the_checks_without_training(tmp_path):
+    race = bench_module("race")
+    tasks = race.race_tasks
+    assert len(tasks.TASKS) >= 6 and {"digits", "python_source"} <= set(tasks.TASKS)
+    assert all(task["step_hint"] > 0 for task in tasks.TASKS.values())
+    assert tasks.problems(list(tasks.TASKS), tmp_path, None) == []
+    assert (tmp_path / "python_reference.txt").stat().st_size > 100_000  # the corpus, written
+    trials = race.race_runs.algoperf_trials(200, gpt=True)  # AlgoPerf v0.5.0's five points
+    assert len(trials) == 5 and all("trainer.max_steps=200" in t for t in trials)
+    assert "scheduler.warmup_steps=20" in trials[0] and "model.dropout=0.1" in trials[4]
+    assert (
+        "label_smoothing=on" not in trials[2] and "optimizer.betas=[0.863744,0.629185]" in trials[3]
+    )
+    smoke = race.parse(["--smoke"])
+    assert smoke.tasks == list(tasks.SMOKE_TASKS) and smoke.seeds == [10]
+    assert race.parse([]).runs == ["default", "hand", "algoperf", "random", "autotune"]
+
+
+def test_race_reads_the_frozen_search_settings_and_refuses_changed_ones(tmp_path):
+    tasks = bench_module("race").race_tasks
+    frozen = tasks.load_frozen()
+    assert frozen["frozen"] and frozen["sha256"] == tasks.sha256(tasks.FROZEN)
+    assert frozen["settings"]["budget_minutes"] == 10 and len(frozen["sampler_seeds"]) == 3
+    random = tasks.search_overrides(frozen, "random", 2)
+    assert "autotune.sampler=random" in random and "autotune.budget_trials=100" in random
+    assert random[-1] == "autotune.sampler_seed=2" and random[0] == "experiment=autotune"
+    edited = tmp_path / "race_frozen.yaml"
+    edited.write_text(tasks.FROZEN.read_text().replace("budget_minutes: 10", "budget_minutes: 5"))
+    with pytest.raises(SystemExit, match=r"not the frozen .*pass --unfrozen"):
+        tasks.load_frozen(edited)
+    with pytest.raises(SystemExit, match="--set budget_minutes=3 changes the frozen"):
+        tasks.load_frozen(changes=("budget_minutes=3",))
+    loose = tasks.load_frozen(edited, unfrozen=True, changes=("budget_trials=7",))
+    assert not loose["frozen"] and loose["settings"]["budget_minutes"] == 5
+    assert loose["settings"]["budget_trials"] == 7
+
+
+def test_race_profile_counts_the_tasks_within_tau_of_the_best_and_a_miss_never(tmp_path):
+    report = bench_module("race").race_report
+
+    def result(task, **steps):  # one seed each; every recipe 0.1 s a step
+        rows = [{"contender": name, "label": name, "overrides": [],
+                 "summaries": [{"steps_to_target": value, "samples_to_target": value}]}
+                for name, value in steps.items()]  # fmt: skip
+        speed = {name: {"seconds_per_step": 0.1} for name in steps}
+        return {"task": task, "command": "-", "rows": rows, "speed": speed, "notes": []}
+
+    results = [result("a", default=100, autotune=50), result("b", default=100, autotune=None)]
+    assert report.profile(results, taus=(1, 2)) == {"default": [0.5, 1.0], "autotune": [0.5, 0.5]}
+    assert "- b, autotune, seed 10: missed" in "\n".join(report.misses(results, [10]))
+    results[0]["rows"][1]["interval"] = {"estimate": 50, "low": 40, "high": 45}  # 50: outside
+    assert (
+        "- autotune: stated new-seed interval [40, 45] samples holds 0 of 1 unseen seeds (50)"
+        in (report.task_table(results[0]))
+    )
+    report.profile_png(results, tmp_path / "profile.png")
+    assert (tmp_path / "profile.png").read_bytes()[:4] == b"\x89PNG"

@@ -21,6 +21,7 @@ OBJECTIVES = ("throughput", "time_to_target")
 PRUNERS = ("successive_halving", "hyperband", "none")
 #: autotune.cost (time to target): what ranks the study's trials (study_trials.trial_cost)
 COSTS = ("time", "steps", "samples")
+SAMPLERS = ("tpe", "random")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class Settings:
     confirm: int = 3
     pruner: str = "successive_halving"
     cost: str = "time"
+    sampler: str = "tpe"
+    sampler_seed: int | None = None
     storage: str | None = None
     study_name: str = "autotune"
     params: dict[str, str] | None = None
@@ -121,6 +124,11 @@ class Settings:
             "confirm": (_whole(self.confirm, 1), "an integer >= 1"),
             "pruner": (self.pruner in PRUNERS, " | ".join(PRUNERS)),
             "cost": (self.cost in COSTS, " | ".join(COSTS)),
+            "sampler": (self.sampler in SAMPLERS, " | ".join(SAMPLERS)),
+            "sampler_seed": (
+                self.sampler_seed is None or _whole(self.sampler_seed, 0),
+                "null or an integer >= 0",
+            ),
             "study_name": (
                 isinstance(self.study_name, str) and self.study_name != "",
                 "a non-empty name",

@@ -107,12 +107,7 @@ class StudySearch(BudgetShare):
 
         opened = studies.open_storage(self.storage, key="autotune.storage")
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-        # TPE's model starts after 20 random trials at the default 100 (hyperopt's default;
-        # Optuna's 10 left python_source's batch size at 16 for 2 trials of 101, both pruned)
-        sampler = optuna.samplers.TPESampler(
-            seed=self.seed, multivariate=True, group=True,
-            n_startup_trials=max(3, min(20, self.settings.budget_trials // 5)),
-        )  # fmt: skip
+        sampler = study_sampler(self.settings, self.seed)
         self.study = studies.create_study(opened, self.settings.study_name, sampler, None,
                                           ["minimize"])  # fmt: skip
         studies.recover_interrupted(self.study, opened)
@@ -304,3 +299,20 @@ def own_loop(config) -> bool:
         return bool(Plan(config).lightning)
     except Exception:  # a model that cannot be imported here: the checks say so
         return False
+
+
+def study_sampler(settings, seed: int):
+    """The study's sampler, seeded by ``autotune.sampler_seed`` (null: the run's seed): TPE, or
+    random draws from the same space (``autotune.sampler=random``: the search without a model,
+    the control that shows what TPE adds under the same trials, budget and pruner)."""
+    import optuna
+
+    seed = seed if settings.sampler_seed is None else settings.sampler_seed
+    if settings.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    # TPE's model starts after 20 random trials at the default 100 (hyperopt's default;
+    # Optuna's 10 left python_source's batch size at 16 for 2 trials of 101, both pruned)
+    return optuna.samplers.TPESampler(
+        seed=seed, multivariate=True, group=True,
+        n_startup_trials=max(3, min(20, settings.budget_trials // 5)),
+    )  # fmt: skip
