@@ -299,8 +299,8 @@ class LogInterval(pl.Callback):
             trainer.num_training_batches, trainer.accumulate_grad_batches, trainer.max_steps,
             trainer.max_epochs,
         )  # fmt: skip
-        # Its one event is done: out of the list, Lightning no longer dispatches ~6 hooks a step
-        # to it (bench/overhead.py). A new list: the one being iterated now stays as it is.
+        # Its one event is done: out of the list, Lightning does not dispatch its hooks each
+        # step to it (bench/overhead.py). A new list: the one being iterated now stays as it is.
         trainer.callbacks = [c for c in trainer.callbacks if c is not self]
 
 

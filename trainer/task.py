@@ -20,8 +20,8 @@ LM shifts its labels itself); the loss is the output's ``.loss``, the logits its
 (a positional ``model(x, y)`` would put ``y`` in the model's cache argument).
 
 Cross-entropy is computed in fp32 whatever the autocast type. For 2-D logits the two
-cross-entropy tasks are the same computation, so the built-in image models train exactly as
-before this option existed.
+cross-entropy tasks are the same computation, so the built-in image models train exactly
+the same under either.
 """
 
 from __future__ import annotations

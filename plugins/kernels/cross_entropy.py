@@ -44,10 +44,9 @@ def launch(n_classes: int) -> Launch:
 
     One pass holds a whole row in registers: at 32,768 classes that is 64 registers for each
     of 1,024 threads (ptxas for sm_90), the whole register file of an SM, so one row per SM
-    at a time and nothing overlaps its load, reductions and store (measured on an H100: 71%
-    of copy bandwidth with the gradient, 65% without). Two passes of MAX_BLOCK run several
-    programs per SM (90% loss-only at 128k classes); their second read comes from L2 if the
-    rows in flight fit there. docs/kernels.md has the figures; bench/kernels.py times both.
+    at a time and nothing overlaps its load, reductions and store. Two passes of MAX_BLOCK
+    run several programs per SM; their second read comes from L2 if the rows in flight fit
+    there. bench/kernels.py times both (docs/benchmarks.md#kernels).
     """
     if LAUNCH is not None:
         return LAUNCH

@@ -65,9 +65,8 @@ def default_chunk_size(n_rows: int, hidden_size: int, vocab_size: int) -> int:
     Each chunk after the first adds its weight gradient into the fp32 accumulator, which
     reads and writes the whole [V, D] matrix (10 V D bytes with the half-precision product),
     so fewer chunks move less: at 16384 x 2048 -> 32768 in bf16, chunks of logits the size
-    of `hidden` (16 of them) move 12 GB, about 4 ms at an H100's bandwidth, which is the gap
-    measured to the unfused head (15.5 ms against 11.7); 4 chunks move 3 GB. The peak stays
-    under a quarter of the unfused head's: 256 MB of chunk logits there, against 3.2 GB.
+    of `hidden` (16 of them) move 12 GB, 4 chunks 3 GB. The peak stays under a quarter of
+    the unfused head's: 256 MB of chunk logits there, against 3.2 GB.
     """
     n_chunks = math.ceil(vocab_size / (CHUNK_LOGITS_PER_HIDDEN * hidden_size))
     return max(1, math.ceil(n_rows / n_chunks))

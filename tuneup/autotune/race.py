@@ -1,8 +1,6 @@
 """What makes a run a race to the target, shared by the time-to-target study
 (study_search.py) and its speed stage (study_speed.py): the settings of a race trial, the
-target a search needs, and whether a trial reached it. (The earlier greedy walk through
-race_dimensions, ``autotune.method=greedy``, was removed on 2026-11-28: it decided on wall
-times of two seeds and never searched the learning rate; docs/autotune.md.)"""
+target a search needs, and whether a trial reached it."""
 
 from __future__ import annotations
 

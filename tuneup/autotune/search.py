@@ -243,7 +243,7 @@ class Search:
     def time_limit(self, overrides: tuple[str, ...]) -> float:
         """A trial's limit: autotune.trial_time_factor x the baseline's trial (x the batch
         factor), at least a minute (a first compile), and at most what is left of the budget
-        (a slow first compile no longer runs past it). A candidate that slow cannot be the
+        (so a slow first compile cannot run past it). A candidate that slow cannot be the
         fastest; what it ran is measured."""
         times = [t.seconds for t in self.lab.trials[1:] if t.label == BASELINE]
         typical = statistics.median(times or [self.baseline.seconds])

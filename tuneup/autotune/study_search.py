@@ -271,9 +271,8 @@ class StudySearch(BudgetShare):
         """The pruner as a Hydra override value (the job makes the same one), in samples:
         rungs at S/3 and S (S: the baseline's samples to target, or the samples it ran when it
         did not reach), each trial judged at the rung's samples (plugins/optuna_trial.py).
-        With a first rung at S/9 (one validation of a noisy val/loss on python_source,
-        docs/benchmarks.md) 98 of 100 trials were pruned, most there, and the study kept the
-        user's command; at S/3, 69 of 101 were."""
+        The first rung is not lower: there a trial has had one or two validations, and on a
+        noisy metric most trials would be pruned on noise (docs/benchmarks.md#race-time-to-target)."""
         hit = self.baseline.get("samples_to_target") or self.baseline.get("samples_seen")
         low = max(1, int((hit or self.baseline["trial_samples"]) // 3))
         if self.settings.pruner == "hyperband":
@@ -310,8 +309,8 @@ def study_sampler(settings, seed: int):
     seed = seed if settings.sampler_seed is None else settings.sampler_seed
     if settings.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    # TPE's model starts after 20 random trials at the default 100 (hyperopt's default;
-    # Optuna's 10 left python_source's batch size at 16 for 2 trials of 101, both pruned)
+    # TPE's model starts after budget_trials / 5 random trials, at most 20 (hyperopt's
+    # default): fewer let it settle before each choice (a batch size) has been seen
     return optuna.samplers.TPESampler(
         seed=seed, multivariate=True, group=True,
         n_startup_trials=max(3, min(20, settings.budget_trials // 5)),

@@ -11,8 +11,8 @@ Trials are launched one at a time, under every launcher. Two trials at once (job
 load, not its own configuration. Repeats are separate trials rather than one job that
 switches configurations: Lightning's fit loop holds one model, precision and compiled
 graph per process, so switching inside a job would mean a checkpoint and a rebuild per
-window. In the basic launcher's process a trial costs its build (about a second here)
-besides its steps; process start-up (about 7 s on two cores) is paid once.
+window. In the basic launcher's process a trial costs its build besides its steps; process
+start-up is paid once.
 """
 
 from __future__ import annotations
