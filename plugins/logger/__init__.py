@@ -23,11 +23,11 @@ import importlib.util
 
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
-from pytorch_lightning import Callback
 
 from tuneup import TuneupError, hookimpl
 from tuneup.trainer.validation import OneOf, problems
 
+from .held import Held, held
 from .mlflow_run import (
     build_mlflow_logger,
     drop_values_after,
@@ -51,7 +51,8 @@ NEEDS = {
 
 def build_logger(settings, save_dir: str):
     """The Lightning logger named by ``settings.name``, writing under ``save_dir``
-    (``mlflow``: the CSV logger and the MLflow one)."""
+    (``mlflow``: the CSV logger and the MLflow one), held until the run is accepted
+    (:mod:`.held`: a refused resume writes nothing into the run it refused)."""
     from pytorch_lightning import loggers
 
     if settings.name == "mlflow":
@@ -60,10 +61,10 @@ def build_logger(settings, save_dir: str):
     if settings.name == "csv":
         from .csv_file import MetricsFile
 
-        return MetricsFile(save_dir)
+        return held(MetricsFile)(save_dir)
     if settings.name == "tensorboard":
-        return loggers.TensorBoardLogger(save_dir=save_dir, name="", version="")
-    return loggers.WandbLogger(
+        return held(loggers.TensorBoardLogger)(save_dir=save_dir, name="", version="")
+    return held(loggers.WandbLogger)(
         save_dir=save_dir,
         project=settings.get("project", "tuneup"),
         name=settings.get("run_name"),
@@ -85,20 +86,9 @@ def log_at_optimizer_steps(logger, trainer) -> None:
     logger.log_metrics = at_optimizer_step
 
 
-class ResumedSession(Callback):
-    """A continued MLflow run loses what an earlier session logged past the checkpoint this
-    one starts from (:func:`.mlflow_run.drop_values_after`): at the training's start, where
-    the checkpoint's step is restored (Lightning's ``on_fit_start`` is before that)."""
-
-    def __init__(self, logger, uri: str) -> None:
-        self.logger, self.uri = logger, uri
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        if trainer.is_global_zero:
-            drop_values_after(self.logger, trainer.global_step, self.uri)
-        # Its one event is done: out of the list, Lightning dispatches no more hooks to it
-        # (as trainer/runner.py's LogInterval). A new list: the one being iterated stays.
-        trainer.callbacks = [c for c in trainer.callbacks if c is not self]
+def is_fit(cfg) -> bool:
+    """A training run (not ``mode=validate|test|predict``, which log their metrics alone)."""
+    return cfg.get("mode", "fit") == "fit"
 
 
 class Plugin:
@@ -138,20 +128,29 @@ class Plugin:
         if cfg.logger.name == "mlflow":
             self.logger = self.logger[-1]  # the MLflow one (metrics.csv's is Lightning's alone)
             self.store = mlflow_store(cfg.logger, kwargs["default_root_dir"])[0]
-            kwargs.setdefault("callbacks", []).append(ResumedSession(self.logger, self.store))
 
     @hookimpl
     def on_fit_start(self, cfg, trainer):
         for logger in trainer.loggers:  # before anything is logged
             log_at_optimizer_steps(logger, trainer)
-        if cfg.logger.name == "mlflow" and trainer.is_global_zero:
+
+    @hookimpl
+    def on_run_accepted(self, cfg, trainer):
+        """The loggers' first records: nothing was written before (a refused resume)."""
+        for logger in trainer.loggers:
+            if isinstance(logger, Held):
+                logger.accept()
+        if cfg.logger.name == "mlflow" and trainer.is_global_zero and is_fit(cfg):
+            # A resumed session goes on from the checkpoint's step, restored by now: what an
+            # earlier session logged past it is trained again (mlflow_run.drop_values_after).
+            drop_values_after(self.logger, trainer.global_step, self.store)
             log_params(self.logger, flat_params(cfg))
 
     @hookimpl(wrapper=True)  # around the others: their figures are in the summary after yield
     def report(self, cfg, summary):
         result = yield
-        if cfg.logger.name != "mlflow" or self.logger is None:
-            return result
+        if cfg.logger.name != "mlflow" or self.logger is None or not self.logger.accepted:
+            return result  # no MLflow run: the run was refused (or failed) before training
         try:
             log_run_end(self.logger, summary)
         except Exception as exc:  # the store went away: the run itself is done and kept
