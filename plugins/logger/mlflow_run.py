@@ -1,8 +1,9 @@
 """``logger=mlflow``: the run's MLflow run, beyond what Lightning's ``MLFlowLogger`` logs.
 
-The resolved config as params (at the fit's start); at the end (the ``report`` hook, last)
-the summary's figures as metrics, ``summary.json`` as an artifact, the run's status and the
-tag ``tuneup.status``. Its store is ``logger.tracking_uri`` (a server: ``http://host:5000``),
+The resolved config as params (when the run is accepted: training starts, every check
+passed; nothing is written into the store before, :mod:`.held`); at the end (the ``report``
+hook, last) the summary's figures as metrics, ``summary.json`` as an artifact, the run's
+status and the tag ``tuneup.status``. Its store is ``logger.tracking_uri`` (a server: ``http://host:5000``),
 else ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the run directory: an SQLite store, which
 MLflow 3 recommends (its file store, ``mlruns/``, refuses to open unless
 ``MLFLOW_ALLOW_FILE_STORE=true``), with the artifacts in ``mlartifacts/`` beside it.
