@@ -149,9 +149,13 @@ class Plugin:
     @hookimpl(wrapper=True)  # around the others: their figures are in the summary after yield
     def report(self, cfg, summary):
         result = yield
-        if cfg.logger.name != "mlflow" or self.logger is None or not self.logger.accepted:
-            return result  # no MLflow run: the run was refused (or failed) before training
+        if cfg.logger.name != "mlflow" or self.logger is None:
+            return result
         try:
+            # A run that failed before training in a directory of its own (the report runs only
+            # where the run owns its directory, never for a refused resume): its MLflow run
+            # records the failure, as its summary.json does.
+            self.logger.accept()
             log_run_end(self.logger, summary)
         except Exception as exc:  # the store went away: the run itself is done and kept
             raise TuneupError(
