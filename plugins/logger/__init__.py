@@ -27,7 +27,7 @@ from omegaconf.errors import InterpolationResolutionError
 from tuneup import TuneupError, hookimpl
 from tuneup.trainer.validation import OneOf, problems
 
-from .held import Held, held
+from .held import Held, HeldMetricsFile, HeldTensorBoardLogger, HeldWandbLogger
 from .mlflow_run import (
     build_mlflow_logger,
     drop_values_after,
@@ -53,18 +53,14 @@ def build_logger(settings, save_dir: str):
     """The Lightning logger named by ``settings.name``, writing under ``save_dir``
     (``mlflow``: the CSV logger and the MLflow one), held until the run is accepted
     (:mod:`.held`: a refused resume writes nothing into the run it refused)."""
-    from pytorch_lightning import loggers
-
     if settings.name == "mlflow":
         return [build_logger(OmegaConf.create({"name": "csv"}), save_dir),
                 build_mlflow_logger(settings, save_dir)]  # fmt: skip
     if settings.name == "csv":
-        from .csv_file import MetricsFile
-
-        return held(MetricsFile)(save_dir)
+        return HeldMetricsFile(save_dir)
     if settings.name == "tensorboard":
-        return held(loggers.TensorBoardLogger)(save_dir=save_dir, name="", version="")
-    return held(loggers.WandbLogger)(
+        return HeldTensorBoardLogger(save_dir=save_dir, name="", version="")
+    return HeldWandbLogger(
         save_dir=save_dir,
         project=settings.get("project", "tuneup"),
         name=settings.get("run_name"),

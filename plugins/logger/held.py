@@ -12,9 +12,10 @@ starts leaves the run directory as it was (trainer/state/run_dir.py ``Claim``).
 
 from __future__ import annotations
 
-from functools import cache
-
 from lightning_fabric.loggers.logger import _DummyExperiment
+from pytorch_lightning.loggers import TensorBoardLogger, WandbLogger
+
+from .csv_file import MetricsFile
 
 #: The calls that log something: held until the run is accepted, then made in their order.
 LOGGING = ("log_hyperparams", "log_metrics", "log_graph")
@@ -81,7 +82,13 @@ class Held:
             super().after_save_checkpoint(checkpoint_callback)
 
 
-@cache
-def held(logger_class: type) -> type:
-    """``logger_class`` held until the run is accepted (:class:`Held`)."""
-    return type(f"Held{logger_class.__name__}", (Held, logger_class), {"__doc__": Held.__doc__})
+class HeldMetricsFile(Held, MetricsFile):
+    """metrics.csv (:mod:`.csv_file`), held until the run is accepted."""
+
+
+class HeldTensorBoardLogger(Held, TensorBoardLogger):
+    """Lightning's TensorBoard logger, held until the run is accepted: no event file before."""
+
+
+class HeldWandbLogger(Held, WandbLogger):
+    """Lightning's wandb logger, held until the run is accepted: no wandb run before."""

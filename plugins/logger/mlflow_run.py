@@ -37,7 +37,7 @@ from pytorch_lightning.loggers import MLFlowLogger
 from tuneup.trainer import summary as run_summary
 from tuneup.trainer.validation import problem
 
-from .held import held
+from .held import Held
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def build_mlflow_logger(settings, save_dir: str):
     )
 
 
-class MLflowRun(held(MLFlowLogger)):
+class MLflowRun(Held, MLFlowLogger):
     """Lightning's ``MLFlowLogger``, held until the run is accepted (:mod:`.held`): then it
     continues the run directory's earlier MLflow run (:func:`earlier_run`) or makes one."""
 
