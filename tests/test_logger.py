@@ -1,11 +1,13 @@
 """logger=csv|tensorboard|wandb: files land in the run directory; a missing package is a clear error."""
 
 import csv
+import hashlib
 import importlib.util
 
 import pytest
 
 from tests.conftest import compose_config
+from tuneup import TuneupError
 from tuneup.trainer.runner import ConfigError, run
 
 
@@ -25,9 +27,25 @@ def test_a_resumed_run_keeps_the_earlier_metrics(train, tmp_path):
     assert rows and all(int(row["epoch"]) == 1 for row in rows)  # the resumed epoch
 
 
-def test_tensorboard_logger_writes_event_files(train):
-    _, run_dir = train("logger=tensorboard")
+def snapshot(run_dir) -> dict[str, str]:
+    """Each file's SHA-256 by its path in ``run_dir``."""
+    return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in run_dir.rglob("*") if p.is_file()}  # fmt: skip
+
+
+def test_tensorboard_logger_writes_event_files_and_none_in_a_refused_resume(train, tmp_path):
+    """A resume refused as training starts (other data, mid-epoch) makes no event file and
+    changes none (Lightning makes the logger's first file as the fit is set up); the run's
+    own resume then continues."""
+    _, run_dir = train("logger=tensorboard", "checkpoint.every_n_steps=3")
     assert list(run_dir.glob("events.out.tfevents.*"))
+    before = snapshot(run_dir)
+    step_3 = run_dir / "checkpoints" / "epoch000-step00000003.ckpt"
+    with pytest.raises(TuneupError, match="cannot resume mid-epoch"):
+        train("logger=tensorboard", f"resume={step_3}", "data.train_samples=128", run_dir=run_dir)
+    assert snapshot(run_dir) == before
+    summary, _ = train("logger=tensorboard", "resume=auto", "trainer.max_epochs=2", run_dir=run_dir)
+    assert summary["status"] == "ok" and summary["epochs"] == 2
 
 
 def test_wandb_needs_its_package_and_runs_offline(tmp_path, train):

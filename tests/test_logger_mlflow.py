@@ -7,6 +7,7 @@ resumed run has one value per step; a pruned Optuna trial is no failure."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import importlib.util
 import json
 import os
@@ -38,12 +39,13 @@ class CrashAt:
 
 
 @pytest.fixture(scope="module")
-def logged(tmp_path_factory):
+def sessions(tmp_path_factory):
     """One run with logger=mlflow of 8 steps (4 an epoch), validated every 2, checkpointed every
     3, in two sessions of its run directory (one MLflow store, whose creation is much of the
     cost): the first crashes in step 6 (past its validation at 4 and its checkpoint at 3), the
-    second resumes it from step 3 with a changed setting. Its summary, its MLflow run and the
-    store's client."""
+    second resumes it from step 3 with a changed setting. Between them a resume on other data
+    is refused as training starts (mid-epoch): the run directory's files before and after it.
+    Its summary, its MLflow run and the store's client."""
     run_dir = tmp_path_factory.mktemp("mlflow") / "run"
     common = ["logger=mlflow", "data.train_samples=64", "data.val_samples=32",
               "data.image_size=8", "data.batch_size=16", "trainer.max_epochs=2",
@@ -53,11 +55,39 @@ def logged(tmp_path_factory):
         register_in_runs(patch, [CrashAt(6)])
         with pytest.raises(PluginError, match="crashed on purpose"):
             tuneup.run(compose_config([*common, "optimizer.lr=0.05"]), run_dir=run_dir)
+    before = snapshot(run_dir)
+    with pytest.raises(tuneup.TuneupError, match="cannot resume mid-epoch") as refusal:
+        tuneup.run(
+            compose_config([*common, "resume=auto", "data.train_samples=128"]), run_dir=run_dir
+        )
+    refused = (before, snapshot(run_dir), str(refusal.value))
     tuneup.run(compose_config([*common, "resume=auto", "optimizer.lr=0.02"]), run_dir=run_dir)
     client = mlflow.MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("tuneup")
     (found,) = client.search_runs([experiment.experiment_id])
-    return json.loads((run_dir / "summary.json").read_text()), found, client, run_dir
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return {"logged": (summary, found, client, run_dir), "refused": refused}
+
+
+@pytest.fixture
+def logged(sessions):
+    return sessions["logged"]
+
+
+def snapshot(run_dir: Path) -> dict[str, str]:
+    """Each file's SHA-256 by its path in ``run_dir``."""
+    return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in run_dir.rglob("*") if p.is_file()}  # fmt: skip
+
+
+def test_a_refused_resume_leaves_the_mlflow_store_as_it_was(sessions):
+    """A resume refused as training starts (other data, mid-epoch) has touched nothing: the
+    MLflow store (``mlflow.db``: no run made, marked running or failed, no params or values
+    deleted), its artifacts, metrics.csv, the log. The run's own resume then continues its one
+    MLflow run (test_a_resumed_run_continues_its_mlflow_run)."""
+    before, after, _ = sessions["refused"]
+    assert "mlflow.db" in before and "summary.json" in before
+    assert after == before
 
 
 def test_metrics_are_the_runs_and_the_summarys(logged):

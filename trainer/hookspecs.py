@@ -21,6 +21,8 @@ where it fires::
         configure_dataloader(cfg, kwargs)    the training DataLoader's arguments
         on_fit_start(cfg, trainer, module)
         configure_dataloader(cfg, kwargs)    the validation DataLoader's arguments
+        on_run_accepted(cfg, trainer, module)   training starts (mode=validate|test|predict:
+                                             before the evaluation); nothing is written before
         for each training batch:
             transform_batch(cfg, batch)  pipeline, after the device transfer
             on_train_batch_start(cfg, trainer, module, batch, batch_idx)
@@ -162,6 +164,15 @@ def configure_trainer(cfg, kwargs: dict):
 @hookspec
 def on_fit_start(cfg, trainer, module):
     """Lightning ``on_fit_start``: the model is on its device, training is about to begin."""
+
+
+@hookspec
+def on_run_accepted(cfg, trainer, module):
+    """The run is accepted: every check passed, a resumed checkpoint's state is restored and
+    training starts (``mode=validate|test|predict``: its evaluation starts). Once per run, on
+    every process. From here the run owns its directory: a plugin that writes into it, or
+    into a store of the run's (a logger's first record), starts here, not earlier, so that a
+    command refused before this point leaves a resumed run's directory as it was."""
 
 
 @hookspec

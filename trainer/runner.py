@@ -143,7 +143,9 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool, claim: Claim):
         summary.update(device=env.device_name, accelerator=env.accelerator)
         empty = wanted(cfg, resume_from is not None and weights_only) and not plan.lightning
         trainer, module, data, run_state = build(cfg, plugins, plan, run_dir, empty)
-        run_state.on_start = claim.take
+        claim.when_accepted = lambda: plugins.call("on_run_accepted", cfg=cfg, trainer=trainer,
+                                                   module=module)  # fmt: skip
+        run_state.on_start = claim.accept
         ckpt_path = None
         if resume_from is not None:
             path, checkpoint = resume_from
@@ -159,11 +161,11 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool, claim: Claim):
         mode = cfg.get("mode", "fit")
         if mode == "fit":
             trainer.fit(module, datamodule=data, ckpt_path=ckpt_path, weights_only=True)
-            claim.take()  # a fit that had nothing to train never started training: it ended
+            claim.accept()  # a fit that had nothing to train never started training: it ended
             if _needs_final_validation(trainer, run_state):
                 trainer.validate(module, datamodule=data, verbose=False)
         else:  # the checkpoint's weights, evaluated or predicted with; nothing trained
-            claim.take()
+            claim.accept()
             summary["mode"] = mode
             summary.update(evaluate(mode, trainer, module, data, run_dir))
         summary["status"] = "ok"

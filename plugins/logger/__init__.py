@@ -23,11 +23,11 @@ import importlib.util
 
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
-from pytorch_lightning import Callback
 
 from tuneup import TuneupError, hookimpl
 from tuneup.trainer.validation import OneOf, problems
 
+from .held import Held, HeldMetricsFile, HeldTensorBoardLogger, HeldWandbLogger
 from .mlflow_run import (
     build_mlflow_logger,
     drop_values_after,
@@ -51,19 +51,16 @@ NEEDS = {
 
 def build_logger(settings, save_dir: str):
     """The Lightning logger named by ``settings.name``, writing under ``save_dir``
-    (``mlflow``: the CSV logger and the MLflow one)."""
-    from pytorch_lightning import loggers
-
+    (``mlflow``: the CSV logger and the MLflow one), held until the run is accepted
+    (:mod:`.held`: a refused resume writes nothing into the run it refused)."""
     if settings.name == "mlflow":
         return [build_logger(OmegaConf.create({"name": "csv"}), save_dir),
                 build_mlflow_logger(settings, save_dir)]  # fmt: skip
     if settings.name == "csv":
-        from .csv_file import MetricsFile
-
-        return MetricsFile(save_dir)
+        return HeldMetricsFile(save_dir)
     if settings.name == "tensorboard":
-        return loggers.TensorBoardLogger(save_dir=save_dir, name="", version="")
-    return loggers.WandbLogger(
+        return HeldTensorBoardLogger(save_dir=save_dir, name="", version="")
+    return HeldWandbLogger(
         save_dir=save_dir,
         project=settings.get("project", "tuneup"),
         name=settings.get("run_name"),
@@ -85,20 +82,9 @@ def log_at_optimizer_steps(logger, trainer) -> None:
     logger.log_metrics = at_optimizer_step
 
 
-class ResumedSession(Callback):
-    """A continued MLflow run loses what an earlier session logged past the checkpoint this
-    one starts from (:func:`.mlflow_run.drop_values_after`): at the training's start, where
-    the checkpoint's step is restored (Lightning's ``on_fit_start`` is before that)."""
-
-    def __init__(self, logger, uri: str) -> None:
-        self.logger, self.uri = logger, uri
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        if trainer.is_global_zero:
-            drop_values_after(self.logger, trainer.global_step, self.uri)
-        # Its one event is done: out of the list, Lightning dispatches no more hooks to it
-        # (as trainer/runner.py's LogInterval). A new list: the one being iterated stays.
-        trainer.callbacks = [c for c in trainer.callbacks if c is not self]
+def is_fit(cfg) -> bool:
+    """A training run (not ``mode=validate|test|predict``, which log their metrics alone)."""
+    return cfg.get("mode", "fit") == "fit"
 
 
 class Plugin:
@@ -138,13 +124,22 @@ class Plugin:
         if cfg.logger.name == "mlflow":
             self.logger = self.logger[-1]  # the MLflow one (metrics.csv's is Lightning's alone)
             self.store = mlflow_store(cfg.logger, kwargs["default_root_dir"])[0]
-            kwargs.setdefault("callbacks", []).append(ResumedSession(self.logger, self.store))
 
     @hookimpl
     def on_fit_start(self, cfg, trainer):
         for logger in trainer.loggers:  # before anything is logged
             log_at_optimizer_steps(logger, trainer)
-        if cfg.logger.name == "mlflow" and trainer.is_global_zero:
+
+    @hookimpl
+    def on_run_accepted(self, cfg, trainer):
+        """The loggers' first records: nothing was written before (a refused resume)."""
+        for logger in trainer.loggers:
+            if isinstance(logger, Held):
+                logger.accept()
+        if cfg.logger.name == "mlflow" and trainer.is_global_zero and is_fit(cfg):
+            # A resumed session goes on from the checkpoint's step, restored by now: what an
+            # earlier session logged past it is trained again (mlflow_run.drop_values_after).
+            drop_values_after(self.logger, trainer.global_step, self.store)
             log_params(self.logger, flat_params(cfg))
 
     @hookimpl(wrapper=True)  # around the others: their figures are in the summary after yield
@@ -153,6 +148,10 @@ class Plugin:
         if cfg.logger.name != "mlflow" or self.logger is None:
             return result
         try:
+            # A run that failed before training in a directory of its own (the report runs only
+            # where the run owns its directory, never for a refused resume): its MLflow run
+            # records the failure, as its summary.json does.
+            self.logger.accept()
             log_run_end(self.logger, summary)
         except Exception as exc:  # the store went away: the run itself is done and kept
             raise TuneupError(

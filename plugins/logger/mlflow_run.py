@@ -1,8 +1,9 @@
 """``logger=mlflow``: the run's MLflow run, beyond what Lightning's ``MLFlowLogger`` logs.
 
-The resolved config as params (at the fit's start); at the end (the ``report`` hook, last)
-the summary's figures as metrics, ``summary.json`` as an artifact, the run's status and the
-tag ``tuneup.status``. Its store is ``logger.tracking_uri`` (a server: ``http://host:5000``),
+The resolved config as params (when the run is accepted: training starts, every check
+passed; nothing is written into the store before, :mod:`.held`); at the end (the ``report``
+hook, last) the summary's figures as metrics, ``summary.json`` as an artifact, the run's
+status and the tag ``tuneup.status``. Its store is ``logger.tracking_uri`` (a server: ``http://host:5000``),
 else ``$MLFLOW_TRACKING_URI``, else ``mlflow.db`` in the run directory: an SQLite store, which
 MLflow 3 recommends (its file store, ``mlruns/``, refuses to open unless
 ``MLFLOW_ALLOW_FILE_STORE=true``), with the artifacts in ``mlartifacts/`` beside it.
@@ -28,11 +29,15 @@ import re
 import tempfile
 from pathlib import Path
 
+from lightning_fabric.utilities.rank_zero import rank_zero_only
 from omegaconf import OmegaConf
 from omegaconf.errors import InterpolationResolutionError
+from pytorch_lightning.loggers import MLFlowLogger
 
 from tuneup.trainer import summary as run_summary
 from tuneup.trainer.validation import problem
+
+from .held import Held
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +71,6 @@ def mlflow_store(settings, save_dir: str) -> tuple[str, str | None]:
 
 
 def build_mlflow_logger(settings, save_dir: str):
-    from pytorch_lightning.loggers import MLFlowLogger
-
     uri, artifacts = mlflow_store(settings, save_dir)
     # Lightning says so at each new experiment, and MLflow at each new store: the run
     # directory's own store and experiment are new in every run, so that is no news.
@@ -75,25 +78,37 @@ def build_mlflow_logger(settings, save_dir: str):
         lambda record: "not found. Creating it." not in record.getMessage()
     )
     logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
-    experiment = settings.get("experiment_name") or "tuneup"
-    previous = os.environ.get("MLFLOW_TRACKING_URI")
-    logger = MLFlowLogger(
-        experiment_name=experiment,
+    return MLflowRun(
+        save_dir,
+        experiment_name=settings.get("experiment_name") or "tuneup",
         # MLflow's made-up names come from the seeded `random`: every run would get the same.
         run_name=settings.get("run_name") or "/".join(Path(save_dir).resolve().parts[-2:]),
         tracking_uri=uri,
         tags={"tuneup.run_dir": str(Path(save_dir).resolve())},
         artifact_location=artifacts,
-        run_id=earlier_run(uri, experiment, save_dir),
     )
-    # Lightning points MLflow at the store when it makes the run, with mlflow.set_tracking_uri,
-    # which also sets $MLFLOW_TRACKING_URI: the next job of a sweep in this process would read
-    # it as the user's and log into this run's store. Made now, then MLflow's default put back.
-    if logger.experiment is not None and os.environ.get("MLFLOW_TRACKING_URI") != previous:
-        import mlflow
 
-        mlflow.set_tracking_uri(previous)
-    return logger
+
+class MLflowRun(Held, MLFlowLogger):
+    """Lightning's ``MLFlowLogger``, held until the run is accepted (:mod:`.held`): then it
+    continues the run directory's earlier MLflow run (:func:`earlier_run`) or makes one."""
+
+    def __init__(self, run_dir: str, **kwargs) -> None:
+        self.run_dir = run_dir
+        super().__init__(**kwargs)
+
+    def start(self) -> None:
+        if rank_zero_only.rank != 0:
+            return
+        self._run_id = earlier_run(self._tracking_uri, self._experiment_name, self.run_dir)
+        previous = os.environ.get("MLFLOW_TRACKING_URI")
+        # Lightning points MLflow at the store when it makes the run, with mlflow.set_tracking_uri,
+        # which also sets $MLFLOW_TRACKING_URI: the next job of a sweep in this process would read
+        # it as the user's and log into this run's store. Made now, then MLflow's default put back.
+        if self.experiment is not None and os.environ.get("MLFLOW_TRACKING_URI") != previous:
+            import mlflow
+
+            mlflow.set_tracking_uri(previous)
 
 
 def earlier_run(uri: str, experiment: str, save_dir: str) -> str | None:

@@ -185,14 +185,25 @@ def holds_a_run(run_dir: Path) -> bool:
 class Claim:
     """When a run takes its directory: writes its record (the first process) and opens its
     log file (``log``: console.py ``RunLog``). At once in a new directory; in one that holds
-    a run (``held``), only at :meth:`take`, once training starts (the checkpoint restored and
+    a run (``held``), only at :meth:`accept`, once training starts (the checkpoint restored and
     every check passed), so that a refused command changes nothing there."""
 
     def __init__(self, run_dir: Path, cfg, log, first: bool, held: bool) -> None:
         self.run_dir, self.cfg, self.log, self.first = run_dir, cfg, log, first
         self.taken = False
+        #: called once, at :meth:`accept`: the runner's (the plugins' ``on_run_accepted``,
+        #: where a logger makes its first record in the run directory or its store)
+        self.when_accepted = None
         if not held:
             self.take()
+
+    def accept(self) -> None:
+        """The run is accepted (training starts, or ``mode``'s evaluation): it takes the
+        directory, and what waited for this (:attr:`when_accepted`) runs, once."""
+        self.take()
+        then, self.when_accepted = self.when_accepted, None
+        if then is not None:
+            then()
 
     def take(self) -> None:
         if not self.taken:

@@ -68,7 +68,7 @@ class RunState(pl.Callback):
         #: another layout started (progress.py continue_epoch); None otherwise
         self.started_at: tuple[int, int, int] | None = None
         #: called once training starts from the restored state, every check passed (the
-        #: runner's: the run takes its directory, trainer/state/run_dir.py ``Claim``)
+        #: runner's: the run is accepted, trainer/state/run_dir.py ``Claim.accept``)
         self.on_start = None
 
     def observe(self, loss, trainer, batch_idx: int, batch=None) -> None:
