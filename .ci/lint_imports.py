@@ -38,6 +38,9 @@ def main(arguments: list[str]) -> int:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     package_dir = pyproject["tool"]["setuptools"]["package-dir"]
     lint_imports = Path(sys.executable).parent / "lint-imports"
+    if not lint_imports.exists():
+        print(f"error: no {lint_imports}: install the test extra (pip install -e '.[test]')")
+        return 1
     with tempfile.TemporaryDirectory() as tree:
         lay_out(package_dir, Path(tree))
         env = {**os.environ, "PYTHONPATH": tree}
