@@ -5,7 +5,7 @@
 3. the baseline, the ablation's best and the recipe run again as plain runs of ``--steps``
    steps, interleaved (B A R, R A B, ...) for ``--rounds`` rounds, each its own process:
    samples/s of each, and the recipe's speed-up over the ablation's best with its interval
-   (the autotune's own rule, tuneup/autotune/interval.py).
+   (the autotune's own rule, tuneup/stats/interval.py).
 
 The autotune meets its goal when the recipe is at least as fast as the ablation's best (the
 speed-up's interval reaches 1.0 or above). It prints Markdown for docs/autotune.md.
@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tuneup.autotune.interval import paired, trial_speed  # noqa: E402
 from tuneup.report import build_report  # noqa: E402
+from tuneup.stats.interval import paired, trial_speed  # noqa: E402
 
 
 def shape(args) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import tuneup
-from tuneup import config as tuneup_config
+from tuneup.trainer import config as tuneup_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"

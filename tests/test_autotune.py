@@ -21,12 +21,12 @@ from tests.plugin_dists import make_distribution
 from tests.report_tables import png_size
 from tuneup.autotune.batch import BatchSearch, MemoryModel, aligned
 from tuneup.autotune.guard import loss_gap, rejection
-from tuneup.autotune.interval import FASTER, NOISE, SLOWER, paired, t_quantile
 from tuneup.autotune.outcome import ACCEPTED
 from tuneup.autotune.search import Budget, Search
 from tuneup.autotune.settings import Settings
 from tuneup.autotune.space import Checks, Inspection
 from tuneup.autotune.trials import Trial, trial_settings
+from tuneup.stats.interval import FASTER, NOISE, SLOWER, paired, t_quantile
 
 MIB = 2**20
 

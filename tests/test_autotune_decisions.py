@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from tuneup.autotune.paired import (
+from tuneup.stats.paired import (
     BETTER,
     MISSED,
     NOISE,
@@ -21,7 +21,7 @@ from tuneup.autotune.paired import (
     pooled_spread,
     prediction_interval,
 )
-from tuneup.autotune.sequential import (
+from tuneup.stats.sequential import (
     BASELINE,
     _best_t,
     can_still_win,

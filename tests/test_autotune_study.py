@@ -17,7 +17,8 @@ import pytorch_lightning as pl
 
 import tuneup
 from tests.conftest import ROOT, compose_config, python, run_cli
-from tuneup.autotune.paired import (
+from tuneup.autotune.settings import Settings
+from tuneup.stats.paired import (
     BETTER,
     MISSED,
     NOISE,
@@ -28,7 +29,6 @@ from tuneup.autotune.paired import (
     pooled_spread,
     prediction_interval,
 )
-from tuneup.autotune.settings import Settings
 
 optuna = pytest.importorskip("optuna")
 

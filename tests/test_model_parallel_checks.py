@@ -199,7 +199,7 @@ def test_lightnings_srun_advice_stays_off_the_console():
     submits through hydra/launcher=slurm, so the line is for the log file only."""
     import logging
 
-    from tuneup.console import ConsoleFilter
+    from tuneup.trainer.console import ConsoleFilter
 
     hint = ("The `srun` command is available on your system but is not used. HINT: If your "
             "intention is to run Lightning on SLURM, prepend your python command with `srun`")  # fmt: skip

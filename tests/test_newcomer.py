@@ -10,7 +10,7 @@ import torch
 
 from tests.conftest import compose_config, run_cli
 from tuneup import override_syntax
-from tuneup.hints import choice_hints, override_hints
+from tuneup.trainer.hints import choice_hints, override_hints
 from tuneup.trainer.runner import ConfigError, run
 
 
@@ -243,7 +243,7 @@ def test_two_presets_given_apart_are_refused_naming_the_list_that_combines_them(
 
 def test_the_recipe_of_an_autotuned_preset_builds_on_that_preset(tmp_path):
     from tuneup.autotune.recipe import recipe_overrides, write_recipe
-    from tuneup.config import compose
+    from tuneup.trainer.config import compose
 
     command = ["experiment=[mine,autotune]", "optimizer.lr=0.1", "autotune.budget_minutes=1"]
     overrides = recipe_overrides(command, ("precision=bf16",))

@@ -1,4 +1,4 @@
-"""The time to target of the pick against the command (tuneup/autotune/time_ratio.py): the
+"""The time to target of the pick against the command (tuneup/stats/time_ratio.py): the
 steps on paired seeds and the seconds per step of interleaved rounds combined on the log
 scale, with Welch-Satterthwaite's degrees of freedom, validations and the lattice included."""
 
@@ -10,14 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from tuneup.autotune.interval import paired
 from tuneup.autotune.outcome import BASELINE
-from tuneup.autotune.paired import BETTER
 from tuneup.autotune.settings import Settings
 from tuneup.autotune.study_confirm import decide
 from tuneup.autotune.study_trials import seed_figure, trial_cost, trial_value
-from tuneup.autotune.time_ratio import FASTER, NOISE, Seed, quantum, time_ratio
 from tuneup.autotune.trials import Trial
+from tuneup.stats.interval import paired
+from tuneup.stats.paired import BETTER
+from tuneup.stats.time_ratio import FASTER, NOISE, Seed, quantum, time_ratio
 
 NOISE_LOGS = (-0.1, 0.0, 0.1)
 

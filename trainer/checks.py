@@ -13,8 +13,8 @@ import re
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from tuneup.hints import did_you_mean
 from tuneup.trainer import callbacks
+from tuneup.trainer.hints import did_you_mean
 from tuneup.trainer.optim import check_optim
 from tuneup.trainer.own_optimizer import missing_hook_problems, own_settings_problems
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
@@ -119,7 +119,7 @@ def _unknown_keys(cfg) -> list[str]:
     they would be accepted and silently do nothing. At the top level, under conf/config.yaml's
     own nodes, and under a built-in option of a closed group. (``trainer.*``: Lightning's
     signature, below; a plugin's group: its own check.)"""
-    from tuneup.config import builtin_dir
+    from tuneup.trainer.config import builtin_dir
 
     found = _unknown_top_level(cfg)
     primary = _yaml(builtin_dir() / "config.yaml")
@@ -156,7 +156,7 @@ def unread_key_problems(cfg, keys: list[str]) -> list[str]:
 
 def _other_options(group: str, key: str) -> str:
     """``; it is a setting of model=mlp``: the built-in options of ``group`` that have ``key``."""
-    from tuneup.config import builtin_dir
+    from tuneup.trainer.config import builtin_dir
 
     others = sorted(p.stem for p in (builtin_dir() / group).glob("*.yaml") if key in _yaml(p))
     return f"; it is a setting of {' and '.join(f'{group}={o}' for o in others)}" if others else ""
@@ -171,7 +171,7 @@ def inert_problems(cfg, given: list[str] | None = None) -> list[str]:
     each job is one point of the sweep's grid, which gives the setting to all of them.
     ``given``: the command line's overrides (default: this command's, from Hydra; none for a
     config composed in-process or a sweep's job)."""
-    from tuneup.config import inert_settings, options_switching_on
+    from tuneup.trainer.config import inert_settings, options_switching_on
 
     given = _single_run_overrides() if given is None else given
     named = {o.split("=", 1)[0].lstrip("+~") for o in given}
@@ -206,7 +206,7 @@ def _unknown_feature_keys(cfg) -> list[str]:
     """Keys under a built-in feature group's node that none of its options has
     (``+precision.init_scal=1024``): its plugin reads only those (optional ones included, as
     ``precision.skip`` of fp8), so this one would do nothing."""
-    from tuneup.config import builtin_dir, searched_dirs
+    from tuneup.trainer.config import builtin_dir, searched_dirs
 
     builtin, found = builtin_dir(), []
     for group in sorted(p.name for p in builtin.iterdir() if p.is_dir()):
@@ -255,7 +255,7 @@ def _unknown_top_level(cfg) -> list[str]:
     """Top-level keys no config file gives and nothing reads (``+precison=bf16``): not a key of
     conf/config.yaml, not a config group, not set by a preset, not a node switching a plugin
     on (``plugin: <name>``), and not used by an interpolation (``${my_width}``)."""
-    from tuneup.config import builtin_dir, searched_dirs, top_level_keys
+    from tuneup.trainer.config import builtin_dir, searched_dirs, top_level_keys
 
     builtin = builtin_dir()
     common = set(_yaml(builtin / "config.yaml")) | {p.name for p in builtin.iterdir()}
@@ -284,7 +284,7 @@ def _unknown_top_level(cfg) -> list[str]:
 def _is_node(cfg):
     """For ``+modle.hidden=32``: whether a top-level name is a node or a group (``model``),
     which a key with parts can be meant for, unlike a value (``mode``)."""
-    from tuneup.config import builtin_dir
+    from tuneup.trainer.config import builtin_dir
 
     return lambda name: isinstance(cfg.get(name), DictConfig) or (builtin_dir() / name).is_dir()
 

@@ -14,7 +14,7 @@ from tuneup.trainer.plugin_manager import REQUIRED, entry_points, switched_by_co
 def switched_off(manager, cfg) -> dict[str, str]:
     """Installed plugins (built-in ones too) this run leaves out -> why, and the setting
     that switches each on."""
-    from tuneup.config import searched_dirs
+    from tuneup.trainer.config import searched_dirs
 
     switches = _switches(searched_dirs())
     settings = cfg.get("plugins") or {}
@@ -58,7 +58,7 @@ def _switches(folders) -> dict[str, list[str]]:
     in ``folders`` holding ``plugin: <name>``."""
     import re
 
-    from tuneup.config import builtin_dir
+    from tuneup.trainer.config import builtin_dir
 
     defaults = OmegaConf.load(builtin_dir() / "config.yaml").get("defaults") or []
     lists = {k for d in defaults if isinstance(d, DictConfig) for k, v in d.items()

@@ -30,9 +30,9 @@ from collections.abc import Iterator
 import pluggy
 from omegaconf import DictConfig, OmegaConf
 
-from tuneup import PROJECT, TuneupError, console
-from tuneup.config import is_builtin, plugin_dir
-from tuneup.trainer import hookspecs
+from tuneup import PROJECT, TuneupError
+from tuneup.trainer import console, hookspecs
+from tuneup.trainer.config import is_builtin, plugin_dir
 
 log = logging.getLogger(__name__)
 

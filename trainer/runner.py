@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from tuneup import TuneupError, console
-from tuneup.trainer import callbacks
+from tuneup import TuneupError
+from tuneup.trainer import callbacks, console
 from tuneup.trainer import summary as run_summary
 from tuneup.trainer.bridge import Bridge
 from tuneup.trainer.checks import core_problems, mode_problems

@@ -2,14 +2,16 @@
 
 What a user or a plugin author imports is here; everything else lives in the package's parts::
 
-    tuneup              this API, the ``tuneup`` command (cli), where configs come from (config)
+    tuneup              this API, the ``tuneup`` command (cli)
     tuneup.trainer      the core: hook specs, plugin manager, runner, Lightning bridge, training
-                        module, config checks; tuneup.trainer.state: checkpoints, resume, data
-                        order, RNG, preemption, divergence
+                        module, where configs come from (config), config checks, the console;
+                        tuneup.trainer.state: checkpoints, resume, data order, RNG, preemption,
+                        divergence
     tuneup.plugins      the built-in plugins, one per feature (precision=fp16 -> plugins/precision/)
     tuneup.zoo          the built-in models and data sets (a model's or data's _target_ replaces them)
     tuneup.conf         the built-in Hydra configs
-    tuneup.report       sweep reports
+    tuneup.report       sweep reports; tuneup.autotune, tuneup.optuna: the sweepers
+    tuneup.stats        the statistics they decide by; tuneup.errors: TuneupError
 
 Plugins mark their hook implementations with ``@hookimpl``::
 
@@ -29,12 +31,10 @@ do not wait for torch or Lightning.
 
 import pluggy
 
+from tuneup.errors import TuneupError
+
 PROJECT = "tuneup"
 hookimpl = pluggy.HookimplMarker(PROJECT)
-
-
-class TuneupError(Exception):
-    """An error the user can fix; shown without a traceback and the run exits with code 1."""
 
 
 def run(cfg, run_dir=None):
@@ -45,8 +45,8 @@ def run(cfg, run_dir=None):
 
 
 def compose(overrides=(), config_dir=None):
-    """The config ``tuneup OVERRIDES`` would train with; see :func:`tuneup.config.compose`."""
-    from tuneup.config import compose as _compose
+    """The config ``tuneup OVERRIDES`` would train with; see :func:`tuneup.trainer.config.compose`."""
+    from tuneup.trainer.config import compose as _compose
 
     return _compose(overrides, config_dir)
 

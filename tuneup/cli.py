@@ -1,7 +1,7 @@
 """The ``tuneup`` command; ``python -m tuneup`` and ``python run.py`` (in a checkout) are the same.
 
 ``tuneup [group=option ...] [key=value ...]`` composes the config with Hydra (the built-in
-configs, ``./conf`` or ``--config-dir``, installed plugins' configs: tuneup/config.py),
+configs, ``./conf`` or ``--config-dir``, installed plugins' configs: trainer/config.py),
 and trains it (tuneup.trainer.runner). It works from any directory; Hydra's run
 directories land under the current one, and the current directory is importable (as with
 ``python -m``), so ``model._target_=my_project.nets.Net`` finds the user's code.
@@ -12,7 +12,7 @@ Exit codes: 0 done; 1 a config or run error (one line on stderr; the full traceb
 run's log file, and on the console too with ``HYDRA_FULL_ERROR=1``); 75 preempted after a
 checkpoint (run it again to continue); 130 Ctrl-C (a checkpoint saved at the end of the step,
 unless pressed twice; the line printed continues the run). What the console shows and what only the log file
-keeps: tuneup/console.py.
+keeps: trainer/console.py.
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def main() -> None:
     if any(a in ("-h", "--help") for a in argv):
         print(help_text(argv))
         return
-    from tuneup import config, hints, override_syntax
+    from tuneup import override_syntax
+    from tuneup.trainer import config, hints
     from tuneup.trainer.state.preemption import COMMAND_VARIABLE, command_name
 
     os.environ.setdefault(COMMAND_VARIABLE, command_name())  # for the processes launchers start
@@ -184,7 +185,7 @@ def task(cfg):
         sys.stderr.release()
     import torch  # noqa: F401  (first, so its logger is routed before the libraries below speak)
 
-    from tuneup import console
+    from tuneup.trainer import console
 
     console.route_libraries()
     from tuneup.trainer.runner import run
@@ -287,7 +288,7 @@ def help_text(argv: list[str]) -> str:
     folder the command would read; read from disk, nothing composed or imported."""
     from omegaconf import OmegaConf
 
-    from tuneup import config
+    from tuneup.trainer import config
 
     dirs = list(config.config_dirs(argv))
     defaults = _defaults(OmegaConf.load(dirs[0][1] / "config.yaml"))

@@ -30,7 +30,7 @@ micro-batches and the first step after each validation are left out):
   activation checkpointing on or off, so the two can be compared.
 - samples_per_s_windows: the measured steps cut into ``measure.windows`` consecutive
   windows of (nearly) equal step count, samples/s of each: the run's spread, and what
-  the sweep report and autotune compare (tuneup/autotune/interval.py). Computed at the
+  the sweep report and autotune compare (tuneup/stats/interval.py). Computed at the
   report from the step times kept anyway: nothing per step.
 - steps, epochs, samples, micro_batches: the whole run's, resumed sessions included;
   steps_this_session, samples_this_session, micro_batches_this_session: this process's

@@ -33,7 +33,7 @@ import logging
 import torch
 from omegaconf import OmegaConf
 
-from tuneup import console, hookimpl
+from tuneup import hookimpl
 from tuneup.plugins.measure.memory import peak_memory
 from tuneup.plugins.strategy import fsdp, memory, slurm
 from tuneup.plugins.strategy.build import (
@@ -44,6 +44,7 @@ from tuneup.plugins.strategy.build import (
     model_parallel_strategy,
 )
 from tuneup.plugins.strategy.materialize import INITS, reason
+from tuneup.trainer import console
 from tuneup.trainer.environment import Environment, cpus_per_process, usable_cpus
 from tuneup.trainer.state.preemption import Preempted, SignalFlag
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problems

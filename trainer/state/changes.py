@@ -193,7 +193,7 @@ def report(path, changes: list[Change]) -> None:
             + "\n".join(f"  - {c}" for c in refused)
             + also
         )
-    from tuneup.console import process_rank
+    from tuneup.trainer.console import process_rank
 
     log.warning(  # said once per run: the other processes' own go to their log files
         "resuming %s with changed settings:\n%s",

@@ -136,7 +136,7 @@ class SignalFlag:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             raise KeyboardInterrupt
         self.received = "SIGINT"
-        from tuneup.console import process_rank
+        from tuneup.trainer.console import process_rank
 
         if process_rank() == "0":
             import sys

@@ -66,7 +66,7 @@ def with_saved_overrides(argv: list[str]) -> tuple[list[str], Path | None, list[
 
 def announce(record: Path, taken: list[str]) -> None:
     """One line on the console (the first process only) naming the overrides taken."""
-    from tuneup.console import process_rank
+    from tuneup.trainer.console import process_rank
 
     if taken and process_rank() == "0":
         print(f"resuming with this run's own settings from {record}: {' '.join(taken)} (the "
@@ -130,7 +130,8 @@ def _composed_run_dir(overrides: list[str]) -> str | None:
     try:
         from hydra import compose, initialize_config_module
 
-        from tuneup import PROJECT, config
+        from tuneup import PROJECT
+        from tuneup.trainer import config
 
         with initialize_config_module(config_module=f"{PROJECT}.conf", version_base="1.3"):
             config.register()

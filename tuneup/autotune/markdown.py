@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuneup.report.markdown import MIB, code, escape
+from tuneup.report.cells import MIB, code, escape
 
 MARKDOWN_FILE = "autotune.md"
 LAUNCHED = ("accepted", "rejected")

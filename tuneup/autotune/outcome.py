@@ -7,9 +7,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from tuneup.autotune.interval import FASTER, SLOWER, Interval, paired
 from tuneup.autotune.space import Candidate
 from tuneup.autotune.trials import Trial
+from tuneup.stats.interval import FASTER, SLOWER, Interval, paired
 
 BASELINE = "baseline"
 ACCEPTED, REJECTED, NOT_TRIED = "accepted", "rejected", "not tried"

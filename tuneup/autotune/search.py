@@ -38,7 +38,6 @@ import time
 from tuneup import TuneupError
 from tuneup.autotune import batch as batches
 from tuneup.autotune.guard import loss_gap, rejection
-from tuneup.autotune.interval import NOISE, can_still_win
 from tuneup.autotune.outcome import (
     ACCEPTED,
     BASELINE,
@@ -52,6 +51,7 @@ from tuneup.autotune.outcome import (
 from tuneup.autotune.settings import BATCH, Settings
 from tuneup.autotune.space import Candidate, Checks, half_weights, why_not
 from tuneup.autotune.trials import Lab, Trial
+from tuneup.stats.interval import NOISE, can_still_win
 
 MIN_TRIAL_LIMIT_S = 60.0
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 
-from tuneup.autotune import paired, sequential
 from tuneup.autotune.outcome import BASELINE, label
 from tuneup.autotune.study_advice import search_no_answer
 from tuneup.autotune.study_trials import (
@@ -27,6 +26,7 @@ from tuneup.autotune.study_trials import (
     quantum,
     seed_figure,
 )
+from tuneup.stats import paired, sequential
 
 
 def confirm(search) -> None:

@@ -68,7 +68,7 @@ def member_lr(member: str, mine: str, lr: float) -> float | None:
 
 def default_lr(name: str) -> float | None:
     """An optimizer's ``lr`` in its built-in config (conf/optimizer/<name>.yaml)."""
-    from tuneup.config import builtin_dir
+    from tuneup.trainer.config import builtin_dir
 
     path = builtin_dir() / "optimizer" / f"{name}.yaml"
     if not path.is_file():

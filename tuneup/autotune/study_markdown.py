@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuneup.report.markdown import code, escape
+from tuneup.report.cells import code, escape
 
 
 def render_study_markdown(record: dict, sweep_dir: Path) -> str:

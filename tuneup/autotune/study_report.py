@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from tuneup.autotune import paired
 from tuneup.autotune.outcome import BASELINE
 from tuneup.autotune.race import reached
 from tuneup.autotune.record import trial_dict
@@ -21,6 +20,7 @@ from tuneup.autotune.study_trials import (
     seed_figure,
     steps_seen,
 )
+from tuneup.stats import paired
 
 #: What ``autotune.cost`` ranks by, and why (autotune.md's first lines).
 COST_WHY = {

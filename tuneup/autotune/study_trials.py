@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 import math
 
-from tuneup.autotune.interval import trial_speed
 from tuneup.autotune.race import reached
 from tuneup.autotune.trials import Trial
+from tuneup.stats.interval import trial_speed
 
 BASELINE_ATTR, JOB_ATTR, OVERRIDES_ATTR = "tuneup_baseline", "tuneup_job", "tuneup_overrides"
 NEVER_ATTR = "tuneup_never_launched"

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import logging
 import shlex
-import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -34,6 +32,7 @@ from tuneup.autotune.search import Budget, Search
 from tuneup.autotune.settings import Settings
 from tuneup.autotune.space import Checks
 from tuneup.autotune.trials import Lab, trial_settings
+from tuneup.errors import user_errors
 
 log = logging.getLogger(__name__)
 
@@ -145,17 +144,6 @@ class Autotune:
 
     def is_group(self, key: str) -> bool:
         return bool(self.hydra_context.config_loader.get_group_options(key))
-
-
-@contextmanager
-def user_errors():
-    """A TuneupError becomes one line on stderr and exit code 1, as the command does for a
-    run (raised through Hydra, it would print a traceback)."""
-    try:
-        yield
-    except TuneupError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        raise SystemExit(1) from exc
 
 
 def single_command(arguments: list[str]) -> list[str]:

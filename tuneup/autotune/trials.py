@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuneup.autotune.interval import trial_speed
 from tuneup.report.runs import Run
+from tuneup.stats.interval import trial_speed
 from tuneup.trainer import summary as run_summary
 
 

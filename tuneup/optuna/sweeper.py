@@ -33,7 +33,7 @@ from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
 from tuneup import TuneupError
-from tuneup.autotune.sweeper import user_errors
+from tuneup.errors import user_errors
 from tuneup.optuna import study as studies
 from tuneup.optuna.objectives import objective, objective_problems
 from tuneup.optuna.resume import continued_sampler, mark_interrupted_runs

@@ -97,7 +97,7 @@ def default_params() -> dict[str, str]:
     """tuneup's default search space: conf/hparams_search/optuna.yaml's params."""
     import yaml
 
-    from tuneup.config import builtin_dir
+    from tuneup.trainer.config import builtin_dir
 
     preset = yaml.safe_load((builtin_dir() / "hparams_search" / "optuna.yaml").read_text())
     params = ((preset.get("hydra") or {}).get("sweeper") or {}).get("params") or {}

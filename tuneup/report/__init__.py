@@ -25,7 +25,7 @@ Settings, the config node ``report`` (saved with every run in
 
 Noise: each row shows the spread of the run's speed windows and the speed-up's 95%
 interval (Welch's t over the windows of the run and the baseline,
-tuneup/autotune/interval.py). A speed-up whose interval includes 1.0 is marked "within
+tuneup/stats/interval.py). A speed-up whose interval includes 1.0 is marked "within
 noise". The interval sees the variation inside each run only, not load that differed
 between two runs; ``experiment=autotune`` measures repeats interleaved for that.
 """
@@ -110,7 +110,7 @@ class Report:
     def speed_up_interval(self, run: Run):
         """The speed-up's interval from the windows of the run and the baseline (None for
         the baseline itself, or without two windows on each side)."""
-        from tuneup.autotune.interval import welch
+        from tuneup.stats.interval import welch
 
         if run is self.baseline or not (run.ok and self.baseline.ok):
             return None

@@ -13,9 +13,9 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tuneup.autotune.interval import NOISE
 from tuneup.report import Report
 from tuneup.report.runs import Run
+from tuneup.stats.interval import NOISE
 
 DPI = 100
 WIDTH_IN = 14.0

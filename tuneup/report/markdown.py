@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import shlex
-
-from tuneup.autotune.interval import NOISE
 from tuneup.report import Report, best_rule
+from tuneup.report.cells import MIB, code, escape
 from tuneup.report.curves import learning_sections
-from tuneup.report.runs import Run
+from tuneup.report.runs import Run, reproduce_command
+from tuneup.stats.interval import NOISE
 
-MIB = 2**20
 COLUMNS = (
     "run",
     "overrides",
@@ -89,24 +87,8 @@ def best_line(report: Report) -> str:
     return f"**Best: run {best.name}**: {facts}; reproduce: {code(command)}"
 
 
-def reproduce_command(run: Run, multirun_seeds: list[str] | None = None) -> str:
-    """The command that runs ``run`` again, as the user started it; with ``multirun_seeds``,
-    a sweep over those seeds instead of the run's own."""
-    ran = (run.summary or {}).get("command") or "python run.py"
-    overrides = _reproducing(run)
-    if multirun_seeds:
-        overrides = [o for o in overrides if o.lstrip("+~").partition("=")[0] != "seed"]
-        overrides = ["-m", *overrides, f"seed={','.join(multirun_seeds)}"]
-    return " ".join([ran, *map(shlex.quote, overrides)])
-
-
 def _fact(ratio, of: str) -> str | None:
     return None if ratio is None else f"{ratio:.2f}x {of}"
-
-
-def _reproducing(run: Run) -> list[str]:
-    """The run's overrides minus report settings, which do not change a run."""
-    return [o for o in run.overrides if not o.lstrip("+~").startswith("report.")]
 
 
 def _about(report: Report) -> str:
@@ -185,13 +167,3 @@ def _fixed(value, digits: int) -> str:
 
 def _times(value) -> str:
     return "-" if value is None else f"{value:.2f}x"
-
-
-def code(text: str) -> str:
-    """``text`` as inline code in a Markdown table cell."""
-    return f"`{escape(text)}`"
-
-
-def escape(text) -> str:
-    """``text`` safe in a Markdown table cell: no column breaks, one line."""
-    return str(text).replace("|", "\\|").replace("\n", " ")

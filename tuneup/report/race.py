@@ -4,7 +4,7 @@ that did not reach it.
 A run races when its summary has ``target_history`` (``target.metric`` set: plugins/target/).
 Runs whose overrides differ only in ``seed`` are one configuration, a group; its row gives the
 median time to target, the lowest and highest, and the mean's 95% interval, Student's t over
-the seeds (``t_quantile`` of tuneup/autotune/interval.py): with a few seeds it is wide, and
+the seeds (``t_quantile`` of tuneup/stats/interval.py): with a few seeds it is wide, and
 that is the point of showing it. A group where some seeds did not reach the target gives its
 figures over those that did and says how many: the time the others would have needed is not
 known, so those figures flatter the group.
@@ -23,11 +23,9 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from tuneup.autotune.interval import t_quantile
 from tuneup.report import CONFIDENCE, Report
-from tuneup.report.runs import Run, natural_key
-
-SEED = "seed"
+from tuneup.report.runs import SEED, Run, natural_key, reproduce_command, seed_of
+from tuneup.stats.interval import t_quantile
 
 
 def racing(run: Run) -> bool:
@@ -117,7 +115,7 @@ def race_headline(report: Report, race: Race) -> str:
     """report.md's first line for a sweep that raced to a target: the best configuration's
     time and samples to the target over its seeds, with the mean's interval, against the
     baseline's configuration, and the command that runs its seeds again."""
-    from tuneup.report.markdown import code, reproduce_command
+    from tuneup.report.cells import code
 
     groups, best = race.groups, race.best
     if best is None:
@@ -151,14 +149,6 @@ def race_headline(report: Report, race: Race) -> str:
             f"{against}; reproduce: {code(command)}")  # fmt: skip
 
 
-def seed_of(run: Run) -> str | None:
-    for override in run.overrides:
-        key, _, value = override.lstrip("+~").partition("=")
-        if key == SEED and value.lstrip("-").isdigit():
-            return value
-    return None
-
-
 def t_interval(values: list[float]) -> tuple[float, float] | None:
     """The mean's interval at :data:`CONFIDENCE`, Student's t; None with fewer than two. Its
     low end stops at 0: a time is not negative (two seeds far apart reach below it)."""
@@ -186,7 +176,7 @@ COLUMNS = (
 
 def race_section(report: Report, figure: str | None) -> list[str]:
     """report.md's race: the time-to-target table and the runs that missed; [] without races."""
-    from tuneup.report.markdown import code, escape
+    from tuneup.report.cells import code, escape
 
     groups = report.race.groups if report.race is not None else seed_groups(report)
     if not groups:
@@ -238,7 +228,7 @@ def race_section(report: Report, figure: str | None) -> list[str]:
 
 
 def _missed(report: Report, groups: list[Group]) -> list[str]:
-    from tuneup.report.markdown import code
+    from tuneup.report.cells import code
 
     missed = [r for g in groups if g.has_value for r in g.runs if r not in g.reached]
     if not missed:

@@ -3,10 +3,10 @@ beyond the noise, else by steps to target.
 
 A wall time to target is one sample of a noisy quantity: the machine's load, the seed's luck,
 the validations' cost. Ranking two configurations by one seed's seconds each claims a
-difference nobody measured. So the project's interval rule (tuneup/autotune/interval.py: a
+difference nobody measured. So the project's interval rule (tuneup/stats/interval.py: a
 difference is claimed only when its confidence interval excludes 1.0) decides whether time
 ranks, over each configuration's seeds: paired by seed where both ran the same seeds (the
-seed's own luck cancels, as in the autotune's paired seeds, tuneup/autotune/paired.py), else
+seed's own luck cancels, as in the autotune's paired seeds, tuneup/stats/paired.py), else
 Welch's t over the seeds' times. One seed on either side gives no interval: no time claim.
 
 Where time cannot tell configurations apart, their steps to target do: exact for a seed, and
@@ -24,8 +24,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from tuneup.autotune.interval import NOISE, paired, welch
 from tuneup.report import CONFIDENCE
+from tuneup.stats.interval import NOISE, paired, welch
 
 #: The two rules that can place a configuration.
 TIME, STEPS, ALONE = "time to target", "steps to target", "alone"
@@ -85,7 +85,7 @@ def _blocks(groups: list) -> list[Block]:
 
 
 def _block(tied: list, slower_follow: bool) -> Block:
-    from tuneup.report.markdown import code
+    from tuneup.report.cells import code
 
     if len(tied) > 1:
         unknown = any(len(g.figures("time_to_target_s")) < 2 for g in tied)
@@ -112,7 +112,7 @@ def _reach(group) -> tuple:
 
 def _times_by_seed(group) -> list[tuple]:
     """(seed, time to target) of the group's runs that reached it; seed None: not given."""
-    from tuneup.report.race import seed_of
+    from tuneup.report.runs import seed_of
 
     return [
         (seed_of(run), float(run.summary["time_to_target_s"]))

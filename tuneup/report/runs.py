@@ -12,6 +12,7 @@ runs (``outputs/``).
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from omegaconf import OmegaConf
 from tuneup.trainer import summary as run_summary
 
 NO_SUMMARY = "no summary.json"
+SEED = "seed"
 #: Folders that hold copies of runs' summaries, not runs: logger=mlflow's artifacts
 #: (plugins/logger/mlflow_run.py), in a run directory or beside a sweep's shared store.
 COPIES = {"mlartifacts", "mlruns"}
@@ -126,3 +128,27 @@ def natural_key(name: str) -> list:
 def _name(path: Path, directory: Path) -> str:
     relative = path.relative_to(directory)
     return path.name if relative == Path() else relative.as_posix()
+
+
+def seed_of(run: Run) -> str | None:
+    for override in run.overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        if key == SEED and value.lstrip("-").isdigit():
+            return value
+    return None
+
+
+def reproduce_command(run: Run, multirun_seeds: list[str] | None = None) -> str:
+    """The command that runs ``run`` again, as the user started it; with ``multirun_seeds``,
+    a sweep over those seeds instead of the run's own."""
+    ran = (run.summary or {}).get("command") or "python run.py"
+    overrides = _reproducing(run)
+    if multirun_seeds:
+        overrides = [o for o in overrides if o.lstrip("+~").partition("=")[0] != "seed"]
+        overrides = ["-m", *overrides, f"seed={','.join(multirun_seeds)}"]
+    return " ".join([ran, *map(shlex.quote, overrides)])
+
+
+def _reproducing(run: Run) -> list[str]:
+    """The run's overrides minus report settings, which do not change a run."""
+    return [o for o in run.overrides if not o.lstrip("+~").startswith("report.")]

@@ -26,7 +26,7 @@ SEARCH_KEYS = ("autotune", "report")
 def trials_heading(report: Report) -> list[str]:
     """report.md's first lines for an autotune: what it lists, where the answer is, and the
     command that runs a trial again."""
-    from tuneup.report.markdown import code
+    from tuneup.report.cells import code
 
     trial = report.baseline
     return [
@@ -48,7 +48,7 @@ def trials_heading(report: Report) -> list[str]:
 def answer_line(report: Report) -> str:
     """Where the answer is, with the full run autotune.json records (absent: the search did
     not finish, and its console said why)."""
-    from tuneup.report.markdown import code
+    from tuneup.report.cells import code
 
     path = report.directory / RECORD
     try:

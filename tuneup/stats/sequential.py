@@ -34,8 +34,8 @@ import math
 import statistics
 from collections.abc import Callable
 
-from tuneup.autotune.interval import t_quantile
-from tuneup.autotune.paired import BETTER, MISSED, NOISE, WORSE, paired_gain, pooled_spread
+from tuneup.stats.interval import t_quantile
+from tuneup.stats.paired import BETTER, MISSED, NOISE, WORSE, paired_gain, pooled_spread
 
 BASELINE = "baseline"
 #: What a trial gives the confirmation: (value to target, reached, lattice quantum)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from tuneup import config
+from tuneup.trainer import config
 
 
 def has(cfg, key: str) -> bool:

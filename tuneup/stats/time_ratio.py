@@ -35,7 +35,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from tuneup.autotune.interval import t_quantile
+from tuneup.stats.interval import t_quantile
 
 FASTER, SLOWER, NOISE = "faster", "slower", "not significant"
 

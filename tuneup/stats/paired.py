@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from tuneup.autotune.interval import t_quantile, two_sided
+from tuneup.stats.interval import t_quantile, two_sided
 
 BETTER, WORSE, NOISE, MISSED = "better", "worse", "not significant", "missed the target"
 
