@@ -24,9 +24,9 @@ def measure(command: list[str], recipes: dict[str, list[str]], folder: Path, rou
     Returns per name: ``seconds_per_step`` (None when no trial ran), ``speeds`` (samples/s
     per round), ``batch`` and ``ratio`` (its s/step over the reference's, with ``low``,
     ``high``)."""
-    from tuneup.autotune.interval import paired, trial_speed
     from tuneup.autotune.race import NO_TARGET
     from tuneup.autotune.trials import trial_settings
+    from tuneup.stats.interval import paired, trial_speed
 
     names = list(recipes)
     speeds: dict[str, list] = {name: [] for name in names}
