@@ -122,7 +122,7 @@ class FakeLab:
         return trial
 
 
-def decided(cost: str, steps: int = 30, step_s: float = 0.14):
+def decided(cost: str, steps: int = 30, step_s: float = 0.14, base_seeds: int = 3):
     """decide() on a pick that needs ``steps`` on every paired seed (the command: 40) at
     ``step_s`` a step (the command: 0.1)."""
     search = SimpleNamespace(
@@ -131,7 +131,7 @@ def decided(cost: str, steps: int = 30, step_s: float = 0.14):
         _left=lambda: 600.0, _typical_seconds=lambda: 1.0, batch=lambda overrides: 10,
         seed=0, _speed_reserve=lambda: 600.0, _confirm_seconds=lambda: 1.0,  # no held-out run
     )  # fmt: skip
-    base = [race_trial(40, 10, 0.1, validation_s=0.0) for _ in range(3)]
+    base = [race_trial(40, 10, 0.1, validation_s=0.0) for _ in range(base_seeds)]
     pick = [race_trial(steps, 10, step_s, validation_s=0.0) for _ in range(3)]
     search.confirmed = {
         BASELINE: {"overrides": (), "trials": base},
@@ -183,3 +183,10 @@ def test_your_command_enters_the_study_at_its_cost_with_steps_and_samples_beside
     search.add_baseline_trial({"optimizer": {"lr": 0.1}})
     [trial] = search.study.trials
     assert trial.value == pytest.approx(40 * 0.05 + 2.0) and trial.params == {"optimizer.lr": 0.1}
+
+
+def test_the_pick_is_timed_on_its_own_seeds_when_the_command_ran_more():
+    """Seeds are added while a candidate is undecided and the command runs every one of them:
+    the pick's 3 seeds pair with the command's first 3 of 5."""
+    kept = decided("time", base_seeds=5)
+    assert kept.speed.time_ratio()["seeds"] == 3

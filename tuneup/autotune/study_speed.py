@@ -99,7 +99,10 @@ class Speed:
     def time_ratio(self) -> dict | None:
         """Time to target, pick / baseline: the seeds' steps and validations and the rounds'
         seconds per step on the log scale (time_ratio.py)."""
-        return time_ratio(seeds(self.base), seeds(self.pick), self.step_seconds(),
+        pick = seeds(self.pick)
+        # the command ran every seed a candidate ran (seeds are added while one is undecided):
+        # the pick's seeds are the command's first ones
+        return time_ratio(seeds(self.base)[: len(pick)], pick, self.step_seconds(),
                           self.search.settings.confidence)  # fmt: skip
 
     def time_verdict(self) -> str:
