@@ -503,3 +503,19 @@ def test_a_sweep_of_values_is_refused(tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__]))
+
+
+def test_a_larger_batch_scales_the_lightningmodules_own_lr_not_tuneups(monkeypatch):
+    """A LightningModule with its own configure_optimizers reads no optimizer.lr: the batch
+    dimension scales its model.lr where the config gives one, else keeps the lr and says so."""
+    from tuneup.autotune import batch
+
+    cfg = OmegaConf.create({"model": {"lr": 0.1}, "optimizer": {"lr": 0.05}})
+    monkeypatch.setattr(batch, "own_loop", lambda config: False)
+    assert batch.lr_overrides(cfg, 2.0, "linear")[0] == ("optimizer.lr=0.1",)
+    monkeypatch.setattr(batch, "own_loop", lambda config: True)
+    assert batch.lr_overrides(cfg, 2.0, "linear") == (
+        ("model.lr=0.2",), "model.lr 0.1 -> 0.2 (linear scaling, x2 batch)")  # fmt: skip
+    kept = batch.lr_overrides(OmegaConf.create({"model": {}, "optimizer": {"lr": 0.05}}), 2.0,
+                              "linear")  # fmt: skip
+    assert kept == ((), "lr kept: the LightningModule builds its own optimizer (no model.lr)")

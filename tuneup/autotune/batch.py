@@ -73,8 +73,14 @@ def fits(summary: dict | None, limit: float) -> bool:
 
 
 def lr_overrides(cfg, factor: float, rule: str) -> tuple[tuple[str, ...], str]:
-    """The learning-rate overrides for a batch ``factor`` times larger, and what they do."""
-    optimizer = cfg.get("optimizer") or {}
+    """The learning-rate overrides for a batch ``factor`` times larger, and what they do. A
+    LightningModule that builds its own optimizer reads no ``optimizer.*``: its own ``lr``
+    argument (``model.lr``) is scaled where the config gives one."""
+    key, optimizer = "optimizer.lr", cfg.get("optimizer") or {}
+    if own_loop(cfg):
+        key, optimizer = "model.lr", {"lr": (cfg.get("model") or {}).get("lr")}
+        if optimizer["lr"] is None:
+            return (), "lr kept: the LightningModule builds its own optimizer (no model.lr)"
     lr = optimizer.get("lr")
     if optimizer.get("base_batch_size"):
         return (
@@ -85,9 +91,17 @@ def lr_overrides(cfg, factor: float, rule: str) -> tuple[tuple[str, ...], str]:
         return (), "lr kept (autotune.lr_rule=keep)" if lr is not None else "no optimizer.lr"
     new = lr * (factor if rule == "linear" else math.sqrt(factor))
     how = "linear" if rule == "linear" else "square-root"
-    return (
-        f"optimizer.lr={new:.6g}",
-    ), f"optimizer.lr {lr:g} -> {new:.6g} ({how} scaling, x{factor:g} batch)"
+    return (f"{key}={new:.6g}",), f"{key} {lr:g} -> {new:.6g} ({how} scaling, x{factor:g} batch)"
+
+
+def own_loop(config) -> bool:
+    """Whether the model is the user's own LightningModule (its code builds the optimizer)."""
+    from tuneup.trainer.components import Plan
+
+    try:
+        return bool(Plan(config).lightning)
+    except Exception:  # a model that cannot be imported here: the checks say so
+        return False
 
 
 def batch_problem(cfg) -> str | None:

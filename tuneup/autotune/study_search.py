@@ -44,6 +44,7 @@ import warnings
 
 from tuneup import TuneupError
 from tuneup.autotune import study_budget
+from tuneup.autotune.batch import own_loop
 from tuneup.autotune.outcome import BASELINE, label
 from tuneup.autotune.race import race_settings, reached, required_target, sample_limit
 from tuneup.autotune.study_advice import baseline_stop
@@ -288,16 +289,6 @@ class StudySearch(BudgetShare):
     def _warmup_range(self) -> int | None:
         steps = self.baseline.get("steps_to_target")
         return max(2, steps // 2) if steps else None
-
-
-def own_loop(config) -> bool:
-    """Whether the model is the user's own LightningModule (its code builds the optimizer)."""
-    from tuneup.trainer.components import Plan
-
-    try:
-        return bool(Plan(config).lightning)
-    except Exception:  # a model that cannot be imported here: the checks say so
-        return False
 
 
 def study_sampler(settings, seed: int):
