@@ -87,8 +87,10 @@ def main() -> None:
     else:
         print("kornia is not installed (pip install kornia): its row is left out")
     threads = torch.get_num_threads()
-    print(f"{args.batch} x 3 x {args.size} x {args.size} float32 on {device} "
-          f"({threads} threads), translate {args.translate} px; fastest of {args.repeats}")  # fmt: skip
+    print(
+        f"{args.batch} x 3 x {args.size} x {args.size} float32 on {device} "
+        f"({threads} threads), translate {args.translate} px; fastest of {args.repeats}"
+    )
     print("| operation | ms per batch |\n|---|---:|")
     for name, fn in rows.items():
         print(f"| {name} | {timed(fn, args.repeats, args.warmup, device):.3f} |")

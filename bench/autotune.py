@@ -35,17 +35,26 @@ from tuneup.stats.interval import paired, trial_speed  # noqa: E402
 def shape(args) -> list[str]:
     """What every run shares: the model, the data, the device."""
     return [
-        f"model={args.model}", f"data.image_size={args.image_size}",
-        f"data.num_classes={args.classes}", f"data.train_samples={args.train_samples}",
-        f"data.val_samples={args.batch_size}", f"trainer.accelerator={args.accelerator}",
-        "trainer.enable_progress_bar=false", *args.extra,
-    ]  # fmt: skip
+        f"model={args.model}",
+        f"data.image_size={args.image_size}",
+        f"data.num_classes={args.classes}",
+        f"data.train_samples={args.train_samples}",
+        f"data.val_samples={args.batch_size}",
+        f"trainer.accelerator={args.accelerator}",
+        "trainer.enable_progress_bar=false",
+        *args.extra,
+    ]
 
 
 def run(arguments: list[str], cwd: Path, timeout: float | None = None) -> float:
     started = time.monotonic()
-    done = subprocess.run([sys.executable, str(ROOT / "run.py"), *arguments], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *arguments],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     if done.returncode != 0:
         raise SystemExit(f"failed: run.py {' '.join(arguments)}\n{done.stderr[-3000:]}")
     return time.monotonic() - started
@@ -60,15 +69,28 @@ def ablation_best(args, out: Path) -> list[str]:
 
 def autotune(args, out: Path) -> tuple[Path, float]:
     sweep = out / "autotune"
-    seconds = run(["-m", "experiment=autotune", *shape(args), f"data.batch_size={args.batch_size}",
-                   f"autotune.budget_minutes={args.budget}", f"hydra.sweep.dir={sweep}"], out)  # fmt: skip
+    seconds = run(
+        [
+            "-m",
+            "experiment=autotune",
+            *shape(args),
+            f"data.batch_size={args.batch_size}",
+            f"autotune.budget_minutes={args.budget}",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        out,
+    )
     return sweep, seconds
 
 
 def measure(args, out: Path, configs: dict[str, list[str]]) -> dict[str, list[dict]]:
     """Each configuration once per round, the order reversed every round."""
-    fixed = [f"trainer.max_steps={args.steps}", "trainer.max_epochs=-1", "checkpoint=off",
-             "++trainer.limit_val_batches=0"]  # fmt: skip
+    fixed = [
+        f"trainer.max_steps={args.steps}",
+        "trainer.max_epochs=-1",
+        "checkpoint=off",
+        "++trainer.limit_val_batches=0",
+    ]
     found: dict[str, list[dict]] = {name: [] for name in configs}
     for number in range(args.rounds):
         names = list(configs)[:: -1 if number % 2 else 1]
@@ -104,13 +126,18 @@ def main() -> None:
         sweep, seconds = autotune(args, out)
         record = json.loads((sweep / "autotune.json").read_text())
         recipe = ["--config-dir", str(sweep / "conf"), "experiment=recipe"]
-        configs = {"baseline": [f"data.batch_size={args.batch_size}"],
-                   "ablation best": ["experiment=ablation", *best], "autotune recipe": recipe}  # fmt: skip
+        configs = {
+            "baseline": [f"data.batch_size={args.batch_size}"],
+            "ablation best": ["experiment=ablation", *best],
+            "autotune recipe": recipe,
+        }
         found = measure(args, out, configs)
     device = found["baseline"][0]["device"]
-    print(f"{args.model} at {args.image_size} px on {device}; autotune: {seconds / 60:.1f} min "
-          f"(budget {args.budget:g}), recipe `{' '.join(record['recipe']['found']) or '-'}`; "
-          f"ablation best `{' '.join(best)}`; {args.rounds} interleaved rounds of {args.steps} steps\n")  # fmt: skip
+    print(
+        f"{args.model} at {args.image_size} px on {device}; autotune: {seconds / 60:.1f} min "
+        f"(budget {args.budget:g}), recipe `{' '.join(record['recipe']['found']) or '-'}`; "
+        f"ablation best `{' '.join(best)}`; {args.rounds} interleaved rounds of {args.steps} steps\n"
+    )
     print(
         "| configuration | samples/s (median) | fastest window (median) | against the ablation's best |"
     )
@@ -120,8 +147,10 @@ def main() -> None:
         speeds = sorted(s["samples_per_s"] for s in summaries)
         fastest = sorted(trial_speed(s) for s in summaries)
         interval = paired(reference, [trial_speed(s) for s in summaries], 0.95)
-        print(f"| {name} | {speeds[len(speeds) // 2]:,.1f} | {fastest[len(fastest) // 2]:,.1f} | "
-              f"{interval if name != 'ablation best' else '1x'} |")  # fmt: skip
+        print(
+            f"| {name} | {speeds[len(speeds) // 2]:,.1f} | {fastest[len(fastest) // 2]:,.1f} | "
+            f"{interval if name != 'ablation best' else '1x'} |"
+        )
 
 
 if __name__ == "__main__":

@@ -44,22 +44,37 @@ def parse(argv=None) -> argparse.Namespace:
 def overrides(args, extra: list[str]) -> list[str]:
     batch = 2
     return [
-        "model=gpt", f"model.layers={args.layers}", f"model.width={args.width}", "model.heads=8",
-        "data=synthetic_tokens", "data.context=16", f"data.batch_size={batch}",
-        f"data.train_samples={batch * args.steps * 2}", "data.val_samples=2",
+        "model=gpt",
+        f"model.layers={args.layers}",
+        f"model.width={args.width}",
+        "model.heads=8",
+        "data=synthetic_tokens",
+        "data.context=16",
+        f"data.batch_size={batch}",
+        f"data.train_samples={batch * args.steps * 2}",
+        "data.val_samples=2",
         f"trainer.max_steps={args.steps}",
-        "trainer.max_epochs=-1", "trainer.enable_progress_bar=false", "optimizer=adamw",
-        "scheduler=constant", "checkpoint.every_n_minutes=null", "checkpoint.every_n_epochs=0",
-        "checkpoint.keep_last=1", *extra,
-    ]  # fmt: skip
+        "trainer.max_epochs=-1",
+        "trainer.enable_progress_bar=false",
+        "optimizer=adamw",
+        "scheduler=constant",
+        "checkpoint.every_n_minutes=null",
+        "checkpoint.every_n_epochs=0",
+        "checkpoint.keep_last=1",
+        *extra,
+    ]
 
 
 def run_one(args, extra: list[str]) -> dict:
     """``python run.py`` with these overrides in a fresh directory; its summary."""
     folder = Path(tempfile.mkdtemp(prefix="bench-checkpoint-"))
     try:
-        command = [sys.executable, str(ROOT / "run.py"), f"hydra.run.dir={folder}",
-                   *overrides(args, extra)]  # fmt: skip
+        command = [
+            sys.executable,
+            str(ROOT / "run.py"),
+            f"hydra.run.dir={folder}",
+            *overrides(args, extra),
+        ]
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
@@ -75,24 +90,31 @@ def measure(args, layout: str, asynchronous: bool) -> dict:
     ran, ended = saving["checkpoints"], final["checkpoints"]
     between = ran["written"] - ended["written"]
     return {
-        "layout": layout, "async": asynchronous, "saves": between,
+        "layout": layout,
+        "async": asynchronous,
+        "saves": between,
         "lost_s": (saving["fit_seconds"] - final["fit_seconds"]) / between,
         "blocked_s": (ran["save_seconds"] - ended["save_seconds"]) / between,
-        "background_s": (ran.get("background_seconds", 0.0)
-                         - ended.get("background_seconds", 0.0)) / between,
-        "final_s": ended["save_seconds"], "step_s": final["fit_seconds"] / args.steps,
-    }  # fmt: skip
+        "background_s": (ran.get("background_seconds", 0.0) - ended.get("background_seconds", 0.0))
+        / between,
+        "final_s": ended["save_seconds"],
+        "step_s": final["fit_seconds"] / args.steps,
+    }
 
 
-HEADER = ("| checkpoint | checkpoint.async | training stood still per save (s) | background "
-          "write per save (s) | training time lost per save (s, wall) | the final save (s) | a "
-          "step (s) |\n|---|---|---:|---:|---:|---:|---:|")  # fmt: skip
+HEADER = (
+    "| checkpoint | checkpoint.async | training stood still per save (s) | background "
+    "write per save (s) | training time lost per save (s, wall) | the final save (s) | a "
+    "step (s) |\n|---|---|---:|---:|---:|---:|---:|"
+)
 
 
 def row(r: dict) -> str:
-    return (f"| {r['layout']} | {str(r['async']).lower()} | {r['blocked_s']:.2f} | "
-            f"{r['background_s']:.2f} | {r['lost_s']:.2f} | {r['final_s']:.2f} | "
-            f"{r['step_s']:.2f} |")  # fmt: skip
+    return (
+        f"| {r['layout']} | {str(r['async']).lower()} | {r['blocked_s']:.2f} | "
+        f"{r['background_s']:.2f} | {r['lost_s']:.2f} | {r['final_s']:.2f} | "
+        f"{r['step_s']:.2f} |"
+    )
 
 
 def main(argv=None) -> None:
@@ -104,9 +126,11 @@ def main(argv=None) -> None:
 
     model = Plan(tuneup.compose(overrides(args, []))).build_model()
     params = sum(p.numel() for p in model.parameters())
-    print(f"gpt {args.layers} x {args.width}: {params / 1e6:.0f}M parameters, a checkpoint of "
-          f"~{3 * params * 4 / 2**30:.2f} GiB; {args.steps} steps, a save every {args.every}; "
-          f"torch {torch.__version__}, {torch.get_num_threads()} threads")  # fmt: skip
+    print(
+        f"gpt {args.layers} x {args.width}: {params / 1e6:.0f}M parameters, a checkpoint of "
+        f"~{3 * params * 4 / 2**30:.2f} GiB; {args.steps} steps, a save every {args.every}; "
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    )
     print(HEADER, flush=True)
     for layout in args.layouts.split(","):
         for asynchronous in (False, True):

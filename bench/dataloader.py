@@ -74,8 +74,10 @@ def photo(width: int, height: int, rng) -> np.ndarray:
             draw.ellipse((x, y, x + w, y + h), fill=colour)
         else:
             corners = rng.integers(3, 7)
-            draw.polygon([(x + rng.uniform(-w, w), y + rng.uniform(-h, h))
-                          for _ in range(corners)], fill=colour)  # fmt: skip
+            draw.polygon(
+                [(x + rng.uniform(-w, w), y + rng.uniform(-h, h)) for _ in range(corners)],
+                fill=colour,
+            )
     picture = np.asarray(picture.filter(ImageFilter.GaussianBlur(0.8)), np.float32)
     return (picture + rng.normal(0, 8, picture.shape)).clip(0, 255).astype(np.uint8)
 
@@ -111,15 +113,26 @@ def decode_rate(root: Path, decoder: str, draft: bool, workers: int, args) -> di
     import tuneup
     from tuneup.trainer.components import Plan
 
-    cfg = tuneup.compose(["data=imagefolder", f"data.root={root}", f"data.decoder={decoder}",
-                          f"data.draft={str(draft).lower()}", f"data.image_size={args.image_size}",
-                          f"data.batch_size={args.decode_batch}"])  # fmt: skip
+    cfg = tuneup.compose(
+        [
+            "data=imagefolder",
+            f"data.root={root}",
+            f"data.decoder={decoder}",
+            f"data.draft={str(draft).lower()}",
+            f"data.image_size={args.image_size}",
+            f"data.batch_size={args.decode_batch}",
+        ]
+    )
     data = Plan(cfg).data
     data.setup()
     loader = torch.utils.data.DataLoader(
-        data.train_set, batch_size=args.decode_batch, shuffle=True, num_workers=workers,
-        persistent_workers=workers > 0, collate_fn=data.loader_options.get("collate_fn"),
-    )  # fmt: skip
+        data.train_set,
+        batch_size=args.decode_batch,
+        shuffle=True,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        collate_fn=data.loader_options.get("collate_fn"),
+    )
     device = torch.device("cuda" if decoder == "nvjpeg" else "cpu")
     wanted = args.decode_images * max(1, workers)
     images, started = 0, None
@@ -141,15 +154,19 @@ def decode_rate(root: Path, decoder: str, draft: bool, workers: int, args) -> di
 
 
 def decoding_table(folders: dict[str, Path], args, cuda: bool) -> list[str]:
-    rows = ["| source | decoder | draft | workers | images/s | per worker (in-worker time) |",
-            "|---|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| source | decoder | draft | workers | images/s | per worker (in-worker time) |",
+        "|---|---|---|---|---|---|",
+    ]
     for source, root in folders.items():
         for decoder in args.decoders or decoders(cuda):
             for draft in (False, True) if decoder != "nvjpeg" else (False,):
                 for workers in args.workers:
                     r = decode_rate(root, decoder, draft, workers, args)
-                    rows.append(f"| {source} | {decoder} | {'on' if draft else 'off'} | {workers} "
-                                f"| {r['images_per_s']:,.0f} | {fmt(r['per_worker'], ',.0f')} |")  # fmt: skip
+                    rows.append(
+                        f"| {source} | {decoder} | {'on' if draft else 'off'} | {workers} "
+                        f"| {r['images_per_s']:,.0f} | {fmt(r['per_worker'], ',.0f')} |"
+                    )
     return rows
 
 
@@ -160,8 +177,9 @@ def training_runs(root: Path, cuda: bool, args) -> dict[str, list[str]]:
     """The run.py overrides of each training row."""
     folder = ["data=imagefolder", f"data.root={root}"]
     workers = ["dataloader=workers", f"dataloader.num_workers={args.train_workers}"]
-    runs = {"synthetic images (uint8)": ["data=synthetic_images", "data.train_samples=2048",
-                                         *workers]}  # fmt: skip
+    runs = {
+        "synthetic images (uint8)": ["data=synthetic_images", "data.train_samples=2048", *workers]
+    }
     if not cuda:
         runs["JPEGs, dataloader=off (num_workers=0)"] = [*folder, "dataloader=off"]
     for decoder in args.decoders or decoders(cuda):
@@ -171,13 +189,21 @@ def training_runs(root: Path, cuda: bool, args) -> dict[str, list[str]]:
 
 def train(name: str, overrides: list[str], args, run_dir: Path) -> dict:
     command = [
-        sys.executable, str(ROOT / "run.py"), f"data.image_size={args.image_size}",
-        f"data.batch_size={args.batch_size}", f"model={args.model}",
-        f"trainer.max_steps={args.steps}", "trainer.max_epochs=-1",
-        "+trainer.limit_val_batches=0", "checkpoint=off", "trainer.enable_progress_bar=false",
-        f"measure.warmup_steps={args.warmup}", *overrides, *args.extra,
+        sys.executable,
+        str(ROOT / "run.py"),
+        f"data.image_size={args.image_size}",
+        f"data.batch_size={args.batch_size}",
+        f"model={args.model}",
+        f"trainer.max_steps={args.steps}",
+        "trainer.max_epochs=-1",
+        "+trainer.limit_val_batches=0",
+        "checkpoint=off",
+        "trainer.enable_progress_bar=false",
+        f"measure.warmup_steps={args.warmup}",
+        *overrides,
+        *args.extra,
         f"hydra.run.dir={run_dir}",
-    ]  # fmt: skip
+    ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"{name} failed:\n{result.stderr[-3000:]}")
@@ -191,8 +217,11 @@ def training_table(root: Path, cuda: bool, args, tmp: Path) -> list[str]:
         for i, (name, overrides) in enumerate(runs.items()):
             results[name].append(train(name, overrides, args, tmp / f"run{repeat}-{i}"))
     reference = statistics.median(r["samples_per_s"] for r in next(iter(results.values())))
-    rows = ["| data | workers | samples/s | vs synthetic | data_wait_fraction | step p50 (ms) "
-            "| step p90 (ms) | decode/s per worker |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    rows = [
+        "| data | workers | samples/s | vs synthetic | data_wait_fraction | step p50 (ms) "
+        "| step p90 (ms) | decode/s per worker |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     advice = []
     for name, runs_ in results.items():
         path = runs_[0].get("data_path", {})
@@ -201,9 +230,11 @@ def training_table(root: Path, cuda: bool, args, tmp: Path) -> list[str]:
         p50 = statistics.median(r["step_time_ms"]["p50"] for r in runs_)
         p90 = statistics.median(r["step_time_ms"]["p90"] for r in runs_)
         rate = path.get("decode_images_per_s_per_worker")
-        rows.append(f"| {name} | {path.get('num_workers', '-')} | {speed:,.0f} "
-                    f"| {speed / reference:.2f} | {wait:.2f} | {p50:.0f} | {p90:.0f} "
-                    f"| {fmt(rate, ',.0f')} |")  # fmt: skip
+        rows.append(
+            f"| {name} | {path.get('num_workers', '-')} | {speed:,.0f} "
+            f"| {speed / reference:.2f} | {wait:.2f} | {p50:.0f} | {p90:.0f} "
+            f"| {fmt(rate, ',.0f')} |"
+        )
         if runs_[0].get("data_advice"):
             advice.append(f"- {name}: {runs_[0]['data_advice']}")
     return rows + (["", *advice] if advice else [])
@@ -257,9 +288,11 @@ def read_rate(dataset, workers: int, count: int, batch: int) -> dict:
     """Samples/s over ``count`` samples in a shuffled order, and the first batch's wait."""
     order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))[:count]
     loader = torch.utils.data.DataLoader(
-        torch.utils.data.Subset(dataset, order.tolist()), batch_size=batch,
-        num_workers=workers, collate_fn=lambda samples: len(samples),
-    )  # fmt: skip
+        torch.utils.data.Subset(dataset, order.tolist()),
+        batch_size=batch,
+        num_workers=workers,
+        collate_fn=lambda samples: len(samples),
+    )
     started = time.perf_counter()
     samples, first = 0, None
     for size in loader:
@@ -284,27 +317,40 @@ def shards_table(args, tmp: Path) -> list[str]:
     files = sorted(folder.rglob("*.jpg")) + sorted(shards.rglob("*.tar"))
     size = sum(p.stat().st_size for p in files if p.suffix == ".jpg")
     count = len(read_descriptor(shards, "train")["shardlist"])
-    print(f"{args.shard_images} JPEGs of 500x375 (quality 90, {size / 2**20:.0f} MiB) in "
-          f"{args.classes} class folders; converted in {converted:.1f} s into {count} shards of "
-          f"at most {args.shard_size}; {args.image_size}-px crops; batch {args.decode_batch}\n")  # fmt: skip
+    print(
+        f"{args.shard_images} JPEGs of 500x375 (quality 90, {size / 2**20:.0f} MiB) in "
+        f"{args.classes} class folders; converted in {converted:.1f} s into {count} shards of "
+        f"at most {args.shard_size}; {args.image_size}-px crops; batch {args.decode_batch}\n"
+    )
 
     def decode_set(name: str, key: str, place: Path):
-        cfg = tuneup.compose([f"data={name}", f"data.{key}={place}", "data.decoder=pillow",
-                              f"data.image_size={args.image_size}"])  # fmt: skip
+        cfg = tuneup.compose(
+            [
+                f"data={name}",
+                f"data.{key}={place}",
+                "data.decoder=pillow",
+                f"data.image_size={args.image_size}",
+            ]
+        )
         data = Plan(cfg).data
         data.setup()
         return data.train_set
 
     ways = {
-        ("folder", "bytes"): lambda: FileBytes([str(p) for p, _ in decode_set(
-            "imagefolder", "root", folder).samples]),
-        ("shards", "bytes"): lambda: ShardBytes(ShardRecords(shards, read_descriptor(
-            shards, "train"))),
+        ("folder", "bytes"): lambda: FileBytes(
+            [str(p) for p, _ in decode_set("imagefolder", "root", folder).samples]
+        ),
+        ("shards", "bytes"): lambda: ShardBytes(
+            ShardRecords(shards, read_descriptor(shards, "train"))
+        ),
         ("folder", "decode"): lambda: decode_set("imagefolder", "root", folder),
         ("shards", "decode"): lambda: decode_set("shards", "path", shards),
-    }  # fmt: skip
-    rows = ["| read | from | page cache | workers | samples | set-up (s) | samples/s per worker "
-            "| first batch (s) |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    }
+    rows = [
+        "| read | from | page cache | workers | samples | set-up (s) | samples/s per worker "
+        "| first batch (s) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     how = set()
     for (source, what), make in ways.items():
         for workers in args.shard_workers:
@@ -316,12 +362,18 @@ def shards_table(args, tmp: Path) -> list[str]:
                 setup = time.perf_counter() - started
                 count = len(dataset) if what == "bytes" else min(len(dataset), args.shard_decode)
                 r = read_rate(dataset, workers, count, args.decode_batch)
-                rows.append(f"| {'bytes' if what == 'bytes' else 'decode path'} | {source} "
-                            f"| {cache} | {workers} | {count} | {setup:.2f} | {r['per_worker']:,.0f} "
-                            f"| {r['first_s']:.2f} |")  # fmt: skip
+                rows.append(
+                    f"| {'bytes' if what == 'bytes' else 'decode path'} | {source} "
+                    f"| {cache} | {workers} | {count} | {setup:.2f} | {r['per_worker']:,.0f} "
+                    f"| {r['first_s']:.2f} |"
+                )
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
-    return [*rows, "", f"cold: {', '.join(sorted(how))}; load average at the end: {load} "
-            f"({len(os.sched_getaffinity(0))} CPUs)"]  # fmt: skip
+    return [
+        *rows,
+        "",
+        f"cold: {', '.join(sorted(how))}; load average at the end: {load} "
+        f"({len(os.sched_getaffinity(0))} CPUs)",
+    ]
 
 
 def fmt(value, spec: str) -> str:
@@ -338,8 +390,11 @@ def main() -> None:
     parser.add_argument("--model", default="resnet50" if cuda else "mlp")
     parser.add_argument("--image-size", type=int, default=224 if cuda else 96)
     parser.add_argument("--sources", default="500x375,1024x768", help="JPEG sizes, WxH,...")
-    parser.add_argument("--workers", default="1,4,8,16" if cuda else "1,2",
-                        help="worker counts of the decoding table")  # fmt: skip
+    parser.add_argument(
+        "--workers",
+        default="1,4,8,16" if cuda else "1,2",
+        help="worker counts of the decoding table",
+    )
     parser.add_argument("--decoders", default="", help="default: every one usable here")
     parser.add_argument("--classes", type=int, default=8)
     parser.add_argument("--train-images", type=int, default=2048 if cuda else 512)
@@ -348,15 +403,25 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256 if cuda else 32)
     parser.add_argument("--steps", type=int, default=40, help="optimizer steps per run")
     parser.add_argument("--warmup", type=int, default=10, help="first steps left out")
-    parser.add_argument("--train-workers", default=str(min(16, usable_cpus())) if cuda else "auto",
-                        help="dataloader.num_workers of the training runs")  # fmt: skip
+    parser.add_argument(
+        "--train-workers",
+        default=str(min(16, usable_cpus())) if cuda else "auto",
+        help="dataloader.num_workers of the training runs",
+    )
     parser.add_argument("--repeats", type=int, default=1 if cuda else 2)
     parser.add_argument("--skip-training", action="store_true")
-    parser.add_argument("--shards", action="store_true",
-                        help="only the shards table: a folder against its shards, cold and warm")  # fmt: skip
+    parser.add_argument(
+        "--shards",
+        action="store_true",
+        help="only the shards table: a folder against its shards, cold and warm",
+    )
     parser.add_argument("--shard-images", type=int, default=5120)
-    parser.add_argument("--shard-decode", type=int, default=2048,
-                        help="images each decode-path row decodes (a shuffled subset)")  # fmt: skip
+    parser.add_argument(
+        "--shard-decode",
+        type=int,
+        default=2048,
+        help="images each decode-path row decodes (a shuffled subset)",
+    )
     parser.add_argument("--shard-workers", default="1,2")
     parser.add_argument("--shard-size", default="128MB")
     parser.add_argument(
@@ -378,18 +443,27 @@ def main() -> None:
         folders = {}
         for width, height in _sizes(args.sources):
             folders[f"{width}x{height}"] = Path(tmp) / f"jpeg{width}x{height}"
-            write_images(folders[f"{width}x{height}"], args.classes, args.train_images,
-                         args.batch_size, (width, height))  # fmt: skip
+            write_images(
+                folders[f"{width}x{height}"],
+                args.classes,
+                args.train_images,
+                args.batch_size,
+                (width, height),
+            )
         device = torch.cuda.get_device_name() if cuda else "cpu"
-        print(f"{args.train_images} JPEGs per source, quality 90 -> {args.image_size}x"
-              f"{args.image_size} random resized crops; {device}, {torch.get_num_threads()} "
-              f"threads, torch {torch.__version__}\n")  # fmt: skip
+        print(
+            f"{args.train_images} JPEGs per source, quality 90 -> {args.image_size}x"
+            f"{args.image_size} random resized crops; {device}, {torch.get_num_threads()} "
+            f"threads, torch {torch.__version__}\n"
+        )
         print("\n".join(decoding_table(folders, args, cuda)))
         if not args.skip_training:
             source = next(iter(folders))
-            print(f"\nTraining: model={args.model} {' '.join(args.extra)}, batch "
-                  f"{args.batch_size}, {args.steps} steps ({args.warmup} warm-up), JPEGs of "
-                  f"{source}, median of {args.repeats} run(s)\n")  # fmt: skip
+            print(
+                f"\nTraining: model={args.model} {' '.join(args.extra)}, batch "
+                f"{args.batch_size}, {args.steps} steps ({args.warmup} warm-up), JPEGs of "
+                f"{source}, median of {args.repeats} run(s)\n"
+            )
             print("\n".join(training_table(folders[source], cuda, args, Path(tmp))))
 
 

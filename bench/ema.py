@@ -71,8 +71,13 @@ def measure(model_name: str, batch_size: int, image_size: int | None, steps: int
     step_s = seconds_per_call(step, steps, device)
     update_s = seconds_per_call(lambda: average.update(0.999), steps, device)
     values = sum(t.numel() for t in average.live)
-    return {"model": model_name, "values": values, "step_ms": step_s * 1e3,
-            "update_ms": update_s * 1e3, "share": update_s / step_s}  # fmt: skip
+    return {
+        "model": model_name,
+        "values": values,
+        "step_ms": step_s * 1e3,
+        "update_ms": update_s * 1e3,
+        "share": update_s / step_s,
+    }
 
 
 def race(scheduler: str, seeds=(0, 1, 2)) -> dict[str, list[tuple]]:
@@ -81,11 +86,21 @@ def race(scheduler: str, seeds=(0, 1, 2)) -> dict[str, list[tuple]]:
     for ema in ([], ["ema=on", "ema.decay=0.9"]):
         for seed in seeds:
             run_dir = Path(tempfile.mkdtemp(prefix="bench-ema-"))
-            overrides = ["model=mlp", "data=digits", f"seed={seed}", "trainer.max_epochs=4",
-                         f"scheduler={scheduler}", "optimizer.lr=0.05", "target.metric=val/acc",
-                         "target.value=0.95", "target.check_every_n_steps=5", "checkpoint=off",
-                         "trainer.enable_progress_bar=false", "measure.console_table=false",
-                         *ema]  # fmt: skip
+            overrides = [
+                "model=mlp",
+                "data=digits",
+                f"seed={seed}",
+                "trainer.max_epochs=4",
+                f"scheduler={scheduler}",
+                "optimizer.lr=0.05",
+                "target.metric=val/acc",
+                "target.value=0.95",
+                "target.check_every_n_steps=5",
+                "checkpoint=off",
+                "trainer.enable_progress_bar=false",
+                "measure.console_table=false",
+                *ema,
+            ]
             tuneup.run(tuneup.compose(overrides), run_dir=run_dir)
             summary = json.loads((run_dir / "summary.json").read_text())
             found.setdefault(" ".join(ema) or "ema=off", []).append(
@@ -118,8 +133,10 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for model_name in args.models:
         r = measure(model_name, args.batch_size, args.image_size, args.steps, device)
-        print(f"| {r['model']} | {r['values']:,} | {r['step_ms']:.2f} | {r['update_ms']:.3f} "
-              f"| {100 * r['share']:.1f}% |")  # fmt: skip
+        print(
+            f"| {r['model']} | {r['values']:,} | {r['step_ms']:.2f} | {r['update_ms']:.3f} "
+            f"| {100 * r['share']:.1f}% |"
+        )
 
 
 if __name__ == "__main__":

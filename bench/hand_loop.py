@@ -47,10 +47,15 @@ def batches(args, device):
         while True:
             yield from zip(x, y, strict=True)
     samples = pixels if args.data == "uint8-loader" else normalize(pixels, args)
-    loader = DataLoader(TensorDataset(samples, labels), batch_size=size[0], shuffle=True,
-                        drop_last=True, num_workers=args.workers,
-                        pin_memory=device.type == "cuda",
-                        persistent_workers=args.workers > 0)  # fmt: skip
+    loader = DataLoader(
+        TensorDataset(samples, labels),
+        batch_size=size[0],
+        shuffle=True,
+        drop_last=True,
+        num_workers=args.workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=args.workers > 0,
+    )
     while True:
         for x, y in loader:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -69,12 +74,14 @@ def _layout(x: torch.Tensor, args) -> torch.Tensor:
 
 def train(args) -> dict:
     device = torch.device(args.device)
-    model = resnet(args.model, args.classes, (3, args.image_size, args.image_size),
-                   width=args.width).to(device)  # fmt: skip
+    model = resnet(
+        args.model, args.classes, (3, args.image_size, args.image_size), width=args.width
+    ).to(device)
     if args.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True,
-                                weight_decay=5e-4)  # fmt: skip
+    optimizer = torch.optim.SGD(
+        model.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=5e-4
+    )
     if args.compile:
         model.compile()
     amp = args.precision == "amp"
@@ -93,9 +100,15 @@ def train(args) -> dict:
     _sync(device)
     seconds = time.perf_counter() - started
     measured = args.steps - args.warmup
-    return {"data": args.data, "precision": args.precision, "channels_last": args.channels_last,
-            "compile": args.compile, "samples_per_s": measured * args.batch_size / seconds,
-            "step_ms": seconds / measured * 1e3, "device": _name(device)}  # fmt: skip
+    return {
+        "data": args.data,
+        "precision": args.precision,
+        "channels_last": args.channels_last,
+        "compile": args.compile,
+        "samples_per_s": measured * args.batch_size / seconds,
+        "step_ms": seconds / measured * 1e3,
+        "device": _name(device),
+    }
 
 
 def _sync(device) -> None:

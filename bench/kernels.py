@@ -103,8 +103,12 @@ def main(argv=None) -> None:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes on CPU, no timings")
-    parser.add_argument("--only", type=lambda s: s.split(","), default=list(SECTIONS),
-                        help=f"comma-separated sections of {', '.join(SECTIONS)}")  # fmt: skip
+    parser.add_argument(
+        "--only",
+        type=lambda s: s.split(","),
+        default=list(SECTIONS),
+        help=f"comma-separated sections of {', '.join(SECTIONS)}",
+    )
     args = parser.parse_args(argv)
     unknown = set(args.only) - set(SECTIONS)
     if unknown:

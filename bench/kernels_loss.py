@@ -26,8 +26,11 @@ class LossCases:
     def ce_losses(self) -> dict[str, Callable]:
         """Loss functions (logits, target) by implementation; Liger's where it is installed."""
         F = self.torch.nn.functional
-        losses = {"tuneup": self.kernels.cross_entropy, "torch eager": F.cross_entropy,
-                  "torch compiled": self.compiled(F.cross_entropy)}  # fmt: skip
+        losses = {
+            "tuneup": self.kernels.cross_entropy,
+            "torch eager": F.cross_entropy,
+            "torch compiled": self.compiled(F.cross_entropy),
+        }
         if self.liger is not None:
             losses["liger"] = lambda logits, target: self.liger.liger_cross_entropy(logits, target)
         return losses
@@ -75,11 +78,16 @@ class LossCases:
                 )
             finally:
                 ce.LAUNCH = None
-            rows.append(self.row(op, "tuneup loss+grad kernel", name, times[name],
-                                 2 * logits.nbytes))  # fmt: skip
+            rows.append(
+                self.row(op, "tuneup loss+grad kernel", name, times[name], 2 * logits.nbytes)
+            )
         fraction = self.fraction_of_copy(2 * logits.nbytes, times["default"])
-        self.check(f"{op} loss+grad kernel (the forward, which writes the gradient), fraction "
-                   "of copy (>= 0.8)", fraction, fraction >= 0.8)  # fmt: skip
+        self.check(
+            f"{op} loss+grad kernel (the forward, which writes the gradient), fraction "
+            "of copy (>= 0.8)",
+            fraction,
+            fraction >= 0.8,
+        )
         if not self.smoke:
             fastest = min(times, key=times.get)
             rows.append(f"| {op} | fastest launch | {fastest} | {times[fastest]:.3f} | | | |")
@@ -101,8 +109,11 @@ class LossCases:
         def unfused(hidden, weight, target):
             return F.cross_entropy(hidden @ weight.T, target)
 
-        losses = {"tuneup": self.kernels.linear_cross_entropy, "torch eager unfused": unfused,
-                  "torch compiled unfused": self.compiled(unfused)}  # fmt: skip
+        losses = {
+            "tuneup": self.kernels.linear_cross_entropy,
+            "torch eager unfused": unfused,
+            "torch compiled unfused": self.compiled(unfused),
+        }
         if self.liger is not None:
             losses["liger"] = self.liger.liger_fused_linear_cross_entropy
         return losses
@@ -153,6 +164,13 @@ class LossCases:
             ms = self.time_ms(forward_backward, grad_to_none=[hidden, weight])
             hidden.grad = weight.grad = None
             peak = self.peak_bytes(forward_backward)
-            rows.append(self.row(op, f"tuneup chunk_size={chunk}", "fwd+bwd", ms,
-                                 note=f"peak {peak / 2**30:.2f} GiB"))  # fmt: skip
+            rows.append(
+                self.row(
+                    op,
+                    f"tuneup chunk_size={chunk}",
+                    "fwd+bwd",
+                    ms,
+                    note=f"peak {peak / 2**30:.2f} GiB",
+                )
+            )
         return rows

@@ -67,8 +67,11 @@ def bert_shapes(width: int, layers: int, vocab: int) -> list[tuple[int, ...]]:
 def foreach_version(optimizer_class):
     """``optimizer_class`` (Lamb or Lars) whose unfused step runs the torch._foreach version."""
     step = lamb_foreach if optimizer_class.OP_NAME == "lamb" else lars_foreach
-    return type(f"Foreach{optimizer_class.__name__}", (optimizer_class,),
-                {"step_reference": staticmethod(step)})  # fmt: skip
+    return type(
+        f"Foreach{optimizer_class.__name__}",
+        (optimizer_class,),
+        {"step_reference": staticmethod(step)},
+    )
 
 
 def _unscaled(params, grad_scale):
@@ -126,15 +129,19 @@ def lars_foreach(group, params, buffers, grad_scale, found_inf):
     updates = list(grads)
     if adapted:
         weights, grads_in = [params[i] for i in adapted], [grads[i] for i in adapted]
-        local = local_lr(group, torch.stack(torch._foreach_norm(weights)),
-                         torch.stack(torch._foreach_norm(grads_in)))  # fmt: skip
+        local = local_lr(
+            group,
+            torch.stack(torch._foreach_norm(weights)),
+            torch.stack(torch._foreach_norm(grads_in)),
+        )
         scaled = torch._foreach_add(grads_in, weights, alpha=group["weight_decay"])
         torch._foreach_mul_(scaled, list((group["lr"] * local).unbind()))
         for i, update in zip(adapted, scaled, strict=True):
             updates[i] = update
     if plain:  # biases and norms: plain momentum SGD
-        for i, update in zip(plain, torch._foreach_mul([grads[i] for i in plain], group["lr"]),
-                             strict=True):  # fmt: skip
+        for i, update in zip(
+            plain, torch._foreach_mul([grads[i] for i in plain], group["lr"]), strict=True
+        ):
             updates[i] = update
     torch._foreach_mul_(buffers, group["momentum"])
     torch._foreach_add_(buffers, updates)

@@ -217,8 +217,9 @@ def parse(argv=None) -> argparse.Namespace:
     import torch
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", choices=("cuda", "cpu"),
-                        default="cuda" if torch.cuda.is_available() else "cpu")  # fmt: skip
+    parser.add_argument(
+        "--device", choices=("cuda", "cpu"), default="cuda" if torch.cuda.is_available() else "cpu"
+    )
     parser.add_argument("--batch-size", type=int, help="the baseline's batch (default per model)")
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps per run")
     parser.add_argument("--warmup", type=int, default=3, help="optimizer steps left out of speed")

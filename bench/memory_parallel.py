@@ -127,8 +127,9 @@ def parallel_table(rows: list[dict]) -> str:
     one = next((r for r in rows if r["processes"] == 1 and "error" not in r), None)
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['layout']} | {r['processes']} | failed: {r['error'][0]} |"
-                         + " |" * 7)  # fmt: skip
+            lines.append(
+                f"| {r['layout']} | {r['processes']} | failed: {r['error'][0]} |" + " |" * 7
+            )
             continue
         ranks = r["per_rank"]
         held = sum(ranks[0][k] for k in HELD)
@@ -149,10 +150,13 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps per run")
     parser.add_argument("--warmup", type=int, default=3, help="optimizer steps left out of speed")
     parser.add_argument("--json", type=Path, help="also write the rows to this file")
-    parser.add_argument("--layouts", type=lambda s: s.split(","), default=list(LAYOUTS),
-                        help=f"the table's rows, of: {', '.join(LAYOUTS)}")  # fmt: skip
-    parser.add_argument("--smoke", action="store_true",
-                        help="a tiny GPT (tests/test_bench.py)")  # fmt: skip
+    parser.add_argument(
+        "--layouts",
+        type=lambda s: s.split(","),
+        default=list(LAYOUTS),
+        help=f"the table's rows, of: {', '.join(LAYOUTS)}",
+    )
+    parser.add_argument("--smoke", action="store_true", help="a tiny GPT (tests/test_bench.py)")
     parser.add_argument("extra", nargs="*", help="more run.py overrides (after --)")
     args = parser.parse_args(argv)
     if unknown := set(args.layouts) - set(LAYOUTS):
@@ -169,8 +173,9 @@ def main(argv=None) -> None:
         for layout in args.layouts:
             rows.append(run_parallel(args, layout, Path(workdir)))
             print(f"parallel {layout}: done", file=sys.stderr, flush=True)
-    shape = ", ".join(f"{k} {v}" for k, v in PARALLEL_GPT[
-        "smoke" if args.smoke else "full"].items())  # fmt: skip
+    shape = ", ".join(
+        f"{k} {v}" for k, v in PARALLEL_GPT["smoke" if args.smoke else "full"].items()
+    )
     print(
         f"model parallelism on CPU, model=gpt ({shape}), optimizer=adamw, fp32 unless "
         f"named, {args.steps} optimizer steps; rank 0's figures after the first step:\n"

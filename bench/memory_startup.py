@@ -37,8 +37,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PYTHON = [sys.executable]
 
 #: Variant -> strategy.init; "runtime": the tiny model, what every process holds anyway.
-VARIANTS = {"runtime": "full", "before (full)": "full", "broadcast": "broadcast",
-            "reset_parameters": "reset_parameters"}  # fmt: skip
+VARIANTS = {
+    "runtime": "full",
+    "before (full)": "full",
+    "broadcast": "broadcast",
+    "reset_parameters": "reset_parameters",
+}
 #: model=gpt's shape: 24 blocks of width 1024 (GPT-2 medium's), 304M parameters. A small
 #: vocabulary: data=synthetic_tokens draws a permutation of it per token (vocabulary^2 int64:
 #: 20 GB at GPT-2's 50,304), which would measure the data, not the model.
@@ -58,8 +62,12 @@ class StartupPeak(pl.Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
         params = sum(p.numel() for p in pl_module.parameters())  # a DTensor's: the whole's
-        figures = {"rank": trainer.global_rank, "pid": os.getpid(), "peak_rss_bytes": peak,
-                   "parameters": params}  # fmt: skip
+        figures = {
+            "rank": trainer.global_rank,
+            "pid": os.getpid(),
+            "peak_rss_bytes": peak,
+            "parameters": params,
+        }
         (self.out / f"startup-{trainer.global_rank}.json").write_text(json.dumps(figures))
         trainer.should_stop = True  # no step: what is measured is the start
 
@@ -93,13 +101,19 @@ def run_overrides(args, variant: str, run_dir: Path) -> list[str]:
 def run_one(args, variant: str, workdir: Path) -> dict:
     run_dir = workdir / variant.split()[0]
     run_dir.mkdir(parents=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"),
-                                                        os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "bench"), os.environ.get("PYTHONPATH", "")]),
+    }
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as err:
-        done = subprocess.Popen([*PYTHON, str(ROOT / "run.py"),
-                                 *run_overrides(args, variant, run_dir)],
-                                cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, env=env)  # fmt: skip
+        done = subprocess.Popen(
+            [*PYTHON, str(ROOT / "run.py"), *run_overrides(args, variant, run_dir)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+        )
         sampled = sample_rss(done, run_dir, args.processes)
         err.seek(0)
         stderr = err.read()
@@ -161,22 +175,32 @@ def table(rows: list[dict]) -> tuple[str, str]:
     base = [p["peak_rss_bytes"] for p in runtime["ranks"]] if runtime else [0]
     full = next((r for r in rows if r["variant"] == "before (full)" and "ranks" in r), None)
     model = 4 * full["ranks"][0]["parameters"] if full else None  # bytes in fp32
-    lines = ["| strategy.init | peak RSS per rank (GiB) | sum | sum less the runtime's "
-             "| goal met (<= full copy + shards) | seconds |",
-             "|---|---:|---:|---:|---|---:|"]  # fmt: skip
+    lines = [
+        "| strategy.init | peak RSS per rank (GiB) | sum | sum less the runtime's "
+        "| goal met (<= full copy + shards) | seconds |",
+        "|---|---:|---:|---:|---|---:|",
+    ]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['variant']} | failed: {r['error'][0]} | | | | |")
             continue
         peaks = [p["peak_rss_bytes"] for p in r["ranks"]]
         extra = sum(peaks) - sum(base)
-        met = "-" if r["variant"] == "runtime" or model is None else (
-            "yes" if extra <= 2 * model else f"no ({gib(extra - 2 * model)} GiB over)")  # fmt: skip
-        lines.append(f"| {r['variant']} | {' / '.join(map(gib, peaks))} | {gib(sum(peaks))} "
-                     f"| {gib(extra)} | {met} | {r['seconds']:.0f} |")  # fmt: skip
-    note = (f"model: {model / 4:,.0f} parameters, {gib(model)} GiB in fp32; goal: the sum less "
-            f"the runtime's <= {gib(2 * model)} GiB (one full copy + the shards, one more)"
-            if model else "model size unknown (the full run failed)")  # fmt: skip
+        met = (
+            "-"
+            if r["variant"] == "runtime" or model is None
+            else ("yes" if extra <= 2 * model else f"no ({gib(extra - 2 * model)} GiB over)")
+        )
+        lines.append(
+            f"| {r['variant']} | {' / '.join(map(gib, peaks))} | {gib(sum(peaks))} "
+            f"| {gib(extra)} | {met} | {r['seconds']:.0f} |"
+        )
+    note = (
+        f"model: {model / 4:,.0f} parameters, {gib(model)} GiB in fp32; goal: the sum less "
+        f"the runtime's <= {gib(2 * model)} GiB (one full copy + the shards, one more)"
+        if model
+        else "model size unknown (the full run failed)"
+    )
     return "\n".join(lines), note
 
 
@@ -184,8 +208,12 @@ def parse(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="a tiny GPT")
     parser.add_argument("--processes", type=int, default=2, help="trainer.devices (default 2)")
-    parser.add_argument("--variants", type=lambda s: s.split(","), default=list(VARIANTS),
-                        help=f"of: {', '.join(VARIANTS)}")  # fmt: skip
+    parser.add_argument(
+        "--variants",
+        type=lambda s: s.split(","),
+        default=list(VARIANTS),
+        help=f"of: {', '.join(VARIANTS)}",
+    )
     parser.add_argument("--json", type=Path, help="also write the rows to this file")
     parser.add_argument("extra", nargs="*", help="more run.py overrides (after --)")
     return parser.parse_args(argv)

@@ -25,10 +25,21 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GPT = ["model=gpt", "model.layers=12", "model.width=768", "model.heads=12",
-       "data=synthetic_tokens", "data.context=1024", "data.vocab_size=32000",
-       "precision=amp", "optimizer=adamw", "checkpoint=off", "trainer.enable_progress_bar=false",
-       "measure.console_table=false", "trainer.accelerator=gpu"]  # fmt: skip
+GPT = [
+    "model=gpt",
+    "model.layers=12",
+    "model.width=768",
+    "model.heads=12",
+    "data=synthetic_tokens",
+    "data.context=1024",
+    "data.vocab_size=32000",
+    "precision=amp",
+    "optimizer=adamw",
+    "checkpoint=off",
+    "trainer.enable_progress_bar=false",
+    "measure.console_table=false",
+    "trainer.accelerator=gpu",
+]
 
 
 def train(folder: Path, *overrides: str) -> dict:
@@ -45,9 +56,14 @@ def row(name: str, summary: dict) -> str:
         value = summary.get(key)
         return "-" if value is None else format(value * scale, form)
 
-    cells = [name, str(summary["micro_batch_size"]), str(summary["micro_batch_oom_retries"]),
-             shown("samples_per_s", ".1f"), shown("peak_memory_bytes", ".1f", 2**-30),
-             shown("train_loss", ".4f")]  # fmt: skip
+    cells = [
+        name,
+        str(summary["micro_batch_size"]),
+        str(summary["micro_batch_oom_retries"]),
+        shown("samples_per_s", ".1f"),
+        shown("peak_memory_bytes", ".1f", 2**-30),
+        shown("train_loss", ".4f"),
+    ]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -57,14 +73,21 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4, help="optimizer steps a run")
     parser.add_argument("--extra", nargs="*", default=[], help="more run.py overrides (last wins)")
     args = parser.parse_args()
-    common = [f"data.batch_size={args.batch}", f"trainer.max_steps={args.steps}",
-              f"data.train_samples={args.batch * args.steps}", "data.val_samples=64", *args.extra]  # fmt: skip
+    common = [
+        f"data.batch_size={args.batch}",
+        f"trainer.max_steps={args.steps}",
+        f"data.train_samples={args.batch * args.steps}",
+        "data.val_samples=64",
+        *args.extra,
+    ]
     with tempfile.TemporaryDirectory() as folder:
         auto = train(Path(folder) / "auto", *common, "grad_accum.micro_batch_size=auto")
         found = auto["micro_batch_size"]
         fixed = train(Path(folder) / "fixed", *common, f"grad_accum.micro_batch_size={found}")
-    print(f"GPT-2 small (12 x 768, context 1024), amp, AdamW, {args.batch} samples a step, "
-          f"{args.steps} steps:\n")  # fmt: skip
+    print(
+        f"GPT-2 small (12 x 768, context 1024), amp, AdamW, {args.batch} samples a step, "
+        f"{args.steps} steps:\n"
+    )
     print("| micro_batch_size | found | out-of-memory retries | samples/s | peak GiB | last loss |")
     print("|---|---|---|---|---|---|")
     print(row("auto", auto))

@@ -25,10 +25,21 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-TASK = ["data=digits", "model=mlp", "model.hidden=[64]", "data.image_size=8", "data.channels=1",
-        "trainer.max_epochs=30", "target.metric=val/acc", "target.value=0.95",
-        "target.stop=true", "target.check_every_n_steps=5", "checkpoint=off",
-        "trainer.enable_progress_bar=false", "measure.console_table=false"]  # fmt: skip
+TASK = [
+    "data=digits",
+    "model=mlp",
+    "model.hidden=[64]",
+    "data.image_size=8",
+    "data.channels=1",
+    "trainer.max_epochs=30",
+    "target.metric=val/acc",
+    "target.value=0.95",
+    "target.stop=true",
+    "target.check_every_n_steps=5",
+    "checkpoint=off",
+    "trainer.enable_progress_bar=false",
+    "measure.console_table=false",
+]
 #: name -> (overrides, learning rates swept)
 CANDIDATES = {
     "sgd (default), cosine": (["optimizer=sgd"], [0.05, 0.2, 0.5]),
@@ -46,10 +57,17 @@ CANDIDATES = {
 
 def sweep(overrides: list[str], lrs: list[float], seeds: list[int], folder: Path) -> dict:
     """(lr, seed) -> samples to target (None: not reached)."""
-    args = ["-m", *TASK, *overrides, "optimizer.lr=" + ",".join(map(str, lrs)),
-            "seed=" + ",".join(map(str, seeds)), f"hydra.sweep.dir={folder}"]  # fmt: skip
-    done = subprocess.run([sys.executable, str(ROOT / "run.py"), *args], capture_output=True,
-                          text=True, cwd=ROOT)  # fmt: skip
+    args = [
+        "-m",
+        *TASK,
+        *overrides,
+        "optimizer.lr=" + ",".join(map(str, lrs)),
+        "seed=" + ",".join(map(str, seeds)),
+        f"hydra.sweep.dir={folder}",
+    ]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "run.py"), *args], capture_output=True, text=True, cwd=ROOT
+    )
     if done.returncode:
         raise SystemExit(f"failed: {shlex.join(args)}\n{done.stderr[-2000:]}")
     found = {}
@@ -64,8 +82,10 @@ def sweep(overrides: list[str], lrs: list[float], seeds: list[int], folder: Path
 
 def table(results: dict, seeds: list[int]) -> str:
     """Runs missing from ``results`` (``--lrs``, ``--only``) are left out."""
-    lines = [f"| candidate | lr | samples to target (seeds {', '.join(map(str, seeds))}) | mean |",
-             "|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"| candidate | lr | samples to target (seeds {', '.join(map(str, seeds))}) | mean |",
+        "|---|---|---|---|",
+    ]
     for name, (_, lrs) in CANDIDATES.items():
         if name not in results:
             continue
@@ -89,8 +109,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--only", nargs="+", help="candidate names starting with these")
-    parser.add_argument("--lrs", type=int, nargs="+", help="only these of each learning rate list "
-                        "(0-based positions), to split the work")  # fmt: skip
+    parser.add_argument(
+        "--lrs",
+        type=int,
+        nargs="+",
+        help="only these of each learning rate list (0-based positions), to split the work",
+    )
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:

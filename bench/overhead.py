@@ -55,11 +55,16 @@ from tuneup.trainer.task import classification_loss as cross_entropy
 
 def config(model: str, steps: int, batch_size: int, more: tuple[str, ...] = ()):
     overrides = [
-        f"model={model}", f"trainer.max_steps={steps}", "trainer.max_epochs=-1",
-        f"data.batch_size={batch_size}", "trainer.enable_progress_bar=false",
-        "+trainer.limit_val_batches=0", "checkpoint=off",
-        "scheduler=constant", *more,
-    ]  # fmt: skip
+        f"model={model}",
+        f"trainer.max_steps={steps}",
+        "trainer.max_epochs=-1",
+        f"data.batch_size={batch_size}",
+        "trainer.enable_progress_bar=false",
+        "+trainer.limit_val_batches=0",
+        "checkpoint=off",
+        "scheduler=constant",
+        *more,
+    ]
     return tuneup.compose(overrides)
 
 
@@ -93,8 +98,9 @@ def constant_schedule(optimizer):
 
 def sgd(cfg, params):
     o = cfg.optimizer
-    return torch.optim.SGD(params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov,
-                           weight_decay=o.weight_decay)  # fmt: skip
+    return torch.optim.SGD(
+        params, lr=o.lr, momentum=o.momentum, nesterov=o.nesterov, weight_decay=o.weight_decay
+    )
 
 
 def hand_loop(cfg, warmup: int) -> float:
@@ -145,10 +151,17 @@ def bare_lightning(cfg, warmup: int, profile: cProfile.Profile | OpCounter | Non
     data, model = plan.data, plan.build_model()
     clock = StepClock(warmup, profile)
     trainer = pl.Trainer(
-        accelerator="cpu", devices=1, max_steps=cfg.trainer.max_steps, max_epochs=-1,
-        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, limit_val_batches=0, callbacks=[clock],
-    )  # fmt: skip
+        accelerator="cpu",
+        devices=1,
+        max_steps=cfg.trainer.max_steps,
+        max_epochs=-1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[clock],
+    )
     trainer.fit(BareModule(cfg, model), datamodule=data)
     return clock.seconds
 
@@ -182,10 +195,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--per-plugin", action="store_true",
-                        help="tuneup with each default plugin left out in turn")  # fmt: skip
-    parser.add_argument("--calls", action="store_true",
-                        help="Python calls a step vs bare Lightning (no timing)")  # fmt: skip
+    parser.add_argument(
+        "--per-plugin", action="store_true", help="tuneup with each default plugin left out in turn"
+    )
+    parser.add_argument(
+        "--calls", action="store_true", help="Python calls a step vs bare Lightning (no timing)"
+    )
     parser.add_argument("--top", type=int, default=25, help="--calls: functions listed")
     args = parser.parse_args()
     if args.calls:
@@ -195,10 +210,14 @@ def main() -> None:
     import logging
 
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"{args.steps} steps ({args.warmup} warm-up), batch {args.batch_size}")  # fmt: skip
-    print("| model | way | ms/step (median) | vs bare Lightning | paired vs bare Lightning "
-          "| vs hand loop |")  # fmt: skip
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"{args.steps} steps ({args.warmup} warm-up), batch {args.batch_size}"
+    )
+    print(
+        "| model | way | ms/step (median) | vs bare Lightning | paired vs bare Lightning "
+        "| vs hand loop |"
+    )
     print("|---|---|---|---|---|---|")
     for model in args.models:
         cfg = config(model, args.steps, args.batch_size)
@@ -210,9 +229,11 @@ def main() -> None:
                 times[way].append(fn(cfg, args.warmup) * 1e3 / (args.steps - args.warmup))
         med = {way: statistics.median(t) for way, t in times.items()}
         for way in WAYS:
-            print(f"| {model} | {way} | {med[way]:.2f} | {med[way] / med['bare Lightning']:.3f}x "
-                  f"| {paired(times[way], times['bare Lightning']):.3f}x "
-                  f"| {med[way] / med['hand loop']:.3f}x |")  # fmt: skip
+            print(
+                f"| {model} | {way} | {med[way]:.2f} | {med[way] / med['bare Lightning']:.3f}x "
+                f"| {paired(times[way], times['bare Lightning']):.3f}x "
+                f"| {med[way] / med['hand loop']:.3f}x |"
+            )
         if args.per_plugin:
             per_plugin(model, cfg, args)
 
@@ -302,15 +323,19 @@ def tuneup_extra_calls(cfg, warmup: int) -> tuple[float, float, dict]:
 def print_calls(model: str, cfg, args) -> None:
     bare, ours, extra = tuneup_extra_calls(cfg, args.warmup)
     steps = args.steps - args.warmup
-    print(f"\n{model}: Python calls a step over {steps} steps (cProfile): bare Lightning "
-          f"{bare:.0f}, tuneup {ours:.0f} ({ours - bare:+.0f}, {ours / bare:.3f}x)")  # fmt: skip
+    print(
+        f"\n{model}: Python calls a step over {steps} steps (cProfile): bare Lightning "
+        f"{bare:.0f}, tuneup {ours:.0f} ({ours - bare:+.0f}, {ours / bare:.3f}x)"
+    )
     print("\n| extra calls a step | function |\n|---|---|")
     for (file, line, name), calls in sorted(extra.items(), key=lambda kv: -kv[1])[: args.top]:
         where = f"{Path(file).parent.name}/{Path(file).name}:{line}" if line else file
         print(f"| {calls:.1f} | {name} ({where}) |")
     bare, ours, extra = tuneup_extra_ops(cfg, args.warmup)
-    print(f"\n{model}: torch ops a step (aten, forward and backward): bare Lightning "
-          f"{bare:.1f}, tuneup {ours:.1f} ({ours - bare:+.1f})")  # fmt: skip
+    print(
+        f"\n{model}: torch ops a step (aten, forward and backward): bare Lightning "
+        f"{bare:.1f}, tuneup {ours:.1f} ({ours - bare:+.1f})"
+    )
     print("\n| extra ops a step | op |\n|---|---|")
     for op, count in sorted(extra.items(), key=lambda kv: -kv[1])[: args.top]:
         print(f"| {count:.2f} | {op} |")

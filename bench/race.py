@@ -58,16 +58,25 @@ def parse(argv=None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=[10, 11, 12])
     parser.add_argument("--out", help="keep everything here (default: a temporary folder)")
     parser.add_argument("--frozen", type=Path, default=race_tasks.FROZEN)
-    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
-                        help="change a frozen autotune setting (needs --unfrozen)")  # fmt: skip
-    parser.add_argument("--unfrozen", action="store_true",
-                        help="allow search settings other than the frozen file's")  # fmt: skip
+    parser.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change a frozen autotune setting (needs --unfrozen)",
+    )
+    parser.add_argument(
+        "--unfrozen", action="store_true", help="allow search settings other than the frozen file's"
+    )
     parser.add_argument("--speed-rounds", type=int, default=3)
     parser.add_argument("--speed-steps", type=int, default=32)
     parser.add_argument("--smoke", action="store_true", help="tiny budgets: the pipeline only")
     parser.add_argument("--check", action="store_true", help="check the commands, train nothing")
-    parser.add_argument("--choose-targets", action="store_true",
-                        help="run each task's default on seed 0 at full length; print the target rule's figures")  # fmt: skip
+    parser.add_argument(
+        "--choose-targets",
+        action="store_true",
+        help="run each task's default on seed 0 at full length; print the target rule's figures",
+    )
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.smoke:
@@ -105,8 +114,9 @@ def contenders(name: str, command: list[str], args, frozen: dict, folder: Path):
         notes += note
     if "algoperf" in args.runs:
         hint = TASKS[name]["step_hint"]
-        extra, note = race_runs.algoperf_pick(command, hint, folder / "algoperf",
-                                              2 if args.smoke else 5, limit)  # fmt: skip
+        extra, note = race_runs.algoperf_pick(
+            command, hint, folder / "algoperf", 2 if args.smoke else 5, limit
+        )
         rows.append(("algoperf", "AlgoPerf's baseline", extra, None))
         notes += [f"{note[0]} (step_hint {hint})"]
     for contender in [r for r in args.runs if r in SEARCHES]:
@@ -131,8 +141,15 @@ def run_task(name: str, args, frozen: dict, folder: Path) -> dict:
             raced[key] = race_runs.race(
                 command, extra, args.seeds, folder / f"race{len(raced)}", limit
             )
-        rows.append({"contender": contender, "label": label, "overrides": extra,
-                     "summaries": raced[key], "interval": interval})  # fmt: skip
+        rows.append(
+            {
+                "contender": contender,
+                "label": label,
+                "overrides": extra,
+                "summaries": raced[key],
+                "interval": interval,
+            }
+        )
     unique: dict[tuple, str] = {}  # a recipe two contenders share is timed once
     for row in rows:
         unique.setdefault(tuple(row["overrides"]), row["label"])
@@ -141,8 +158,13 @@ def run_task(name: str, args, frozen: dict, folder: Path) -> dict:
         command, recipes, folder / "speed", args.speed_rounds, args.speed_steps
     )
     speed = {row["label"]: measured[unique[tuple(row["overrides"])]] for row in rows}
-    return {"task": name, "command": race_tasks.shown(command), "rows": rows, "speed": speed,
-            "notes": notes}  # fmt: skip
+    return {
+        "task": name,
+        "command": race_tasks.shown(command),
+        "rows": rows,
+        "speed": speed,
+        "notes": notes,
+    }
 
 
 def target_rule(summary: dict) -> dict | None:
@@ -158,10 +180,21 @@ def target_rule(summary: dict) -> dict | None:
     high = target.get("mode", "max") == "max"
     value = math.floor(best * 99) / 100 if high else math.ceil(best * 102) / 100
     at = numpy.float32(value)  # as the target plugin compares: at the metric's float32
-    step = next((h["step"] for h in history if (numpy.float32(h["value"]) >= at if high
-                                                 else numpy.float32(h["value"]) <= at)), None)  # fmt: skip
-    return {"best": best, "best_step": target.get("best_step"), "target": value, "steps": step,
-            "step_hint": math.ceil(1.25 * step) if step else None}  # fmt: skip
+    step = next(
+        (
+            h["step"]
+            for h in history
+            if (numpy.float32(h["value"]) >= at if high else numpy.float32(h["value"]) <= at)
+        ),
+        None,
+    )
+    return {
+        "best": best,
+        "best_step": target.get("best_step"),
+        "target": value,
+        "steps": step,
+        "step_hint": math.ceil(1.25 * step) if step else None,
+    }
 
 
 def choose_targets(args, folder: Path) -> None:
@@ -173,8 +206,9 @@ def choose_targets(args, folder: Path) -> None:
     print("|---|---|---:|---:|---:|")
     for name in args.tasks:
         command = race_tasks.command(name, folder)
-        summary = race_runs.train([*command, "target.value=null", "seed=0", *race_runs.QUIET],
-                                  folder / name)  # fmt: skip
+        summary = race_runs.train(
+            [*command, "target.value=null", "seed=0", *race_runs.QUIET], folder / name
+        )
         rule = target_rule(summary)
         if rule is None:
             print(f"| {name} | failed: {summary.get('error')} | | | |")
@@ -186,16 +220,26 @@ def choose_targets(args, folder: Path) -> None:
 
 
 def report(results: list[dict], args, frozen: dict | None, seconds: float) -> str:
-    head = ["## bench/race.py", "",
-            f"Seeds {', '.join(map(str, args.seeds))}; runs: {' '.join(args.runs)}; "
-            f"{seconds / 60:.1f} min; speed: {args.speed_rounds} interleaved rounds of "
-            f"{args.speed_steps} steps.", ""]  # fmt: skip
+    head = [
+        "## bench/race.py",
+        "",
+        f"Seeds {', '.join(map(str, args.seeds))}; runs: {' '.join(args.runs)}; "
+        f"{seconds / 60:.1f} min; speed: {args.speed_rounds} interleaved rounds of "
+        f"{args.speed_steps} steps.",
+        "",
+    ]
     if frozen:
         state = "frozen" if frozen["frozen"] else "UNFROZEN (--unfrozen, --set or --smoke)"
-        head += [f"Search settings: {frozen['file']} sha256 {frozen['sha256']} ({state}): "
-                 f"{json.dumps(frozen['settings'])}; sampler seeds {frozen['sampler_seeds']}"
-                 + (f"; left out (unknown to this tuneup): {', '.join(frozen['left_out'])}"
-                    if frozen.get("left_out") else ""), ""]  # fmt: skip
+        head += [
+            f"Search settings: {frozen['file']} sha256 {frozen['sha256']} ({state}): "
+            f"{json.dumps(frozen['settings'])}; sampler seeds {frozen['sampler_seeds']}"
+            + (
+                f"; left out (unknown to this tuneup): {', '.join(frozen['left_out'])}"
+                if frozen.get("left_out")
+                else ""
+            ),
+            "",
+        ]
     lines = [*head]
     for result in results:
         lines += race_report.task_table(result)
@@ -224,8 +268,11 @@ def main(argv=None) -> None:
         text = report(results, args, frozen, time.monotonic() - started)
         (out / "race.md").write_text(text)
         race_report.profile_png(results, out / "race_profile.png")
-        (out / "race.json").write_text(json.dumps({"frozen": frozen, "seeds": args.seeds,
-                                                   "results": results}, default=str, indent=1))  # fmt: skip
+        (out / "race.json").write_text(
+            json.dumps(
+                {"frozen": frozen, "seeds": args.seeds, "results": results}, default=str, indent=1
+            )
+        )
         print(text)
         print(f"written: {out / 'race.md'}, {out / 'race_profile.png'}, {out / 'race.json'}")
     return None

@@ -25,8 +25,14 @@ def row_figures(row: dict, speed: dict) -> dict:
     med_samples = statistics.median([math.inf if v is None else v for v in samples])
     per_step = (speed.get(row["label"]) or {}).get("seconds_per_step")
     time = med_steps * per_step if per_step is not None else None
-    return {"steps": steps, "samples": samples, "median_steps": med_steps,
-            "median_samples": med_samples, "seconds_per_step": per_step, "time": time}  # fmt: skip
+    return {
+        "steps": steps,
+        "samples": samples,
+        "median_steps": med_steps,
+        "median_samples": med_samples,
+        "seconds_per_step": per_step,
+        "time": time,
+    }
 
 
 def contender_times(result: dict) -> dict[str, dict]:
@@ -37,10 +43,13 @@ def contender_times(result: dict) -> dict[str, dict]:
     found = {}
     for name, figures in grouped.items():
         times = [math.inf if f["time"] is None else f["time"] for f in figures]
-        found[name] = {"time": statistics.median(times),
-                       "steps": statistics.median(f["median_steps"] for f in figures),
-                       "samples": statistics.median(f["median_samples"] for f in figures),
-                       "worst_time": max(times), "searches": len(figures)}  # fmt: skip
+        found[name] = {
+            "time": statistics.median(times),
+            "steps": statistics.median(f["median_steps"] for f in figures),
+            "samples": statistics.median(f["median_samples"] for f in figures),
+            "worst_time": max(times),
+            "searches": len(figures),
+        }
     return found
 
 
@@ -74,9 +83,14 @@ def _seeds(values) -> str:
 def task_table(result: dict) -> list[str]:
     times = contender_times(result)
     default = times.get("default", {}).get("time")
-    lines = [f"### {result['task']}", "", f"`{result['command']}`", "",
-             "| contender | recipe | steps to target, median (seeds) | samples to target | s/step | time to target, s | x the default's time |",
-             "|---|---|---|---|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        f"### {result['task']}",
+        "",
+        f"`{result['command']}`",
+        "",
+        "| contender | recipe | steps to target, median (seeds) | samples to target | s/step | time to target, s | x the default's time |",
+        "|---|---|---|---|---:|---:|---:|",
+    ]
     for row in result["rows"]:
         f = row_figures(row, result["speed"])
         ratio = None  # against a default that missed: no ratio
@@ -107,36 +121,64 @@ def interval_held(row: dict) -> str | None:
     if not inside:
         return None
     interval, values = row["interval"], [s.get("samples_to_target") for s in row["summaries"]]
-    return (f"stated new-seed interval [{interval['low']:,.0f}, {interval['high']:,.0f}] samples "
-            f"holds {sum(inside)} of {len(inside)} unseen seeds ({_seeds(values)})")  # fmt: skip
+    return (
+        f"stated new-seed interval [{interval['low']:,.0f}, {interval['high']:,.0f}] samples "
+        f"holds {sum(inside)} of {len(inside)} unseen seeds ({_seeds(values)})"
+    )
 
 
 def overall_table(results: list[dict]) -> list[str]:
     per_task = {r["task"]: contender_times(r) for r in results}
     names = list(dict.fromkeys(n for t in per_task.values() for n in t))
-    lines = ["### Over the tasks", "",
-             "Time to target, s (steps; samples); a search contender: the median of its searches.", "",
-             "| task | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]  # fmt: skip
+    lines = [
+        "### Over the tasks",
+        "",
+        "Time to target, s (steps; samples); a search contender: the median of its searches.",
+        "",
+        "| task | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+    ]
     for task, times in per_task.items():
-        cells = [f"{_n(times[n]['time'], 2)} ({_n(times[n]['steps'])}; {_n(times[n]['samples'])})"
-                 if n in times else "-" for n in names]  # fmt: skip
+        cells = [
+            f"{_n(times[n]['time'], 2)} ({_n(times[n]['steps'])}; {_n(times[n]['samples'])})"
+            if n in times
+            else "-"
+            for n in names
+        ]
         lines.append(f"| {task} | " + " | ".join(cells) + " |")
-    speedups = {n: [t["default"]["time"] / t[n]["time"] for t in per_task.values()
-                    if n in t and "default" in t and 0 < t[n]["time"] < math.inf
-                    and t["default"]["time"] < math.inf] for n in names}  # fmt: skip
+    speedups = {
+        n: [
+            t["default"]["time"] / t[n]["time"]
+            for t in per_task.values()
+            if n in t
+            and "default" in t
+            and 0 < t[n]["time"] < math.inf
+            and t["default"]["time"] < math.inf
+        ]
+        for n in names
+    }
     lines.append(
         "| x faster than the default (geometric mean over the tasks both reached) | "
-        + " | ".join(_n(math.exp(statistics.fmean(map(math.log, v))), 2) if v else "-"
-                     for v in speedups.values()) + " |"
-    )  # fmt: skip
+        + " | ".join(
+            _n(math.exp(statistics.fmean(map(math.log, v))), 2) if v else "-"
+            for v in speedups.values()
+        )
+        + " |"
+    )
     held = [inside for r in results for row in r["rows"] for inside in _inside(row)]
     if held:
-        lines.append(f"\nThe searches' stated intervals for a new seed held {sum(held)} of "
-                     f"{len(held)} unseen re-runs of their picks ({sum(held) / len(held):.0%}).")  # fmt: skip
+        lines.append(
+            f"\nThe searches' stated intervals for a new seed held {sum(held)} of "
+            f"{len(held)} unseen re-runs of their picks ({sum(held) / len(held):.0%})."
+        )
     shares = profile(results)
-    lines += ["", "Performance profile: share of tasks within tau x the best time", "",
-              "| contender | " + " | ".join(f"tau={t:g}" for t in TAUS) + " |",
-              "|---|" + "---:|" * len(TAUS)]  # fmt: skip
+    lines += [
+        "",
+        "Performance profile: share of tasks within tau x the best time",
+        "",
+        "| contender | " + " | ".join(f"tau={t:g}" for t in TAUS) + " |",
+        "|---|" + "---:|" * len(TAUS),
+    ]
     lines += [f"| {n} | " + " | ".join(f"{v:.2f}" for v in shares[n]) + " |" for n in names]
     return [*lines, ""]
 
@@ -165,10 +207,20 @@ def profile_png(results: list[dict], path) -> None:
     fig, ax = plt.subplots(figsize=(6, 4))
     styles = ["-", "--", ":", "-.", (0, (5, 1)), (0, (1, 2))]  # equal curves stay visible
     for i, (name, shares) in enumerate(profile(results, taus).items()):
-        ax.step(taus, shares, where="post", label=name, linestyle=styles[i % len(styles)],
-                linewidth=3 - 0.4 * (i % 5))  # fmt: skip
-    ax.set(xlabel="tau (time / the best time on the task)", ylabel="share of tasks",
-           ylim=(-0.02, 1.02), title="bench/race.py: performance profile")  # fmt: skip
+        ax.step(
+            taus,
+            shares,
+            where="post",
+            label=name,
+            linestyle=styles[i % len(styles)],
+            linewidth=3 - 0.4 * (i % 5),
+        )
+    ax.set(
+        xlabel="tau (time / the best time on the task)",
+        ylabel="share of tasks",
+        ylim=(-0.02, 1.02),
+        title="bench/race.py: performance profile",
+    )
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -47,8 +47,10 @@ def race(
     command: list[str], extra: list[str], seeds, folder: Path, limit: list[str] = ()
 ) -> list[dict]:
     """``extra`` on top of the task's command, trained to the target on each seed."""
-    return [train([*command, *extra, f"seed={seed}", *RACE, *limit], Path(folder) / f"seed{seed}")
-            for seed in seeds]  # fmt: skip
+    return [
+        train([*command, *extra, f"seed={seed}", *RACE, *limit], Path(folder) / f"seed{seed}")
+        for seed in seeds
+    ]
 
 
 def steps_or_inf(summary: dict) -> float:
@@ -82,7 +84,7 @@ ALGOPERF_V050 = (
     (0.001308209823469072, 0.02686663061, 0.9981232922116359, 0.16375311233774334, 0.1, 0.0, 0.0),
     (0.004958460849689891, 0.13625575743, 0.6291854735396584, 0.1147386261512052, 0.02, 0.0, 0.0),
     (0.0017486387539278373, 0.06733926164, 0.9955159689799007, 0.08121616522670176, 0.02, 0.0, 0.1),
-)  # fmt: skip
+)
 
 
 def algoperf_trials(step_hint: int, gpt: bool, trials: int = 5) -> list[list[str]]:
@@ -94,15 +96,24 @@ def algoperf_trials(step_hint: int, gpt: bool, trials: int = 5) -> list[list[str
     ``model.dropout``; the other models have no dropout (0 there)."""
     found = []
     for lr, one_minus_beta1, beta2, decay, warmup, smoothing, dropout in ALGOPERF_V050[:trials]:
-        found.append([
-            "optimizer=nadamw", f"optimizer.lr={lr:.6g}",
-            f"optimizer.betas=[{1 - one_minus_beta1:.6g},{beta2:.6g}]",
-            f"optimizer.weight_decay={decay:.6g}",
-            *(["label_smoothing=on", f"label_smoothing.amount={smoothing}"] if smoothing else []),
-            "scheduler=cosine", f"scheduler.warmup_steps={int(warmup * step_hint)}",
-            f"trainer.max_steps={step_hint}", "trainer.max_epochs=-1",
-            *([f"model.dropout={dropout}"] if gpt else []),
-        ])  # fmt: skip
+        found.append(
+            [
+                "optimizer=nadamw",
+                f"optimizer.lr={lr:.6g}",
+                f"optimizer.betas=[{1 - one_minus_beta1:.6g},{beta2:.6g}]",
+                f"optimizer.weight_decay={decay:.6g}",
+                *(
+                    ["label_smoothing=on", f"label_smoothing.amount={smoothing}"]
+                    if smoothing
+                    else []
+                ),
+                "scheduler=cosine",
+                f"scheduler.warmup_steps={int(warmup * step_hint)}",
+                f"trainer.max_steps={step_hint}",
+                "trainer.max_epochs=-1",
+                *([f"model.dropout={dropout}"] if gpt else []),
+            ]
+        )
     return found
 
 
@@ -112,8 +123,10 @@ def algoperf_pick(command, step_hint: int, folder: Path, trials: int = 5, limit=
     trial, as AlgoPerf's is the workload's)."""
     gpt = "model=gpt" in command
     candidates = algoperf_trials(step_hint, gpt, trials)
-    found = [race(command, c, [0], Path(folder) / f"algoperf{i}", limit)[0]
-             for i, c in enumerate(candidates)]  # fmt: skip
+    found = [
+        race(command, c, [0], Path(folder) / f"algoperf{i}", limit)[0]
+        for i, c in enumerate(candidates)
+    ]
     best = min(range(len(found)), key=lambda i: steps_or_inf(found[i]))
     note = ", ".join(_steps(s) for s in found)
     return candidates[best], [f"AlgoPerf's {trials} trials, steps to target on seed 0: {note}"]
@@ -124,8 +137,14 @@ def search(command, overrides: list[str], folder: Path) -> tuple[list[str], str,
     command was kept), its verdict, and its stated interval for a new seed's samples to
     target (``recipe.samples_to_target_next_seed``; None where it states none)."""
     sweep = Path(folder)
-    args = [sys.executable, str(ROOT / "run.py"), "-m", *overrides, f"hydra.sweep.dir={sweep}",
-            *command]  # fmt: skip
+    args = [
+        sys.executable,
+        str(ROOT / "run.py"),
+        "-m",
+        *overrides,
+        f"hydra.sweep.dir={sweep}",
+        *command,
+    ]
     done = subprocess.run(args, capture_output=True, text=True, cwd=ROOT)
     sweep.mkdir(parents=True, exist_ok=True)
     (sweep / "search.log").write_text(done.stdout + done.stderr)

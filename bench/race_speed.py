@@ -18,8 +18,14 @@ from pathlib import Path
 from race_runs import train
 
 
-def measure(command: list[str], recipes: dict[str, list[str]], folder: Path, rounds: int,
-            steps: int, confidence: float = 0.95) -> dict[str, dict]:  # fmt: skip
+def measure(
+    command: list[str],
+    recipes: dict[str, list[str]],
+    folder: Path,
+    rounds: int,
+    steps: int,
+    confidence: float = 0.95,
+) -> dict[str, dict]:
     """``recipes``: name -> overrides on the task's command, the first the reference.
     Returns per name: ``seconds_per_step`` (None when no trial ran), ``speeds`` (samples/s
     per round), ``batch`` and ``ratio`` (its s/step over the reference's, with ``low``,
@@ -34,8 +40,9 @@ def measure(command: list[str], recipes: dict[str, list[str]], folder: Path, rou
     for number in range(rounds):
         for name in names[:: -1 if number % 2 else 1]:
             run = Path(folder) / f"round{number}" / re.sub(r"\W+", "_", name)
-            summary = train([*command, *recipes[name], *trial_settings(steps), *NO_TARGET, "seed=0"],
-                            run)  # fmt: skip
+            summary = train(
+                [*command, *recipes[name], *trial_settings(steps), *NO_TARGET, "seed=0"], run
+            )
             speeds[name].append(trial_speed(summary) if summary.get("status") == "ok" else None)
             batch[name] = summary.get("effective_batch_size") or batch.get(name)
     found = {}
@@ -49,9 +56,15 @@ def measure(command: list[str], recipes: dict[str, list[str]], folder: Path, rou
             r, c = zip(*pairs, strict=True)
             speed = paired(list(r), list(c), confidence)  # candidate / reference samples/s
             steps_ratio = batch[name] / batch[reference]
-            ratio = {"estimate": steps_ratio / speed.estimate,
-                     "low": steps_ratio / speed.high if speed.high else 0.0,
-                     "high": steps_ratio / speed.low if speed.low else None}  # fmt: skip
-        found[name] = {"seconds_per_step": per_step, "speeds": speeds[name],
-                       "batch": batch.get(name), "ratio": ratio}  # fmt: skip
+            ratio = {
+                "estimate": steps_ratio / speed.estimate,
+                "low": steps_ratio / speed.high if speed.high else 0.0,
+                "high": steps_ratio / speed.low if speed.low else None,
+            }
+        found[name] = {
+            "seconds_per_step": per_step,
+            "speeds": speeds[name],
+            "batch": batch.get(name),
+            "ratio": ratio,
+        }
     return found

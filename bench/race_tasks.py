@@ -30,11 +30,29 @@ TEXT = "{reference_text}"
 #: Search contenders and the settings each adds to the frozen ones (the file may add more).
 SEARCHES = ("random", "autotune", "autotune_steps")
 
-_GPT = ["model=gpt", "model.layers=2", "model.width=64", "data.context=64", "data.val_samples=64",
-        "data.batch_size=32", "optimizer=adamw", "trainer.max_steps=300", "trainer.max_epochs=-1",
-        "target.metric=val/loss", "target.check_every_n_steps=10"]  # fmt: skip
-_DIGITS = ["data=digits", "model=mlp", "model.hidden=[64]", "data.image_size=8", "data.channels=1",
-           "trainer.max_epochs=30", "target.metric=val/acc", "target.check_every_n_steps=5"]  # fmt: skip
+_GPT = [
+    "model=gpt",
+    "model.layers=2",
+    "model.width=64",
+    "data.context=64",
+    "data.val_samples=64",
+    "data.batch_size=32",
+    "optimizer=adamw",
+    "trainer.max_steps=300",
+    "trainer.max_epochs=-1",
+    "target.metric=val/loss",
+    "target.check_every_n_steps=10",
+]
+_DIGITS = [
+    "data=digits",
+    "model=mlp",
+    "model.hidden=[64]",
+    "data.image_size=8",
+    "data.channels=1",
+    "trainer.max_epochs=30",
+    "target.metric=val/acc",
+    "target.check_every_n_steps=5",
+]
 
 TASKS = {
     "digits": {  # the MLP on scikit-learn's digits (issue 42's race)
@@ -126,9 +144,14 @@ def load_frozen(path: Path = FROZEN, unfrozen: bool = False, changes: tuple[str,
     for change in changes:
         key, _, value = change.partition("=")
         settings[key.removeprefix("autotune.")] = yaml.safe_load(value)  # 7 -> 7, tpe -> "tpe"
-    return {"file": Path(path).name, "sha256": found, "frozen": found == FROZEN_SHA256 and not changes,
-            "settings": settings, "sampler_seeds": list(values["sampler_seeds"]),
-            "contenders": {k: dict(v or {}) for k, v in values["contenders"].items()}}  # fmt: skip
+    return {
+        "file": Path(path).name,
+        "sha256": found,
+        "frozen": found == FROZEN_SHA256 and not changes,
+        "settings": settings,
+        "sampler_seeds": list(values["sampler_seeds"]),
+        "contenders": {k: dict(v or {}) for k, v in values["contenders"].items()},
+    }
 
 
 def search_overrides(frozen: dict, contender: str, sampler_seed: int) -> list[str]:

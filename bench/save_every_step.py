@@ -25,9 +25,15 @@ import warnings
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["data.train_samples=256", "data.val_samples=128", "data.batch_size=32", "model.width=8",
-        "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
-        "checkpoint.every_n_steps=1"]  # fmt: skip
+TINY = [
+    "data.train_samples=256",
+    "data.val_samples=128",
+    "data.batch_size=32",
+    "model.width=8",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+    "checkpoint.every_n_steps=1",
+]
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -84,8 +90,10 @@ def measure(args) -> None:
                     tuneup.run(cfg, run_dir=Path(scratch) / f"{i}-{'before' in kind}")
                     seconds[kind].append(time.process_time() - start)
     steps = 8 * args.epochs
-    print(f"{steps} optimizer steps a run, a checkpoint saved and pruned after each; CPU-s a "
-          f"run, median of {args.runs}\n")  # fmt: skip
+    print(
+        f"{steps} optimizer steps a run, a checkpoint saved and pruned after each; CPU-s a "
+        f"run, median of {args.runs}\n"
+    )
     print("| pruning | CPU-s a run |\n|---|---|")
     medians = [sorted(values)[len(values) // 2] for values in seconds.values()]
     for kind, median in zip(seconds, medians, strict=True):

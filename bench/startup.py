@@ -38,8 +38,14 @@ STAMP = """
                 with open(os.environ["STARTUP_STAMP"], "w") as f:
                     f.write(repr(time.time()))
 """
-TINY = ["data.train_samples=256", "data.val_samples=64", "data.batch_size=32",
-        "trainer.max_steps=2", "trainer.enable_progress_bar=false", "checkpoint=off"]  # fmt: skip
+TINY = [
+    "data.train_samples=256",
+    "data.val_samples=64",
+    "data.batch_size=32",
+    "trainer.max_steps=2",
+    "trainer.enable_progress_bar=false",
+    "checkpoint=off",
+]
 
 
 def tuneup() -> str:
@@ -50,8 +56,9 @@ def stamp_site(folder: Path) -> Path:
     (folder / "tuneup_startup_stamp.py").write_text(textwrap.dedent(STAMP))
     info = folder / "tuneup_startup_stamp-1.0.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tuneup-startup-stamp\n"
-                                   "Version: 1.0\n")  # fmt: skip
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: tuneup-startup-stamp\nVersion: 1.0\n"
+    )
     (info / "entry_points.txt").write_text(
         "[tuneup]\nstartup_stamp = tuneup_startup_stamp:Plugin\n"
     )
@@ -73,14 +80,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work, stamp = Path(tmp), Path(tmp) / "stamp"
         (work / "site").mkdir()
-        env = {**os.environ, "PYTHONPATH": str(stamp_site(work / "site")),
-               "STARTUP_STAMP": str(stamp)}  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(stamp_site(work / "site")),
+            "STARTUP_STAMP": str(stamp),
+        }
         cases = {
             "`tuneup --help`": (["--help"], None),
             "`tuneup data.batch_size=0` (config error)": (["data.batch_size=0"], None),
-            "`tuneup` to the first training step": ([*TINY, f"hydra.run.dir={work}/run",
-                                                     "resume=auto"], stamp),
-        }  # fmt: skip
+            "`tuneup` to the first training step": (
+                [*TINY, f"hydra.run.dir={work}/run", "resume=auto"],
+                stamp,
+            ),
+        }
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, median of {args.repeats}")
         print("| command | seconds |")
         print("|---|---|")

@@ -85,11 +85,18 @@ def main() -> int:
         print("bench/syncs.py: no CUDA device", file=sys.stderr)
         return 2
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
-    cfg = tuneup.compose([
-        "trainer.accelerator=gpu", f"trainer.max_steps={args.steps}", "trainer.max_epochs=-1",
-        f"trainer.log_every_n_steps={args.log_every}", "trainer.enable_progress_bar=false",
-        "+trainer.limit_val_batches=0", "checkpoint=off", *args.overrides,
-    ])  # fmt: skip
+    cfg = tuneup.compose(
+        [
+            "trainer.accelerator=gpu",
+            f"trainer.max_steps={args.steps}",
+            "trainer.max_epochs=-1",
+            f"trainer.log_every_n_steps={args.log_every}",
+            "trainer.enable_progress_bar=false",
+            "+trainer.limit_val_batches=0",
+            "checkpoint=off",
+            *args.overrides,
+        ]
+    )
     counter = SyncCounter(args.warmup)
     with tempfile.TemporaryDirectory() as run_dir, warnings.catch_warnings():
         warnings.simplefilter("always")
@@ -103,8 +110,10 @@ def main() -> int:
         trainer.fit(module, datamodule=data)
     steps = args.steps - args.warmup
     table = collections.Counter((who, at_log) for _, at_log, who in counter.found)
-    print(f"{steps} steps counted ({args.warmup} warm-up), logging every {args.log_every}; "
-          f"overrides: {' '.join(args.overrides) or 'none'}\n")  # fmt: skip
+    print(
+        f"{steps} steps counted ({args.warmup} warm-up), logging every {args.log_every}; "
+        f"overrides: {' '.join(args.overrides) or 'none'}\n"
+    )
     print("| whose sync | at logging steps | at other steps |")
     print("|---|---|---|")
     for who in sorted({who for who, _ in table}):

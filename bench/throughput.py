@@ -56,20 +56,35 @@ def overrides(args) -> list[str]:
     """The run.py arguments every configuration shares."""
     batches = 10  # distinct synthetic batches kept in memory (the data repeat every 10 steps)
     return [
-        f"model={args.model}", f"model.width={args.width}", "data=synthetic_images",
-        f"data.image_size={args.image_size}", f"data.num_classes={args.classes}",
-        f"data.batch_size={args.batch_size}", f"data.train_samples={batches * args.batch_size}",
-        f"data.val_samples={args.batch_size}", f"trainer.accelerator={args.accelerator}",
-        f"trainer.max_steps={args.steps}", "trainer.max_epochs=-1", "+trainer.limit_val_batches=0",
-        "checkpoint=off", "trainer.enable_progress_bar=false",
-        f"measure.warmup_steps={args.warmup}", *args.extra,
-    ]  # fmt: skip
+        f"model={args.model}",
+        f"model.width={args.width}",
+        "data=synthetic_images",
+        f"data.image_size={args.image_size}",
+        f"data.num_classes={args.classes}",
+        f"data.batch_size={args.batch_size}",
+        f"data.train_samples={batches * args.batch_size}",
+        f"data.val_samples={args.batch_size}",
+        f"trainer.accelerator={args.accelerator}",
+        f"trainer.max_steps={args.steps}",
+        "trainer.max_epochs=-1",
+        "+trainer.limit_val_batches=0",
+        "checkpoint=off",
+        "trainer.enable_progress_bar=false",
+        f"measure.warmup_steps={args.warmup}",
+        *args.extra,
+    ]
 
 
 def run(config: str, data: str, args, out: Path) -> dict:
     run_dir = out / f"{config}-{data}"
-    command = [sys.executable, str(ROOT / "run.py"), *overrides(args), *CONFIGS[config],
-               *DATA[data], f"hydra.run.dir={run_dir}"]  # fmt: skip
+    command = [
+        sys.executable,
+        str(ROOT / "run.py"),
+        *overrides(args),
+        *CONFIGS[config],
+        *DATA[data],
+        f"hydra.run.dir={run_dir}",
+    ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"{config} ({data}) failed:\n{result.stderr[-3000:]}")
@@ -82,11 +97,29 @@ def hand(config: str, data: str, args) -> dict:
     flags += ["--channels-last"] * ("channels_last" in config) + ["--compile"] * (
         "compile" in config
     )
-    command = [sys.executable, str(ROOT / "bench" / "hand_loop.py"), "--data", data,
-               "--model", args.model, "--width", str(args.width), "--image-size",
-               str(args.image_size), "--classes", str(args.classes), "--batch-size",
-               str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
-               "--device", "cpu" if args.accelerator == "cpu" else "cuda", *flags]  # fmt: skip
+    command = [
+        sys.executable,
+        str(ROOT / "bench" / "hand_loop.py"),
+        "--data",
+        data,
+        "--model",
+        args.model,
+        "--width",
+        str(args.width),
+        "--image-size",
+        str(args.image_size),
+        "--classes",
+        str(args.classes),
+        "--batch-size",
+        str(args.batch_size),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--device",
+        "cpu" if args.accelerator == "cpu" else "cuda",
+        *flags,
+    ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"hand loop {config} ({data}) failed:\n{result.stderr[-3000:]}")
@@ -111,9 +144,11 @@ def tuneup_row(config: str, data: str, s: dict, ceiling: float | None) -> str:
 
 def hand_row(config: str, data: str, h: dict, ceiling: float | None) -> str:
     ratio = h["samples_per_s"] / ceiling if ceiling else None
-    return (f"| {config} | hand loop, {data} | {h['samples_per_s']:,.0f} | {fmt(ratio, '.2f')} "
-            f"| {h['step_ms']:.1f} (mean) | - | - | - | - | - | - | "
-            f"{'bf16' if h['precision'] == 'amp' else 'fp32'} |")  # fmt: skip
+    return (
+        f"| {config} | hand loop, {data} | {h['samples_per_s']:,.0f} | {fmt(ratio, '.2f')} "
+        f"| {h['step_ms']:.1f} (mean) | - | - | - | - | - | - | "
+        f"{'bf16' if h['precision'] == 'amp' else 'fp32'} |"
+    )
 
 
 def measure(config: str, args, out: Path) -> tuple[list[str], list[dict]]:
@@ -152,10 +187,14 @@ def main() -> None:
     parser.add_argument(
         "--configs", default=",".join(CONFIGS), help="comma-separated, of: " + ", ".join(CONFIGS)
     )
-    parser.add_argument("--data", default="loader,on_device", help="tuneup's data paths, of: "
-                        + ", ".join(DATA))  # fmt: skip
-    parser.add_argument("--hand", default="gpu,uint8-loader", help="hand loops, of: "
-                        + ", ".join(HAND) + " ('' for none)")  # fmt: skip
+    parser.add_argument(
+        "--data", default="loader,on_device", help="tuneup's data paths, of: " + ", ".join(DATA)
+    )
+    parser.add_argument(
+        "--hand",
+        default="gpu,uint8-loader",
+        help="hand loops, of: " + ", ".join(HAND) + " ('' for none)",
+    )
     parser.add_argument(
         "--extra", nargs="*", default=[], help="more run.py overrides for every run"
     )
@@ -172,13 +211,17 @@ def main() -> None:
             rows, summaries = rows + more, summaries + done
     first = summaries[0] if summaries else {}
     flops = first.get("flops_per_sample")
-    print(f"{args.model} at {args.image_size}x{args.image_size}, batch {args.batch_size}, "
-          f"{args.steps} steps ({args.warmup} warm-up) on {first.get('device', '-')}, torch "
-          f"{first.get('torch', '-')}; {fmt(flops and flops / 1e9, '.2f')} GFLOP per sample "
-          f"(forward + backward); MFU against {first.get('peak_tflops') or '-'} TFLOP/s\n")  # fmt: skip
-    print("| configuration | data | samples/s | vs hand loop, data on GPU | step p50 (ms) "
-          "| step p90 (ms) | data wait | TFLOP/s | MFU | peak memory (GiB) | compile (s) "
-          "| computed in |")  # fmt: skip
+    print(
+        f"{args.model} at {args.image_size}x{args.image_size}, batch {args.batch_size}, "
+        f"{args.steps} steps ({args.warmup} warm-up) on {first.get('device', '-')}, torch "
+        f"{first.get('torch', '-')}; {fmt(flops and flops / 1e9, '.2f')} GFLOP per sample "
+        f"(forward + backward); MFU against {first.get('peak_tflops') or '-'} TFLOP/s\n"
+    )
+    print(
+        "| configuration | data | samples/s | vs hand loop, data on GPU | step p50 (ms) "
+        "| step p90 (ms) | data wait | TFLOP/s | MFU | peak memory (GiB) | compile (s) "
+        "| computed in |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
 

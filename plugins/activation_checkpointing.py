@@ -350,9 +350,11 @@ class Plugin:
         self.checkpointed = checkpoint_blocks(model, self.block_types, self.every_n, self.policy)
         self.cache_switched_off = switch_cache_off(model)
         if self.cache_switched_off:
-            log.info("activation_checkpointing: the model's key/value cache is switched off for "
-                     "training (config.use_cache=False): recomputed blocks must run the ops of "
-                     "their forward, which a growing cache changes")  # fmt: skip
+            log.info(
+                "activation_checkpointing: the model's key/value cache is switched off for "
+                "training (config.use_cache=False): recomputed blocks must run the ops of "
+                "their forward, which a growing cache changes"
+            )
         return model
 
     def describe(self):

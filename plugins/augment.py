@@ -116,8 +116,14 @@ def cutmix_masks(
     return masks[:, None], kept
 
 
-def mix(images: torch.Tensor, labels: torch.Tensor, num_classes: int, mixup_alpha: float = 0.0,
-        cutmix_alpha: float = 0.0, prob: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def mix(
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    num_classes: int,
+    mixup_alpha: float = 0.0,
+    cutmix_alpha: float = 0.0,
+    prob: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Mixup and/or cutmix, each sample with the previous one of the batch; returns the images
     and ``[B, num_classes]`` soft labels. With both alphas, each sample takes one of the two
     (a fair coin)."""
@@ -154,8 +160,14 @@ def augment_batch(images: torch.Tensor, labels: torch.Tensor, settings, num_clas
     elif flips:
         images = flip(images)
     if settings.get("mixup_alpha", 0) or settings.get("cutmix_alpha", 0):
-        images, labels = mix(images, labels, num_classes, settings.get("mixup_alpha", 0),
-                             settings.get("cutmix_alpha", 0), settings.get("mix_prob", 1.0))  # fmt: skip
+        images, labels = mix(
+            images,
+            labels,
+            num_classes,
+            settings.get("mixup_alpha", 0),
+            settings.get("cutmix_alpha", 0),
+            settings.get("mix_prob", 1.0),
+        )
     return images.contiguous(memory_format=layout), labels
 
 
@@ -168,29 +180,41 @@ def unsupported(cfg, plan) -> list[str]:
     settings, found = cfg.augment, []
     name = f"augment={settings.get('name')}"
     if plan.lightning:
-        return [f"{name} changes the batches of tuneup's training step, but model=lightning "
-                "trains your LightningModule's own step; augment in your module, or use "
-                "augment=off"]  # fmt: skip
+        return [
+            f"{name} changes the batches of tuneup's training step, but model=lightning "
+            "trains your LightningModule's own step; augment in your module, or use "
+            "augment=off"
+        ]
     if plan.task.name != "classification":
-        found.append(f"{name} augments images for classification, but task={plan.task.name} "
-                     f"(data={plan.data_name}); use augment=off")  # fmt: skip
+        found.append(
+            f"{name} augments images for classification, but task={plan.task.name} "
+            f"(data={plan.data_name}); use augment=off"
+        )
     elif plan.input_shape is None or len(plan.input_shape) != 3:
         shape = None if plan.input_shape is None else list(plan.input_shape)
-        found.append(f"{name} needs image batches [B, C, H, W], but data={plan.data_name} gives "
-                     f"samples of shape {shape}; use augment=off")  # fmt: skip
+        found.append(
+            f"{name} needs image batches [B, C, H, W], but data={plan.data_name} gives "
+            f"samples of shape {shape}; use augment=off"
+        )
     elif settings.get("translate", 0) >= min(plan.input_shape[1:]):
-        found.append(f"augment.translate={settings.translate} is not allowed: expected fewer "
-                     f"pixels than the image's side ({min(plan.input_shape[1:])})")  # fmt: skip
+        found.append(
+            f"augment.translate={settings.translate} is not allowed: expected fewer "
+            f"pixels than the image's side ({min(plan.input_shape[1:])})"
+        )
     if not mixes(settings):
         return found
     if not getattr(plan.data, "num_classes", None):
-        found.append(f"{name} makes soft labels over the classes, and data={plan.data_name} "
-                     "does not say how many it has (num_classes)")  # fmt: skip
+        found.append(
+            f"{name} makes soft labels over the classes, and data={plan.data_name} "
+            "does not say how many it has (num_classes)"
+        )
     ops = cfg.get("kernels") and cfg.kernels.get("ops")
     if ops:
-        found.append(f"{name} makes soft labels (probabilities), but kernels=[{', '.join(ops)}] "
-                     "computes the loss from integer labels; use kernels=[] with mixup or "
-                     "cutmix, or augment=flip_translate")  # fmt: skip
+        found.append(
+            f"{name} makes soft labels (probabilities), but kernels=[{', '.join(ops)}] "
+            "computes the loss from integer labels; use kernels=[] with mixup or "
+            "cutmix, or augment=flip_translate"
+        )
     return found
 
 

@@ -74,8 +74,17 @@ RULES = {
     "checkpoint.export": OneOf(("none", "hf")),
     "checkpoint.async": BOOL,
 }
-KEYS = ("plugin", "every_n_steps", "every_n_minutes", "every_n_epochs", "keep_last", "monitor",
-        "mode", "async", "export")  # fmt: skip
+KEYS = (
+    "plugin",
+    "every_n_steps",
+    "every_n_minutes",
+    "every_n_epochs",
+    "keep_last",
+    "monitor",
+    "mode",
+    "async",
+    "export",
+)
 
 
 def settings_problems(cfg) -> list[str]:
@@ -119,8 +128,9 @@ def is_better(value: float, best: float | None, mode: str) -> bool:
 class Saver(Checkpoint):
     """Decides when to save, saves through ``trainer.save_checkpoint``, prunes, acts on signals."""
 
-    def __init__(self, settings, directory: Path, resumed_auto: bool = False,
-                 resumed_path: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self, settings, directory: Path, resumed_auto: bool = False, resumed_path: bool = False
+    ) -> None:
         self.resumed_auto = resumed_auto  # resume=auto: what it skipped is set aside at start
         self.resumed_path = resumed_path  # resume=<path>: what is newer is set aside at start
         self.every_n_steps = settings.get("every_n_steps")
@@ -231,8 +241,12 @@ class Saver(Checkpoint):
         if value is None:
             if not self._warned_monitor:
                 known = ", ".join(sorted(trainer.callback_metrics)) or "none yet"
-                log.warning("checkpoint.monitor=%s is not a logged metric (logged: %s); no %s",
-                            self.monitor, known, BEST)  # fmt: skip
+                log.warning(
+                    "checkpoint.monitor=%s is not a logged metric (logged: %s); no %s",
+                    self.monitor,
+                    known,
+                    BEST,
+                )
                 self._warned_monitor = True
             return
         if is_better(float(value), self.best, self.mode):
@@ -286,9 +300,12 @@ class Saver(Checkpoint):
 def background_figures(writer: BackgroundWriter) -> dict:
     """``checkpoint.async=true``: of ``save_seconds``, the waits for a previous save and the
     copying of the state; and how long the background writes took."""
-    return {"async": True, "wait_seconds": round(writer.waited_s, 3),
-            "staging_seconds": round(writer.staged_s, 3),
-            "background_seconds": round(writer.written_s, 3)}  # fmt: skip
+    return {
+        "async": True,
+        "wait_seconds": round(writer.waited_s, 3),
+        "staging_seconds": round(writer.staged_s, 3),
+        "background_seconds": round(writer.written_s, 3),
+    }
 
 
 class Plugin:
@@ -307,8 +324,9 @@ class Plugin:
     @hookimpl
     def configure_trainer(self, kwargs):
         directory = checkpoint_dir(kwargs["default_root_dir"])
-        self.saver = Saver(self.settings, directory, resumed_auto=self.resumed_auto,
-                           resumed_path=self.resumed_path)  # fmt: skip
+        self.saver = Saver(
+            self.settings, directory, resumed_auto=self.resumed_auto, resumed_path=self.resumed_path
+        )
         kwargs["callbacks"].append(self.saver)
         kwargs["enable_checkpointing"] = True  # the Saver is the checkpoint callback, no default
         io = AtomicCheckpointIO(self.saver.writer if self.saver.asynchronous else None)

@@ -30,8 +30,9 @@ WAIT_LIMIT = 0.10
 RULES = {"data_path.prefetch": OneOf(("auto", True, False))}
 
 
-def data_advice(wait: float | None, samples_per_s: float | None, path: dict, cpus: int,
-                cuda: bool) -> str | None:  # fmt: skip
+def data_advice(
+    wait: float | None, samples_per_s: float | None, path: dict, cpus: int, cuda: bool
+) -> str | None:
     """What the summary says when the loop waited for data more than :data:`WAIT_LIMIT`, or None.
 
     ``wait`` is the summary's data_wait_fraction, ``path`` the data module's description
@@ -41,9 +42,11 @@ def data_advice(wait: float | None, samples_per_s: float | None, path: dict, cpu
         return None
     levers = data_levers(wait, samples_per_s, path, cpus, cuda)
     numbered = " ".join(f"({i}) {lever}." for i, lever in enumerate(levers, 1))
-    return (f"data_wait_fraction={wait:.2f}: the loop waited for data {wait:.0%} of its time "
-            f"(above {WAIT_LIMIT:.0%}), so the data path, not the model, sets this run's speed. "
-            f"{numbered}")  # fmt: skip
+    return (
+        f"data_wait_fraction={wait:.2f}: the loop waited for data {wait:.0%} of its time "
+        f"(above {WAIT_LIMIT:.0%}), so the data path, not the model, sets this run's speed. "
+        f"{numbered}"
+    )
 
 
 def data_levers(wait: float, samples_per_s, path: dict, cpus: int, cuda: bool) -> list[str]:
@@ -52,24 +55,34 @@ def data_levers(wait: float, samples_per_s, path: dict, cpus: int, cuda: bool) -
     levers = []
     workers = path.get("num_workers") or 0
     if workers == 0:
-        levers.append(f"load in worker processes: dataloader=workers (num_workers=auto: up to "
-                      f"{cpus} for this process's {cpus} CPUs)")  # fmt: skip
+        levers.append(
+            f"load in worker processes: dataloader=workers (num_workers=auto: up to "
+            f"{cpus} for this process's {cpus} CPUs)"
+        )
     elif workers < cpus:
-        levers.append(f"more workers: dataloader.num_workers={cpus} (now {workers}; this "
-                      f"process may use {cpus} CPUs)")  # fmt: skip
+        levers.append(
+            f"more workers: dataloader.num_workers={cpus} (now {workers}; this "
+            f"process may use {cpus} CPUs)"
+        )
     if path.get("batches") == "float32":
-        levers.append("preprocess on the device: data.preprocess=device (uint8 batches, a quarter "
-                      "of the bytes; the GPU flips and normalises)")  # fmt: skip
+        levers.append(
+            "preprocess on the device: data.preprocess=device (uint8 batches, a quarter "
+            "of the bytes; the GPU flips and normalises)"
+        )
     if (lever := _decode_lever(wait, samples_per_s, path, workers)) is not None:
         levers.append(lever)
     if cuda and not path.get("pin_memory"):
-        levers.append("pin the batches, so copies run asynchronously: dataloader=workers, or "
-                      "dataloader.pin_memory=true")  # fmt: skip
+        levers.append(
+            "pin the batches, so copies run asynchronously: dataloader=workers, or "
+            "dataloader.pin_memory=true"
+        )
     if cuda and path.get("prefetch") == "off":  # not asked for (data_path=sync)
         levers.append("overlap the copy with the step: data_path=auto")
     if not levers:
-        levers.append("find the slow part: profiler=on shows the loader's time; with more CPUs "
-                      "per GPU the workers can keep up")  # fmt: skip
+        levers.append(
+            "find the slow part: profiler=on shows the loader's time; with more CPUs "
+            "per GPU the workers can keep up"
+        )
     return levers
 
 
@@ -82,10 +95,12 @@ def _decode_lever(wait: float, samples_per_s, path: dict, workers: int) -> str |
     capacity, wanted = rate * max(1, workers), samples_per_s / max(1e-9, 1 - wait)
     if capacity >= wanted:
         return None
-    return (f"decoding is the bottleneck: {rate:.0f} images/s per worker x {max(1, workers)} = "
-            f"{capacity:.0f}/s, the model could take about {wanted:.0f}/s; decode cheaper: "
-            "data.decoder=simplejpeg or nvjpeg (on the GPU), data.draft=true, or store the "
-            "images smaller (shorter side near data.image_size / data.val_crop_fraction)")  # fmt: skip
+    return (
+        f"decoding is the bottleneck: {rate:.0f} images/s per worker x {max(1, workers)} = "
+        f"{capacity:.0f}/s, the model could take about {wanted:.0f}/s; decode cheaper: "
+        "data.decoder=simplejpeg or nvjpeg (on the GPU), data.draft=true, or store the "
+        "images smaller (shorter side near data.image_size / data.val_crop_fraction)"
+    )
 
 
 def resolve_prefetch(setting, cuda: bool) -> bool:

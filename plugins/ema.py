@@ -83,13 +83,20 @@ class WeightAverage:
             self.live = [local(t).detach() for t in live]
             self.ema = [local(t) for t in self.averaged]
         params = {id(p) for p in module.parameters()}
-        self.buffers = [e for t, e in zip(live, self.ema, strict=True)
-                        if id(t) not in params and not isinstance(t, DTensor)]  # fmt: skip
+        self.buffers = [
+            e
+            for t, e in zip(live, self.ema, strict=True)
+            if id(t) not in params and not isinstance(t, DTensor)
+        ]
         cast = [e.dtype != t.dtype for t, e in zip(self.live, self.ema, strict=True)]
-        self.same = ([e for e, c in zip(self.ema, cast, strict=True) if not c],
-                     [t for t, c in zip(self.live, cast, strict=True) if not c])  # fmt: skip
-        self.cast = ([e for e, c in zip(self.ema, cast, strict=True) if c],
-                     [t for t, c in zip(self.live, cast, strict=True) if c])  # fmt: skip
+        self.same = (
+            [e for e, c in zip(self.ema, cast, strict=True) if not c],
+            [t for t, c in zip(self.live, cast, strict=True) if not c],
+        )
+        self.cast = (
+            [e for e, c in zip(self.ema, cast, strict=True) if c],
+            [t for t, c in zip(self.live, cast, strict=True) if c],
+        )
         self.backup: list[torch.Tensor] | None = None
         self.fsdp = fsdp_modules(module)
 

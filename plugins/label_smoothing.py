@@ -37,17 +37,23 @@ def problems_with(cfg, plan) -> list[str]:
     found = problems(cfg, RULES)
     chosen = f"label_smoothing.amount={cfg.label_smoothing.get('amount')}"
     if plan is not None and plan.lightning:
-        found.append(f"label_smoothing=on cannot apply to model=lightning: the LightningModule "
-                     f"{plan.model_name} computes its own loss; use its own label smoothing "
-                     "(F.cross_entropy(label_smoothing=...)), or remove label_smoothing=on")  # fmt: skip
+        found.append(
+            f"label_smoothing=on cannot apply to model=lightning: the LightningModule "
+            f"{plan.model_name} computes its own loss; use its own label smoothing "
+            "(F.cross_entropy(label_smoothing=...)), or remove label_smoothing=on"
+        )
     elif plan is not None and plan.sound and plan.task.model_loss:
-        found.append("label_smoothing=on smooths the cross-entropy of the task, but with "
-                     "task=model_loss the model computes its own loss; remove label_smoothing=on")  # fmt: skip
+        found.append(
+            "label_smoothing=on smooths the cross-entropy of the task, but with "
+            "task=model_loss the model computes its own loss; remove label_smoothing=on"
+        )
     for op, settings in ((cfg.get("kernels") or {}).get("ops") or {}).items():
         if (settings or {}).get("label_smoothing"):
-            found.append(f"kernels.ops.{op}.label_smoothing={settings.label_smoothing} and "
-                         f"{chosen} both smooth the labels; set it in one place "
-                         f"(kernels.ops.{op}.label_smoothing=0.0)")  # fmt: skip
+            found.append(
+                f"kernels.ops.{op}.label_smoothing={settings.label_smoothing} and "
+                f"{chosen} both smooth the labels; set it in one place "
+                f"(kernels.ops.{op}.label_smoothing=0.0)"
+            )
     return found
 
 

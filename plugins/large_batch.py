@@ -62,10 +62,12 @@ def build_optimizer(cfg, params, world_size: int, batch_size: int | None = None)
         "fused": o.fused,
     }
     if o.name == "lamb":
-        return Lamb(params, betas=tuple(o.betas), eps=o.eps, trust_clip=o.get("trust_clip"),
-                    **common)  # fmt: skip
-    return Lars(params, momentum=o.momentum, trust_coefficient=o.trust_coefficient, eps=o.eps,
-                **common)  # fmt: skip
+        return Lamb(
+            params, betas=tuple(o.betas), eps=o.eps, trust_clip=o.get("trust_clip"), **common
+        )
+    return Lars(
+        params, momentum=o.momentum, trust_coefficient=o.trust_coefficient, eps=o.eps, **common
+    )
 
 
 class Plugin:

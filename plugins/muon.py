@@ -99,15 +99,18 @@ class MuonWithAdamW(torch.optim.Optimizer):
     """``torch.optim.Muon`` on the groups flagged ``use_muon``, ``torch.optim.AdamW`` on the
     others; one optimizer to Lightning, one state dict. Either part may be empty."""
 
-    def __init__(self, muon_groups: list[dict], adamw_groups: list[dict], muon: dict,
-                 adamw: dict) -> None:  # fmt: skip
+    def __init__(
+        self, muon_groups: list[dict], adamw_groups: list[dict], muon: dict, adamw: dict
+    ) -> None:
         self.parts: list[torch.optim.Optimizer] = []
         if muon_groups:
-            self.parts.append(torch.optim.Muon([{**g, "use_muon": True} for g in muon_groups],
-                                               **muon))  # fmt: skip
+            self.parts.append(
+                torch.optim.Muon([{**g, "use_muon": True} for g in muon_groups], **muon)
+            )
         if adamw_groups:
-            self.parts.append(torch.optim.AdamW([{**g, "use_muon": False} for g in adamw_groups],
-                                                **adamw))  # fmt: skip
+            self.parts.append(
+                torch.optim.AdamW([{**g, "use_muon": False} for g in adamw_groups], **adamw)
+            )
         super().__init__([g for part in self.parts for g in part.param_groups], {})
         self._link()
 
@@ -149,12 +152,20 @@ def build(cfg, model: nn.Module, params) -> MuonWithAdamW:
     return MuonWithAdamW(
         muon_groups,
         adamw_groups,
-        muon={"lr": o.lr, "momentum": o.momentum, "nesterov": o.nesterov,
-              "ns_steps": o.ns_steps, "weight_decay": o.weight_decay,
-              "adjust_lr_fn": o.get("adjust_lr_fn")},
-        adamw={"lr": o.adamw_lr, "betas": tuple(o.adamw_betas),
-               "weight_decay": o.adamw_weight_decay},
-    )  # fmt: skip
+        muon={
+            "lr": o.lr,
+            "momentum": o.momentum,
+            "nesterov": o.nesterov,
+            "ns_steps": o.ns_steps,
+            "weight_decay": o.weight_decay,
+            "adjust_lr_fn": o.get("adjust_lr_fn"),
+        },
+        adamw={
+            "lr": o.adamw_lr,
+            "betas": tuple(o.adamw_betas),
+            "weight_decay": o.adamw_weight_decay,
+        },
+    )
 
 
 def counts(optimizer: MuonWithAdamW) -> dict:
@@ -163,10 +174,15 @@ def counts(optimizer: MuonWithAdamW) -> dict:
     for group in optimizer.param_groups:
         key = "muon" if group["use_muon"] else "adamw"
         tensors, elements = found.get(key, (0, 0))
-        found[key] = (tensors + len(group["params"]),
-                      elements + sum(p.numel() for p in group["params"]))  # fmt: skip
-    return {f"{k}_{what}": v[i] for k, v in found.items()
-            for i, what in enumerate(("tensors", "elements"))}  # fmt: skip
+        found[key] = (
+            tensors + len(group["params"]),
+            elements + sum(p.numel() for p in group["params"]),
+        )
+    return {
+        f"{k}_{what}": v[i]
+        for k, v in found.items()
+        for i, what in enumerate(("tensors", "elements"))
+    }
 
 
 class Plugin:
@@ -180,8 +196,10 @@ class Plugin:
         if betas is not None and not (
             len(betas) == 2 and all(isinstance(b, int | float) and 0 <= b < 1 for b in betas)
         ):
-            found.append(f"optimizer.adamw_betas={list(betas)} is not allowed: expected two "
-                         "numbers in [0, 1), e.g. [0.9, 0.95]")  # fmt: skip
+            found.append(
+                f"optimizer.adamw_betas={list(betas)} is not allowed: expected two "
+                "numbers in [0, 1), e.g. [0.9, 0.95]"
+            )
         if cfg.get("strategy", {}).get("name") == "fsdp":
             found.append(
                 "optimizer=muon cannot run under strategy=fsdp: Newton-Schulz orthogonalises "

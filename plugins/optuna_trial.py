@@ -97,7 +97,7 @@ def values_at_rungs(
     validations in ``history`` ((samples, value), in order) have reached: the value at the
     rung's samples, linear between the validations before and after it; the first
     validation's value where none came before. A rung is ``ceil(first x factor**k)``: at or
-    past Optuna's promotion step, so the pruner judges it there."""  # fmt: skip
+    past Optuna's promotion step, so the pruner judges it there."""
     found = []
     while history:
         rung = math.ceil(first * factor ** (done + len(found)) - 1e-9)
@@ -201,8 +201,11 @@ class Plugin:
             self.pruned = {"step": trainer.global_step, "samples": self.samples, "value": value}
             if rung is not None:
                 self.pruned["rung"] = rung
-            log.info(pruned_line(self.settings["trial"], job_number(), trainer.global_step,
-                                 self.samples, rung))  # fmt: skip
+            log.info(
+                pruned_line(
+                    self.settings["trial"], job_number(), trainer.global_step, self.samples, rung
+                )
+            )
 
     def _ask(self, value: float, step: int) -> tuple[bool, float, int | None]:
         """Report ``value`` and ask the pruner: at the optimizer step, at the samples seen
@@ -241,16 +244,25 @@ class Plugin:
     def describe(self):
         if self.settings is None:
             return {"trial": None, "effect": "none: not a trial of the Optuna sweeper"}
-        described = {"trial": self.settings["trial"], "study": self.settings["study_name"],
-                     "storage": self.settings["storage"]}  # fmt: skip
+        described = {
+            "trial": self.settings["trial"],
+            "study": self.settings["study_name"],
+            "storage": self.settings["storage"],
+        }
         described["reports"] = (
-            "the distance to target.value" if self.metric == TARGET
-            else f"val/{self.metric}" if self.metric else "nothing (see docs/sweeps.md)"
-        )  # fmt: skip
+            "the distance to target.value"
+            if self.metric == TARGET
+            else f"val/{self.metric}"
+            if self.metric
+            else "nothing (see docs/sweeps.md)"
+        )
         described["step"] = (
-            "the pruner's rungs, in samples" if self.rungs
-            else "samples seen" if self.by_samples else "optimizer steps"
-        )  # fmt: skip
+            "the pruner's rungs, in samples"
+            if self.rungs
+            else "samples seen"
+            if self.by_samples
+            else "optimizer steps"
+        )
         return described
 
 

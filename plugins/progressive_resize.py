@@ -40,8 +40,9 @@ RULES = {
 }
 
 
-def size_at(progress: float, start: int, end: int, start_fraction: float, end_fraction: float,
-            step: int) -> int:  # fmt: skip
+def size_at(
+    progress: float, start: int, end: int, start_fraction: float, end_fraction: float, step: int
+) -> int:
     """The image side at ``progress`` (0 to 1) through training: ``start`` until
     ``start_fraction``, linear to ``end`` at ``end_fraction``, then ``end``; rounded to a
     multiple of ``step``."""
@@ -66,8 +67,9 @@ def resize(images: torch.Tensor, side: int) -> torch.Tensor:
         return images
     layout = torch.channels_last if _channels_last(images) else torch.contiguous_format
     shrink = side < images.shape[-1]
-    out = F.interpolate(images, size=(side, side), mode="bilinear", antialias=shrink,
-                        align_corners=False)  # fmt: skip
+    out = F.interpolate(
+        images, size=(side, side), mode="bilinear", antialias=shrink, align_corners=False
+    )
     return out.contiguous(memory_format=layout)
 
 
@@ -89,9 +91,11 @@ def model_problem(model, shape, side: int, name: str) -> str | None:
             model(torch.empty(2, shape[0], side, side, device="meta"))
     except Exception as error:  # any failure means the size does not fit
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return (f"progressive_resize: model={name} cannot take {side}x{side} images (the schedule's "
-                f"smallest): {first[:160]}; use a model that pools over the image (small_resnet, "
-                "resnet18...), a larger start_size, or progressive_resize=off")  # fmt: skip
+        return (
+            f"progressive_resize: model={name} cannot take {side}x{side} images (the schedule's "
+            f"smallest): {first[:160]}; use a model that pools over the image (small_resnet, "
+            "resnet18...), a larger start_size, or progressive_resize=off"
+        )
     return None
 
 
@@ -121,33 +125,44 @@ class Plugin:
             return found
         s, shape = self.settings, plan.input_shape
         if plan.task.name != "classification" or shape is None or len(shape) != 3:
-            return [f"progressive_resize=on resizes image batches [B, C, H, W] for "
-                    f"classification, but data={plan.data_name} gives samples of shape "
-                    f"{None if shape is None else list(shape)} (task={plan.task.name}); use "
-                    "progressive_resize=off"]  # fmt: skip
+            return [
+                f"progressive_resize=on resizes image batches [B, C, H, W] for "
+                f"classification, but data={plan.data_name} gives samples of shape "
+                f"{None if shape is None else list(shape)} (task={plan.task.name}); use "
+                "progressive_resize=off"
+            ]
         if shape[1] != shape[2]:
-            return [f"progressive_resize=on makes square images, but data={plan.data_name} gives "
-                    f"{shape[1]}x{shape[2]}; use progressive_resize=off"]  # fmt: skip
+            return [
+                f"progressive_resize=on makes square images, but data={plan.data_name} gives "
+                f"{shape[1]}x{shape[2]}; use progressive_resize=off"
+            ]
         self.full = shape[1]
         for key in ("start_size", "end_size"):
             value = s.get(key)
             if value is not None and value % s.step:
-                found.append(f"progressive_resize.{key}={value} is not allowed: expected a "
-                             f"multiple of progressive_resize.step={s.step} (the schedule "
-                             "rounds to it)")  # fmt: skip
+                found.append(
+                    f"progressive_resize.{key}={value} is not allowed: expected a "
+                    f"multiple of progressive_resize.step={s.step} (the schedule "
+                    "rounds to it)"
+                )
         if s.start_fraction > s.end_fraction:
-            found.append(f"progressive_resize.start_fraction={s.start_fraction} is above "
-                         f"end_fraction={s.end_fraction}: the ramp starts before it ends; swap "
-                         "them")  # fmt: skip
+            found.append(
+                f"progressive_resize.start_fraction={s.start_fraction} is above "
+                f"end_fraction={s.end_fraction}: the ramp starts before it ends; swap "
+                "them"
+            )
         trainer = cfg.trainer
         if trainer.get("max_steps", -1) in (-1, None) and trainer.get("max_epochs") in (-1, None):
-            found.append("progressive_resize=on schedules over the training's steps, but "
-                         "trainer.max_steps and trainer.max_epochs are both -1 (no end); set "
-                         "one of them")  # fmt: skip
+            found.append(
+                "progressive_resize=on schedules over the training's steps, but "
+                "trainer.max_steps and trainer.max_epochs are both -1 (no end); set "
+                "one of them"
+            )
         model = plan.meta_model()
         if not found and model is not None:
-            reason = model_problem(model, shape, min(s.start_size, self._args()[1]),
-                                   plan.model_name)  # fmt: skip
+            reason = model_problem(
+                model, shape, min(s.start_size, self._args()[1]), plan.model_name
+            )
             found += [reason] if reason else []
         return found
 
@@ -156,8 +171,10 @@ class Plugin:
         self.trainer = trainer
         total = trainer.estimated_stepping_batches
         if not math.isfinite(total):
-            raise TuneupError("progressive_resize=on needs a known number of training steps "
-                              "(trainer.max_steps or trainer.max_epochs)")  # fmt: skip
+            raise TuneupError(
+                "progressive_resize=on needs a known number of training steps "
+                "(trainer.max_steps or trainer.max_epochs)"
+            )
         self.total = max(1, int(total))
         self.sizes = schedule_sizes(self.total, *self._args())
         if self.compiling:  # one graph per size at most: dynamo must not give up before
@@ -208,8 +225,10 @@ class Plugin:
         self.current = self.schedule[-1]["size"] if self.schedule else None
 
     def describe(self):
-        found = {key: self.settings.get(key) for key in
-                 ("name", "start_size", "end_size", "start_fraction", "end_fraction", "step")}  # fmt: skip
+        found = {
+            key: self.settings.get(key)
+            for key in ("name", "start_size", "end_size", "start_fraction", "end_fraction", "step")
+        }
         if self.sizes:
             found["sizes"] = self.sizes
         if self.compiling and self.first_step_graphs is not None:

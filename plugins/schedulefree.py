@@ -65,20 +65,31 @@ class ScheduleFreeAdamW(schedulefree.AdamWScheduleFree):
 
 def build(cfg, params) -> ScheduleFreeAdamW:
     o = cfg.optimizer
-    return ScheduleFreeAdamW(params, lr=o.lr, betas=tuple(o.betas), eps=o.eps,
-                             weight_decay=o.weight_decay, warmup_steps=o.warmup_steps, r=o.r,
-                             weight_lr_power=o.weight_lr_power)  # fmt: skip
+    return ScheduleFreeAdamW(
+        params,
+        lr=o.lr,
+        betas=tuple(o.betas),
+        eps=o.eps,
+        weight_decay=o.weight_decay,
+        warmup_steps=o.warmup_steps,
+        r=o.r,
+        weight_lr_power=o.weight_lr_power,
+    )
 
 
 def schedule_problems(cfg) -> list[str]:
     s = cfg.get("scheduler") or {}
     if s.get("name") != "constant":
-        return [f"scheduler={s.get('name')} cannot be used with optimizer=schedulefree: it needs "
-                "no schedule (its own warm-up is optimizer.warmup_steps); use scheduler=constant"]  # fmt: skip
+        return [
+            f"scheduler={s.get('name')} cannot be used with optimizer=schedulefree: it needs "
+            "no schedule (its own warm-up is optimizer.warmup_steps); use scheduler=constant"
+        ]
     if s.get("warmup_steps", 0):
-        return [f"scheduler.warmup_steps={s.warmup_steps} cannot be used with "
-                "optimizer=schedulefree: set optimizer.warmup_steps instead and "
-                "scheduler.warmup_steps=0"]  # fmt: skip
+        return [
+            f"scheduler.warmup_steps={s.warmup_steps} cannot be used with "
+            "optimizer=schedulefree: set optimizer.warmup_steps instead and "
+            "scheduler.warmup_steps=0"
+        ]
     return []
 
 
@@ -93,8 +104,10 @@ class Plugin:
         if betas is not None and not (
             len(betas) == 2 and all(isinstance(b, int | float) and 0 < b < 1 for b in betas)
         ):
-            found.append(f"optimizer.betas={list(betas)} is not allowed: expected two numbers "
-                         "in (0, 1), e.g. [0.9, 0.999]")  # fmt: skip
+            found.append(
+                f"optimizer.betas={list(betas)} is not allowed: expected two numbers "
+                "in (0, 1), e.g. [0.9, 0.999]"
+            )
         if plan is not None and plan.lightning:
             found.append(
                 f"optimizer=schedulefree cannot apply to model=lightning: the LightningModule "
@@ -130,13 +143,18 @@ class Plugin:
             self.optimizer.eval()
 
     def describe(self) -> dict:
-        return {"weights_between_steps": "x (optimizer.eval()): validated, checkpointed, "
-                "exported", "train_at": "y (optimizer.train()), from each micro-batch's start "
-                "to its optimizer step"}  # fmt: skip
+        return {
+            "weights_between_steps": "x (optimizer.eval()): validated, checkpointed, exported",
+            "train_at": "y (optimizer.train()), from each micro-batch's start "
+            "to its optimizer step",
+        }
 
     @hookimpl
     def report(self, summary):
         if self.optimizer is not None:
             group = self.optimizer.param_groups[0]
-            summary["optimizer"] = {"implementation": "schedulefree.AdamWScheduleFree",
-                                    "lr_max": group["lr_max"], "k": group["k"]}  # fmt: skip
+            summary["optimizer"] = {
+                "implementation": "schedulefree.AdamWScheduleFree",
+                "lr_max": group["lr_max"],
+                "k": group["k"],
+            }

@@ -36,9 +36,11 @@ class FlipHook:
             return None
         (x,) = args
         if not isinstance(output, torch.Tensor) or x.dim() != 4:
-            raise TuneupError(f"tta=flip averages the logits of images [B, C, H, W]; this "
-                              f"validation's input has shape {list(x.shape)} and the model "
-                              f"returns {type(output).__name__}: use tta=off")  # fmt: skip
+            raise TuneupError(
+                f"tta=flip averages the logits of images [B, C, H, W]; this "
+                f"validation's input has shape {list(x.shape)} and the model "
+                f"returns {type(output).__name__}: use tta=off"
+            )
         self.inside = True
         try:
             return (output + module(x.flip(-1))) / 2
@@ -50,18 +52,24 @@ def problems_with(plan) -> list[str]:
     if plan is None:
         return []
     if plan.lightning:
-        return [f"tta=flip cannot apply to model=lightning: the LightningModule {plan.model_name} "
-                "runs its own validation_step; average flipped logits there, or use tta=off"]  # fmt: skip
+        return [
+            f"tta=flip cannot apply to model=lightning: the LightningModule {plan.model_name} "
+            "runs its own validation_step; average flipped logits there, or use tta=off"
+        ]
     if not plan.sound:
         return []
     shape = plan.input_shape
     if plan.inputs != "images" or shape is None or len(shape) != 3:
-        return [f"tta=flip flips images left to right, but data {plan.data_name} gives "
-                f"{plan.inputs or 'other'} inputs of shape {list(shape or [])} per sample "
-                "(expected [C, H, W] images); use tta=off"]  # fmt: skip
+        return [
+            f"tta=flip flips images left to right, but data {plan.data_name} gives "
+            f"{plan.inputs or 'other'} inputs of shape {list(shape or [])} per sample "
+            "(expected [C, H, W] images); use tta=off"
+        ]
     if plan.task.model_loss:
-        return ["tta=flip averages logits, but with task=model_loss the model returns its loss; "
-                "use tta=off"]  # fmt: skip
+        return [
+            "tta=flip averages logits, but with task=model_loss the model returns its loss; "
+            "use tta=off"
+        ]
     return []
 
 

@@ -63,9 +63,11 @@ class Plugin:
     @hookimpl
     def check(self, plan):
         if plan is not None and plan.lightning:
-            return [f"weight_decay=skip_norms_biases cannot apply to model=lightning: the "
-                    f"LightningModule {plan.model_name} builds its own optimizer in "
-                    "configure_optimizers; make the groups there, or remove weight_decay="]  # fmt: skip
+            return [
+                f"weight_decay=skip_norms_biases cannot apply to model=lightning: the "
+                f"LightningModule {plan.model_name} builds its own optimizer in "
+                "configure_optimizers; make the groups there, or remove weight_decay="
+            ]
         return []
 
     @hookimpl
@@ -74,9 +76,12 @@ class Plugin:
         skipped = sum(
             p.numel() for g in groups if g.get("weight_decay") == 0.0 for p in g["params"]
         )
-        self.counts = {"no_decay_tensors": sum(len(g["params"]) for g in groups
-                                               if g.get("weight_decay") == 0.0),
-                       "no_decay_elements": skipped}  # fmt: skip
+        self.counts = {
+            "no_decay_tensors": sum(
+                len(g["params"]) for g in groups if g.get("weight_decay") == 0.0
+            ),
+            "no_decay_elements": skipped,
+        }
         return groups
 
     def describe(self):

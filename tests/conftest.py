@@ -35,8 +35,10 @@ TINY_IMAGES = "data.image_size=16"
 
 def tiny_overrides(overrides) -> list[str]:
     """TINY, and TINY_IMAGES unless the overrides choose other data or an image size."""
-    other = any(a.startswith(("data=", "+data=", "data.image_size=")) and a != "data=synthetic_images"
-                for a in overrides)  # fmt: skip
+    other = any(
+        a.startswith(("data=", "+data=", "data.image_size=")) and a != "data=synthetic_images"
+        for a in overrides
+    )
     return [*TINY, *([] if other else [TINY_IMAGES])]
 
 
@@ -68,9 +70,15 @@ def _composition_inputs() -> tuple:
 
     cwd = Path.cwd()
     own = tuneup_config.user_dir(cwd)
-    files = () if own is None else tuple(
-        (str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in sorted(own.rglob("*")) if f.is_file()
-    )  # fmt: skip
+    files = (
+        ()
+        if own is None
+        else tuple(
+            (str(f), f.stat().st_mtime_ns, f.stat().st_size)
+            for f in sorted(own.rglob("*"))
+            if f.is_file()
+        )
+    )
     plugins = tuple(sorted(f"{ep.name}={ep.value}" for ep in entry_points(group="tuneup")))
     repo = {k: v for k, v in ConfigStore.instance().repo.items() if k != "_tuneup"}
     return str(cwd), files, plugins, tuple(sorted(_stored_nodes(repo)))
@@ -146,8 +154,9 @@ def start_zygote(env: dict | None = None) -> dict:
     (folder / "python").chmod(0o755)
     server = subprocess.Popen(
         [sys.executable, str(WARM), "serve", str(folder / "socket"), str(folder / "python")],
-        stdin=subprocess.DEVNULL, env=env,
-    )  # fmt: skip
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     atexit.register(server.terminate)
     return {"folder": folder, "server": server}
@@ -256,19 +265,48 @@ NO_CUDA = (
 #: the session, in the background (:func:`start_interpreted_runs`), and the later it reads
 #: their results the less it waits.
 LONGEST_FIRST = (
-    "test_model_parallel.py", "test_slurm.py", "test_run.py", "test_autotune_study.py",
-    "test_optuna.py", "test_own_project.py", "test_shards.py", "test_huggingface.py", "test_autotune.py",
-    "test_sweeps.py", "test_pretrained.py", "test_precision.py",
-    "test_run_dirs.py", "test_resume.py", "test_logger_mlflow.py", "test_postgres.py", "test_config_errors.py",
-    "test_newcomer.py", "test_ema.py",
-    "test_async_checkpoint.py", "test_data_path.py", "test_resume_every_checkpoint.py",
+    "test_model_parallel.py",
+    "test_slurm.py",
+    "test_run.py",
+    "test_autotune_study.py",
+    "test_optuna.py",
+    "test_own_project.py",
+    "test_shards.py",
+    "test_huggingface.py",
+    "test_autotune.py",
+    "test_sweeps.py",
+    "test_pretrained.py",
+    "test_precision.py",
+    "test_run_dirs.py",
+    "test_resume.py",
+    "test_logger_mlflow.py",
+    "test_postgres.py",
+    "test_config_errors.py",
+    "test_newcomer.py",
+    "test_ema.py",
+    "test_async_checkpoint.py",
+    "test_data_path.py",
+    "test_resume_every_checkpoint.py",
     "test_optimizers.py",
-    "test_sweep_presets.py", "test_docs_commands.py", "test_activation_checkpointing.py",
-    "test_ddp.py", "test_kernel_plugins.py", "test_grad_accum.py", "test_micro_batch.py",
-    "test_multinode.py", "test_docs_example.py", "test_plugins.py",
-    "test_installed.py", "test_docs_finetune.py", "test_hf_export.py", "test_elastic_resume.py",
-    "test_materialize.py", "test_modes.py", "test_compile.py", "test_sharded_optimizers.py",
-)  # fmt: skip
+    "test_sweep_presets.py",
+    "test_docs_commands.py",
+    "test_activation_checkpointing.py",
+    "test_ddp.py",
+    "test_kernel_plugins.py",
+    "test_grad_accum.py",
+    "test_micro_batch.py",
+    "test_multinode.py",
+    "test_docs_example.py",
+    "test_plugins.py",
+    "test_installed.py",
+    "test_docs_finetune.py",
+    "test_hf_export.py",
+    "test_elastic_resume.py",
+    "test_materialize.py",
+    "test_modes.py",
+    "test_compile.py",
+    "test_sharded_optimizers.py",
+)
 
 
 def pytest_configure(config):

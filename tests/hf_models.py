@@ -13,19 +13,34 @@ VOCAB, CONTEXT = 32, 16
 
 def tiny_gpt2(use_cache: bool = True, layers: int = 2, dropout: float = 0.0) -> GPT2LMHeadModel:
     """GPT-2 with two blocks of width 32; ``use_cache=True`` is GPT-2's own default."""
-    config = GPT2Config(vocab_size=VOCAB, n_positions=CONTEXT, n_embd=32, n_layer=layers,
-                        n_head=2, use_cache=use_cache, bos_token_id=VOCAB - 1,
-                        eos_token_id=VOCAB - 1, resid_pdrop=dropout, embd_pdrop=dropout,
-                        attn_pdrop=dropout)  # fmt: skip
+    config = GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=CONTEXT,
+        n_embd=32,
+        n_layer=layers,
+        n_head=2,
+        use_cache=use_cache,
+        bos_token_id=VOCAB - 1,
+        eos_token_id=VOCAB - 1,
+        resid_pdrop=dropout,
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
+    )
     return GPT2LMHeadModel(config)
 
 
 def tiny_llama(layers: int = 2) -> LlamaForCausalLM:
     """Llama with two blocks of width 32: 4 query heads sharing 2 key/value heads (grouped-query
     attention), rotary positions, an output layer of its own (not tied)."""
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=CONTEXT)  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=CONTEXT,
+    )
     return LlamaForCausalLM(config)
 
 

@@ -146,8 +146,13 @@ def tuneup_command() -> str:
 
 def env(project: Path, **extra) -> dict:
     """One thread (the same reduction order in every run) and the kill switch importable."""
-    return {**os.environ, "PYTHONPATH": str(project / "site"), "OMP_NUM_THREADS": "1",
-            "PYTHONUNBUFFERED": "1", **extra}  # fmt: skip
+    return {
+        **os.environ,
+        "PYTHONPATH": str(project / "site"),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }
 
 
 def summary(run_dir: Path) -> dict:

@@ -52,14 +52,18 @@ def bindir() -> Path | None:
 def unavailable() -> str | None:
     """Why this machine cannot start a test server, or None when it can."""
     if bindir() is None:
-        return ("PostgreSQL is not installed (no pg_ctl under /usr/lib/postgresql/*/bin or on "
-                "PATH): apt-get install postgresql")  # fmt: skip
+        return (
+            "PostgreSQL is not installed (no pg_ctl under /usr/lib/postgresql/*/bin or on "
+            "PATH): apt-get install postgresql"
+        )
     if os.geteuid() == 0:
         try:
             pwd.getpwnam(SYSTEM_USER)
         except KeyError:
-            return (f"root, and no user '{SYSTEM_USER}' to run the server as (PostgreSQL "
-                    "refuses to run as root; Debian's postgresql package creates the user)")  # fmt: skip
+            return (
+                f"root, and no user '{SYSTEM_USER}' to run the server as (PostgreSQL "
+                "refuses to run as root; Debian's postgresql package creates the user)"
+            )
         if shutil.which("runuser") is None:
             return f"root, and no runuser to run the server as '{SYSTEM_USER}'"
     try:
@@ -90,20 +94,47 @@ class Server:
         return f"postgresql+psycopg://{USER}@127.0.0.1:{self.port}/{DATABASE}"
 
     def _run(self, name: str, *args: str) -> None:
-        done = subprocess.run([*self.as_user, str(self.bin / name), *args],
-                              capture_output=True, text=True, cwd=self.root)  # fmt: skip
+        done = subprocess.run(
+            [*self.as_user, str(self.bin / name), *args],
+            capture_output=True,
+            text=True,
+            cwd=self.root,
+        )
         if done.returncode:
-            raise RuntimeError(f"{name} {' '.join(args)} exited {done.returncode}:\n"
-                               f"{done.stdout}{done.stderr}{self.log()}")  # fmt: skip
+            raise RuntimeError(
+                f"{name} {' '.join(args)} exited {done.returncode}:\n"
+                f"{done.stdout}{done.stderr}{self.log()}"
+            )
 
     def start(self) -> None:
         if self.as_user:  # the server's user owns its folder (a temporary folder is root's, 0700)
             shutil.chown(self.root, SYSTEM_USER)
-        self._run("initdb", "-D", str(self.data), "-U", USER, "--auth=trust", "--no-sync",
-                  "--no-instructions", "-E", "UTF8")  # fmt: skip
+        self._run(
+            "initdb",
+            "-D",
+            str(self.data),
+            "-U",
+            USER,
+            "--auth=trust",
+            "--no-sync",
+            "--no-instructions",
+            "-E",
+            "UTF8",
+        )
         options = f"-h 127.0.0.1 -p {self.port} -k {self.root} {FAST}"
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "server.log"),
-                  "-o", options, "-w", "-t", "60", "start")  # fmt: skip
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "server.log"),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", USER, DATABASE)
 
     def stop(self) -> None:

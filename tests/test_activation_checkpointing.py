@@ -75,8 +75,11 @@ def test_checkpointed_model_survives_pickle_and_deepcopy():
 
 def test_every_n_checkpoints_the_first_of_each_n_blocks():
     model = resnet(blocks=(2, 2, 1))
-    assert select_blocks(model, ["BasicBlock"], every_n=2) == ["layers.0.0", "layers.1.0",
-                                                               "layers.2.0"]  # fmt: skip
+    assert select_blocks(model, ["BasicBlock"], every_n=2) == [
+        "layers.0.0",
+        "layers.1.0",
+        "layers.2.0",
+    ]
     assert select_blocks(model, ["BasicBlock"], every_n=3) == ["layers.0.0", "layers.1.1"]
     checkpoint_blocks(model, ["BasicBlock"], every_n=3)
     flags = [is_checkpointed(m) for m in model.modules() if type(m).__name__ == "BasicBlock"]
@@ -93,10 +96,14 @@ def test_saved_activation_bytes_drop_at_least_40_percent_and_weights_match(train
     4 steps of 32 samples: a whole run, each step's weights from the one before."""
     runs = {}
     for choice in ("off", "blocks"):
-        summary, run_dir = train(f"activation_checkpointing={choice}", "model.width=16",
-                                 "trainer.accelerator=cpu",  # bitwise on CPU; GPU: tests/gpu/
-                                 "data.train_samples=128", "data.val_samples=32",
-                                 run_dir=tmp_path / choice)  # fmt: skip
+        summary, run_dir = train(
+            f"activation_checkpointing={choice}",
+            "model.width=16",
+            "trainer.accelerator=cpu",  # bitwise on CPU; GPU: tests/gpu/
+            "data.train_samples=128",
+            "data.val_samples=32",
+            run_dir=tmp_path / choice,
+        )
         runs[choice] = summary, final_weights(run_dir)
     (off, off_state), (on, on_state) = runs["off"], runs["blocks"]
     assert on["plugins"]["activation_checkpointing"]["checkpointed_blocks"] == 3
@@ -212,8 +219,12 @@ def test_selective_keeps_matmul_and_attention_outputs_and_recomputes_the_rest():
     kept = [name for name, saved in policy.decisions if saved]
     recomputed = {name for name, saved in policy.decisions if not saved}
     # c_attn (3x wider), attention, attn.c_proj, mlp.c_proj; not mlp.c_fc (4x wider: recomputed)
-    assert kept == ["aten::addmm", "aten::_scaled_dot_product_flash_attention_for_cpu",
-                    "aten::addmm", "aten::addmm"]  # fmt: skip
+    assert kept == [
+        "aten::addmm",
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::addmm",
+        "aten::addmm",
+    ]
     assert {"aten::native_layer_norm", "aten::gelu", "aten::addmm"} <= recomputed
     keep_all = Recording(recompute_wider_than=None)
     model = gpt(layers=1)
@@ -248,12 +259,22 @@ def test_selective_model_survives_pickle_and_compiles_as_one_graph():
 
 #: A 4-layer GPT on tiny token data, 3 steps (measure counts the 2nd step's saved bytes).
 GPT_RUN = [
-    "model=gpt", "data=synthetic_tokens", "data.vocab_size=64", "data.context=64",
-    "model.width=32", "model.heads=2", "model.layers=4", "data.train_samples=48",
-    "data.batch_size=16", "trainer.max_epochs=1", "++trainer.limit_val_batches=0",
+    "model=gpt",
+    "data=synthetic_tokens",
+    "data.vocab_size=64",
+    "data.context=64",
+    "model.width=32",
+    "model.heads=2",
+    "model.layers=4",
+    "data.train_samples=48",
+    "data.batch_size=16",
+    "trainer.max_epochs=1",
+    "++trainer.limit_val_batches=0",
     "trainer.log_every_n_steps=1",
-    "checkpoint=off", "trainer.enable_progress_bar=false", "trainer.accelerator=cpu",
-]  # fmt: skip
+    "checkpoint=off",
+    "trainer.enable_progress_bar=false",
+    "trainer.accelerator=cpu",
+]
 
 
 def test_selective_saves_40_percent_fewer_bytes_on_the_gpt_and_trains_like_off(train, tmp_path):

@@ -31,11 +31,19 @@ from tuneup.trainer.state.checkpoints import checkpoint_name, list_checkpoints
 #: 6 optimizer steps an epoch, 2 epochs, a checkpoint every step; the model has dropout, so
 #: the RNG states in the checkpoint matter too.
 RUN = [
-    "model=gpt", "model.layers=1", "model.width=8", "model.dropout=0.1",
-    "data=synthetic_tokens", "data.context=8", "data.train_samples=48", "data.val_samples=8",
-    "data.batch_size=8", "trainer.max_epochs=2", "trainer.enable_progress_bar=false",
+    "model=gpt",
+    "model.layers=1",
+    "model.width=8",
+    "model.dropout=0.1",
+    "data=synthetic_tokens",
+    "data.context=8",
+    "data.train_samples=48",
+    "data.val_samples=8",
+    "data.batch_size=8",
+    "trainer.max_epochs=2",
+    "trainer.enable_progress_bar=false",
     "checkpoint.every_n_steps=1",
-]  # fmt: skip
+]
 
 SLOW = """
 import os, time
@@ -84,7 +92,9 @@ def tensors(checkpoint: dict) -> dict:
     found = {f"state_dict.{k}": v for k, v in checkpoint["state_dict"].items()}
     for i, opt in enumerate(checkpoint["optimizer_states"]):
         for param, state in opt["state"].items():
-            found |= {f"optimizer_{i}.{param}.{k}": v for k, v in state.items() if torch.is_tensor(v)}  # fmt: skip
+            found |= {
+                f"optimizer_{i}.{param}.{k}": v for k, v in state.items() if torch.is_tensor(v)
+            }
     return found
 
 
@@ -147,15 +157,17 @@ def test_kill_9_during_a_background_save_leaves_the_last_complete_one_and_resume
     assert not list(folder.glob(".*"))  # the killed write's temporary file removed
     final = checkpoint_name(1, 12)
     assert [p.name for p in list_checkpoints(folder)] == [final]
-    assert_equal(tensors(load(folder / final)), tensors(load(sync / "checkpoints" / final)),
-                 "the uninterrupted sync run")  # fmt: skip
+    assert_equal(
+        tensors(load(folder / final)),
+        tensors(load(sync / "checkpoints" / final)),
+        "the uninterrupted sync run",
+    )
 
 
 def test_sharded_async_checkpoints_verify_and_a_resume_ends_as_the_run(tmp_path):
     """strategy=fsdp, 2 processes: DCP's async_save on a gloo group of its own, then the
     manifest and rename in the background; 4 steps, every checkpoint kept."""
-    args = [*GPT, *layout("fsdp"), "checkpoint.async=true",
-            "checkpoint.keep_last=null"]  # fmt: skip
+    args = [*GPT, *layout("fsdp"), "checkpoint.async=true", "checkpoint.keep_last=null"]
     first = tmp_path / "first"
     result = train(first, *args)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -170,6 +182,8 @@ def test_sharded_async_checkpoints_verify_and_a_resume_ends_as_the_run(tmp_path)
     result = train(again, *args, f"resume={saved[2]}")
     assert result.returncode == 0, result.stderr[-3000:]
     assert summary(again)["resumed_from"] == str(saved[2])
-    ends = [consolidate(list_checkpoints(r / "checkpoints")[0], tmp_path / f"{r.name}.pt")
-            for r in (again, first)]  # fmt: skip
+    ends = [
+        consolidate(list_checkpoints(r / "checkpoints")[0], tmp_path / f"{r.name}.pt")
+        for r in (again, first)
+    ]
     assert_equal(ends[0], ends[1], "the run that wrote the checkpoint resumed")

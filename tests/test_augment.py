@@ -75,7 +75,7 @@ def mixup_resize_run(tmp_path_factory):
             "compile=on",
             "compile.backend=eager",
         ]
-    )  # fmt: skip  (dynamo: shapes)
+    )  # dynamo: shapes
     out = tmp_path_factory.mktemp("race") / "run"
     tuneup.run(cfg, run_dir=out)
     return json.loads((out / "summary.json").read_text())

@@ -103,8 +103,9 @@ class FakeChecks:
             (int(o.split("=")[1]) for o in overrides if o.startswith("data.batch_size=")),
             self.batch,
         )
-        config = OmegaConf.create({"key": list(overrides), "data": {"batch_size": size},
-                                   "optimizer": {"lr": 0.1}})  # fmt: skip
+        config = OmegaConf.create(
+            {"key": list(overrides), "data": {"batch_size": size}, "optimizer": {"lr": 0.1}}
+        )
         return Inspection((), {"fake": {"overrides": list(overrides)}}, config)
 
 
@@ -190,8 +191,9 @@ def test_loss_curves_are_compared_at_equal_samples_seen():
 
 def test_refused_candidates_and_the_budget_never_launch_anything():
     lab = FakeLab(lambda o, job: 100.0)
-    found = search(lab, {"x": ["bad=1"], "y": ["c=1"]}, checks=FakeChecks(refused={"bad=1"}),
-                   budget_minutes=1)  # fmt: skip
+    found = search(
+        lab, {"x": ["bad=1"], "y": ["c=1"]}, checks=FakeChecks(refused={"bad=1"}), budget_minutes=1
+    )
     assert all("bad=1" not in t.overrides for t in lab.trials)
     verdicts = {o.label: (o.verdict, o.reason) for o in found.outcomes}
     assert verdicts["bad=1"] == ("refused", "refused for the test")
@@ -222,8 +224,9 @@ def test_batch_size_is_the_largest_multiple_of_8_that_fits_with_its_learning_rat
 
     lab = FakeLab(lambda o, job: 100.0, peak=peak)
     settings = Settings(max_batch_factor=8, memory_headroom=0.2, lr_rule="linear")
-    fake = types.SimpleNamespace(settings=settings, recipe=(), batch_notes=[], lab=lab,
-                                 checks=FakeChecks(), not_tried=None)  # fmt: skip
+    fake = types.SimpleNamespace(
+        settings=settings, recipe=(), batch_notes=[], lab=lab, checks=FakeChecks(), not_tried=None
+    )
     [plain, checkpointed] = BatchSearch(fake).candidates()
     assert plain.overrides == ("data.batch_size=344", f"optimizer.lr={0.1 * 344 / 64:.6g}")
     assert [_batch(t.overrides) for t in lab.trials[:3]] == [64, 128, 344]  # probes, then the pick
@@ -388,8 +391,14 @@ class Plugin:
         summary["samples_per_s_windows"] = [self.speed] * len(windows)
 """
 
-SMALL = ["data.train_samples=256", "data.val_samples=32", "data.image_size=8", "model.width=4",
-         "data.batch_size=16", "trainer.enable_progress_bar=false"]  # fmt: skip
+SMALL = [
+    "data.train_samples=256",
+    "data.val_samples=32",
+    "data.image_size=8",
+    "model.width=4",
+    "data.batch_size=16",
+    "trainer.enable_progress_bar=false",
+]
 
 
 PROCESS = """
@@ -406,10 +415,12 @@ class Plugin:
 
 def autotune_site(tmp_path):
     """known_speeds (channels_last 3x) and a plugin that records the trial's parent process."""
-    return make_distribution(tmp_path / "site", "autotune-probes",
-                             {"known_speeds": KNOWN_SPEEDS, "process_probe": PROCESS},
-                             {"known_speeds": "known_speeds:Plugin",
-                              "process_probe": "process_probe:Plugin"})  # fmt: skip
+    return make_distribution(
+        tmp_path / "site",
+        "autotune-probes",
+        {"known_speeds": KNOWN_SPEEDS, "process_probe": PROCESS},
+        {"known_speeds": "known_speeds:Plugin", "process_probe": "process_probe:Plugin"},
+    )
 
 
 def test_autotune_end_to_end_prunes_interleaves_guards_and_answers(tmp_path):
@@ -420,21 +431,31 @@ def test_autotune_end_to_end_prunes_interleaves_guards_and_answers(tmp_path):
     test_autotune_study.py."""
     sweep_dir = tmp_path / "sweep"
     done = run_cli(
-        "-m", "experiment=autotune", f"hydra.sweep.dir={sweep_dir}", *SMALL,
-        "autotune.trial_steps=6", "autotune.max_rounds=2", "autotune.budget_minutes=20",
+        "-m",
+        "experiment=autotune",
+        f"hydra.sweep.dir={sweep_dir}",
+        *SMALL,
+        "autotune.trial_steps=6",
+        "autotune.max_rounds=2",
+        "autotune.budget_minutes=20",
         "autotune.dimensions=[precision,memory_format,diverge,kernels,fused_optimizer]",
-        "autotune.space.precision=['precision=tf32']", "+autotune.space.diverge=['optimizer.lr=1000']",
-        "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
-        cwd=tmp_path, tiny=False,
+        "autotune.space.precision=['precision=tf32']",
+        "+autotune.space.diverge=['optimizer.lr=1000']",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+        cwd=tmp_path,
+        tiny=False,
         env={"PYTHONPATH": str(autotune_site(tmp_path)), "OMP_NUM_THREADS": "2"},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     record = json.loads((sweep_dir / "autotune.json").read_text())
     path = {o["label"]: o for o in record["path"]}
 
     # joblib: each trial in a worker process (not this test's child), with the shell's threads
-    parents = {json.loads((sweep_dir / t["job"] / "summary.json").read_text())["test_parent_pid"]
-               for t in record["trials"]}  # fmt: skip
+    parents = {
+        json.loads((sweep_dir / t["job"] / "summary.json").read_text())["test_parent_pid"]
+        for t in record["trials"]
+    }
     assert len(record["trials"]) >= 5 and os.getpid() not in parents
     for trial in record["trials"]:
         summary = json.loads((sweep_dir / trial["job"] / "summary.json").read_text())
@@ -451,8 +472,13 @@ def test_autotune_end_to_end_prunes_interleaves_guards_and_answers(tmp_path):
 
     # Interleaved rounds, then the guard: lr=1000 is out at its first trial.
     order = [t["label"] for t in record["trials"]]
-    assert order[:5] == ["baseline", "baseline", "memory_format=channels_last",
-                         "memory_format=channels_last", "baseline"]  # fmt: skip
+    assert order[:5] == [
+        "baseline",
+        "baseline",
+        "memory_format=channels_last",
+        "memory_format=channels_last",
+        "baseline",
+    ]
     diverge = path["optimizer.lr=1000"]
     assert (
         diverge["verdict"] == "rejected" and "loss curve leaves the baseline's" in diverge["reason"]
@@ -488,9 +514,15 @@ def test_autotune_end_to_end_prunes_interleaves_guards_and_answers(tmp_path):
 
 #: The smallest search that still decides: channels_last against the baseline, two rounds
 #: (tests/test_slurm.py runs it).
-ONE_DIMENSION = ["-m", "experiment=autotune", *SMALL, "autotune.trial_steps=4",
-                 "autotune.min_rounds=2", "autotune.max_rounds=2",
-                 "autotune.dimensions=[memory_format]"]  # fmt: skip
+ONE_DIMENSION = [
+    "-m",
+    "experiment=autotune",
+    *SMALL,
+    "autotune.trial_steps=4",
+    "autotune.min_rounds=2",
+    "autotune.max_rounds=2",
+    "autotune.dimensions=[memory_format]",
+]
 
 
 def test_a_sweep_of_values_is_refused(tmp_path):
@@ -515,7 +547,10 @@ def test_a_larger_batch_scales_the_lightningmodules_own_lr_not_tuneups(monkeypat
     assert batch.lr_overrides(cfg, 2.0, "linear")[0] == ("optimizer.lr=0.1",)
     monkeypatch.setattr(batch, "own_loop", lambda config: True)
     assert batch.lr_overrides(cfg, 2.0, "linear") == (
-        ("model.lr=0.2",), "model.lr 0.1 -> 0.2 (linear scaling, x2 batch)")  # fmt: skip
-    kept = batch.lr_overrides(OmegaConf.create({"model": {}, "optimizer": {"lr": 0.05}}), 2.0,
-                              "linear")  # fmt: skip
+        ("model.lr=0.2",),
+        "model.lr 0.1 -> 0.2 (linear scaling, x2 batch)",
+    )
+    kept = batch.lr_overrides(
+        OmegaConf.create({"model": {}, "optimizer": {"lr": 0.05}}), 2.0, "linear"
+    )
     assert kept == ((), "lr kept: the LightningModule builds its own optimizer (no model.lr)")

@@ -48,9 +48,13 @@ def test_equal_differences_on_the_lattice_are_not_accepted():
     wide = paired_gain([(1600, True)] * 3, [(1360, True)] * 3, CONFIDENCE, spread=(400.0, 8))
     assert wide["verdict"] == NOISE and wide["floor_sd"] == 400.0
     # a gain far beyond both is accepted, and a loss is worse
-    clear = paired_gain([(4800, True), (5440, True), (4480, True)],
-                        [(1440, True), (1760, True), (1600, True)], CONFIDENCE,
-                        quantum=(QUANTUM, QUANTUM), spread=(400.0, 8))  # fmt: skip
+    clear = paired_gain(
+        [(4800, True), (5440, True), (4480, True)],
+        [(1440, True), (1760, True), (1600, True)],
+        CONFIDENCE,
+        quantum=(QUANTUM, QUANTUM),
+        spread=(400.0, 8),
+    )
     assert clear["verdict"] == BETTER
     assert paired_gain(candidate, base, CONFIDENCE, spread=(20.0, 8))["verdict"] == WORSE
 
@@ -67,8 +71,10 @@ def test_holm_steps_down_across_the_candidates():
     assert found["a"]["corrected"] == BETTER and found["b"]["p_adjusted"] == pytest.approx(0.012)
     assert found["c"]["p_adjusted"] == pytest.approx(0.04)  # 0.021 x 1, not below an earlier
     # each alone would have passed
-    assert all(holm({n: decision(p)}, CONFIDENCE, 3, 3)[n]["verdict"] == BETTER
-               for n, p in (("a", 0.02), ("c", 0.021)))  # fmt: skip
+    assert all(
+        holm({n: decision(p)}, CONFIDENCE, 3, 3)[n]["verdict"] == BETTER
+        for n, p in (("a", 0.02), ("c", 0.021))
+    )
     # looks: at 3 seeds of up to 8 the look gets a sixth... of a quarter of the level
     assert holm({"a": decision(0.004)}, CONFIDENCE, 3, 8)["a"]["verdict"] == NOISE
     missed = {**decision(0.001), "verdict": MISSED}

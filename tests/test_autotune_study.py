@@ -76,8 +76,10 @@ def test_the_advice_without_an_answer_follows_from_what_happened():
     loss = {"metric": "val/loss", "value": 0.001, "mode": "auto"}
     missed = {"reached": False, "samples_seen": 4224, "best": 0.4123, "mode": "min"}
     own = no_answer(loss, {**missed, "stopped": OWN_LIMITS}, 12, 30, 0, 1.5, best=0.3981)
-    assert own.startswith("your command never reached val/loss <= 0.001 within its own limits "
-                          "(4,224 samples; best val/loss seen 0.3981 (your command's: 0.4123))")  # fmt: skip
+    assert own.startswith(
+        "your command never reached val/loss <= 0.001 within its own limits "
+        "(4,224 samples; best val/loss seen 0.3981 (your command's: 0.4123))"
+    )
     assert "nor did any of the study's 12 trial(s)" in own
     assert "trainer.max_epochs" in own and "easier target.value" in own
     assert "raise autotune.budget" not in own
@@ -88,8 +90,10 @@ def test_the_advice_without_an_answer_follows_from_what_happened():
     reached = {"reached": True, "samples_seen": 960, "best": 0.95, "mode": "max"}
     acc = {"metric": "val/acc", "value": 0.9, "mode": "auto"}
     cut = no_answer(acc, reached, 4, 30, 0, 1.5)
-    assert cut.startswith("the budget stopped the study after 4 of autotune.budget_trials=30 "
-                          "trials, none of which reached val/acc >= 0.9: your command is kept")  # fmt: skip
+    assert cut.startswith(
+        "the budget stopped the study after 4 of autotune.budget_trials=30 "
+        "trials, none of which reached val/acc >= 0.9: your command is kept"
+    )
     assert "raise autotune.budget_minutes" in cut
     every = no_answer(acc, reached, 30, 30, 0, 1.5)
     assert every.startswith("none of the study's 30 trials reached val/acc >= 0.9 within its")
@@ -159,9 +163,15 @@ def test_the_sampler_is_tpe_or_random_seeded_by_sampler_seed_or_the_runs_seed():
 
 
 def test_a_bad_value_on_the_command_line_stops_before_any_trial(tmp_path):
-    done = run_cli("-m", "experiment=autotune", "autotune.objective=time_to_target",
-                   "autotune.budget_trials=0", f"hydra.sweep.dir={tmp_path / 'sweep'}",
-                   cwd=tmp_path, tiny=False)  # fmt: skip
+    done = run_cli(
+        "-m",
+        "experiment=autotune",
+        "autotune.objective=time_to_target",
+        "autotune.budget_trials=0",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+        tiny=False,
+    )
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert errors == [
@@ -183,14 +193,23 @@ def test_a_bad_value_on_the_command_line_stops_before_any_trial(tmp_path):
     ],
     ids=["unlogged-metric", "reversed-interval"],
 )  # fmt: skip
-def test_what_the_baseline_would_refuse_is_one_line_before_anything_is_written(tmp_path, bad,
-                                                                               message):  # fmt: skip
+def test_what_the_baseline_would_refuse_is_one_line_before_anything_is_written(
+    tmp_path, bad, message
+):
     """The user's command is checked in the sweeper's process as a single run checks it, and
     its sweeps parsed: no baseline job, no journal, no sweep folder's files, printed once."""
     sweep_dir = tmp_path / "sweep"
-    done = run_cli("-m", "experiment=autotune", "autotune.objective=time_to_target", *TASK[:6],
-                   *bad, "target.value=0.9", f"hydra.sweep.dir={sweep_dir}", cwd=tmp_path,
-                   tiny=False)  # fmt: skip
+    done = run_cli(
+        "-m",
+        "experiment=autotune",
+        "autotune.objective=time_to_target",
+        *TASK[:6],
+        *bad,
+        "target.value=0.9",
+        f"hydra.sweep.dir={sweep_dir}",
+        cwd=tmp_path,
+        tiny=False,
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     assert done.stderr.strip().splitlines() == [message]
     assert "Traceback" not in done.stdout + done.stderr
@@ -253,19 +272,26 @@ def test_trials_are_judged_at_the_rungs_samples_not_at_their_next_validation():
     from tuneup.plugins.optuna_trial import Plugin, pruned_line, values_at_rungs
 
     assert values_at_rungs([(1280, 0.30), (2560, 0.02)], 2133, 3, 0) == [
-        (2133, pytest.approx(0.30 - 0.28 * 853 / 1280))]  # fmt: skip
+        (2133, pytest.approx(0.30 - 0.28 * 853 / 1280))
+    ]
     assert values_at_rungs([(1280, 0.3)], 2133, 3, 0) == []  # not there yet
     assert values_at_rungs([(2560, 0.2)], 2133, 3, 0) == [(2133, 0.2)]  # no validation before
     both = values_at_rungs([(1280, 0.3), (6400, 0.1)], 2133, 3, 0)  # 2,133 and 6,399
     assert [rung for rung, _ in both] == [2133, 6399]
     assert values_at_rungs([(1280, 0.3), (6400, 0.1)], 2133, 3, 1) == both[1:]
 
-    spec = {"_target_": "optuna.pruners.SuccessiveHalvingPruner", "min_resource": 2133,
-            "reduction_factor": 3, "min_early_stopping_rate": 0}  # fmt: skip
+    spec = {
+        "_target_": "optuna.pruners.SuccessiveHalvingPruner",
+        "min_resource": 2133,
+        "reduction_factor": 3,
+        "min_early_stopping_rate": 0,
+    }
     study = optuna.create_study(pruner=make_pruner(spec))
     stops = []
-    for validations in ([(1280, 0.30), (2560, 0.02)], [(160 * k, 0.10 - 0.01 * (k - 13))
-                                                         for k in range(1, 15)]):  # fmt: skip
+    for validations in (
+        [(1280, 0.30), (2560, 0.02)],
+        [(160 * k, 0.10 - 0.01 * (k - 13)) for k in range(1, 15)],
+    ):
         trial = Plugin(None)  # outside a sweep: given a study's trial as a job would be
         trial.settings, trial.by_samples, trial.rungs = {"trial": 0}, True, (2133, 3)
         trial.trial = study.ask()
@@ -279,7 +305,8 @@ def test_trials_are_judged_at_the_rungs_samples_not_at_their_next_validation():
     ]
     assert pruned_line(3, 4, 45, 720, 2133) == (
         "optuna: trial 3 (job #4) pruned after 45 optimizer steps (720 samples), behind at "
-        "the rung of 2,133 samples")  # fmt: skip
+        "the rung of 2,133 samples"
+    )
 
 
 # -- the default space ------------------------------------------------------------------------
@@ -313,11 +340,21 @@ def test_the_default_space_holds_the_hand_recipes_and_drops_what_is_not_installe
 # -- the user's schedule: a race budget the scheduler does not see ----------------------------
 
 #: The user's command: 16 steps of a cosine schedule; a trial's budget stops it after 4.
-SCHEDULED = ["data.train_samples=256", "data.val_samples=32", "data.batch_size=32", "model=mlp",
-             "model.hidden=[8]", "trainer.max_steps=16", "trainer.max_epochs=-1",
-             "scheduler=cosine", "target.metric=val/loss", "target.value=1e-9",
-             "target.check_every_n_steps=4", "trainer.enable_progress_bar=false",
-             "measure.console_table=false"]  # fmt: skip
+SCHEDULED = [
+    "data.train_samples=256",
+    "data.val_samples=32",
+    "data.batch_size=32",
+    "model=mlp",
+    "model.hidden=[8]",
+    "trainer.max_steps=16",
+    "trainer.max_epochs=-1",
+    "scheduler=cosine",
+    "target.metric=val/loss",
+    "target.value=1e-9",
+    "target.check_every_n_steps=4",
+    "trainer.enable_progress_bar=false",
+    "measure.console_table=false",
+]
 
 
 class LearningRates(pl.Callback):
@@ -338,8 +375,9 @@ def test_a_study_trial_keeps_the_schedule_the_recipe_runs(tmp_path):
     def learning_rates(run: str, overrides: list[str]) -> list[float]:
         log = tmp_path / f"{run}.json"
         callback = f"+callbacks.lr={{_target_: {__name__}.LearningRates, path: '{log}'}}"
-        tuneup.run(compose_config([*SCHEDULED, *overrides, callback], tiny=False),
-                   run_dir=tmp_path / run)  # fmt: skip
+        tuneup.run(
+            compose_config([*SCHEDULED, *overrides, callback], tiny=False), run_dir=tmp_path / run
+        )
         return json.loads(log.read_text())
 
     candidate = ["data.batch_size=16"]  # the candidate's own batch size: 16 steps of 16
@@ -358,19 +396,39 @@ def test_a_study_trial_keeps_the_schedule_the_recipe_runs(tmp_path):
 
 #: Digits, a small MLP, a learning rate 10x below sgd's default (it misses the target within
 #: its 3 epochs on the paired seeds: a miss counts at the samples it ran); the study searches the learning rate.
-TASK = ["data=digits", "model=mlp", "model.hidden=[32]", "data.image_size=8", "data.channels=1",
-        "trainer.max_epochs=3", "target.metric=val/acc", "target.value=0.8",
-        "target.check_every_n_steps=5", "optimizer.lr=0.005", "trainer.enable_progress_bar=false"]  # fmt: skip
+TASK = [
+    "data=digits",
+    "model=mlp",
+    "model.hidden=[32]",
+    "data.image_size=8",
+    "data.channels=1",
+    "trainer.max_epochs=3",
+    "target.metric=val/acc",
+    "target.value=0.8",
+    "target.check_every_n_steps=5",
+    "optimizer.lr=0.005",
+    "trainer.enable_progress_bar=false",
+]
 TRIALS = 4
 
 
 def study_command(sweep_dir: Path) -> list[str]:
-    return [str(ROOT / "run.py"), "-m", "experiment=autotune", "autotune.objective=time_to_target",
-            f"autotune.budget_trials={TRIALS}", "autotune.seeds=2", "autotune.max_seeds=2",
-            "autotune.confirm=1",
-            "autotune.trial_steps=4", "autotune.max_rounds=2", "autotune.cost=steps",
-            "autotune.params={optimizer.lr: 'tag(log, interval(2e-3, 0.3))'}",
-            f"hydra.sweep.dir={sweep_dir}", *TASK]  # fmt: skip
+    return [
+        str(ROOT / "run.py"),
+        "-m",
+        "experiment=autotune",
+        "autotune.objective=time_to_target",
+        f"autotune.budget_trials={TRIALS}",
+        "autotune.seeds=2",
+        "autotune.max_seeds=2",
+        "autotune.confirm=1",
+        "autotune.trial_steps=4",
+        "autotune.max_rounds=2",
+        "autotune.cost=steps",
+        "autotune.params={optimizer.lr: 'tag(log, interval(2e-3, 0.3))'}",
+        f"hydra.sweep.dir={sweep_dir}",
+        *TASK,
+    ]
 
 
 def finished_trials(journal: Path) -> list:
@@ -394,8 +452,13 @@ def continued(tmp_path_factory):
     sweep_dir = folder / "sweep"
     journal = sweep_dir / "optuna.journal"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    first = subprocess.Popen([*python(), *study_command(sweep_dir)], cwd=folder, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    first = subprocess.Popen(
+        [*python(), *study_command(sweep_dir)],
+        cwd=folder,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 240
     while not finished_trials(journal) and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
@@ -409,8 +472,14 @@ def continued(tmp_path_factory):
     owners = {t.user_attrs.get(SWEEPER_ATTR) for t in finished_trials(journal)}
     while not all(map(is_gone, owners)) and time.monotonic() < deadline + 30:
         time.sleep(0.05)
-    done = subprocess.run([*python(), *study_command(sweep_dir)], cwd=folder, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [*python(), *study_command(sweep_dir)],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     record = json.loads((sweep_dir / "autotune.json").read_text())
     return {"dir": sweep_dir, "before": before, "record": record, "done": done}
@@ -425,8 +494,11 @@ def test_a_killed_study_continues_without_rerunning_finished_trials(continued):
             optuna.storages.journal.JournalFileBackend(str(continued["dir"] / "optuna.journal"))
         ),
     )  # the user's way in: optuna.load_study on the sweep's journal
-    finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")
-                and not t.user_attrs.get("tuneup_baseline")]  # fmt: skip
+    finished = [
+        t
+        for t in study.trials
+        if t.state.name in ("COMPLETE", "PRUNED") and not t.user_attrs.get("tuneup_baseline")
+    ]
     assert len(finished) == TRIALS
     jobs = [t.user_attrs["tuneup_job"] for t in finished]
     assert len(set(jobs)) == TRIALS  # each finished trial ran once
@@ -472,15 +544,22 @@ def test_the_study_finds_a_higher_learning_rate_that_needs_fewer_steps(continued
     assert "(autotune.cost=steps); on this machine, estimated time to target" in record["verdict"]
     text = (continued["dir"] / "autotune.md").read_text()
     # the space it searched, printed: autotune.params' one key, on every trial
-    assert record["space"]["searched"] == [{"key": "optimizer.lr", "name": "optimizer.lr",
-        "distribution": "log-uniform [0.002, 0.3]", "condition": "every trial"}]  # fmt: skip
+    assert record["space"]["searched"] == [
+        {
+            "key": "optimizer.lr",
+            "name": "optimizer.lr",
+            "distribution": "log-uniform [0.002, 0.3]",
+            "condition": "every trial",
+        }
+    ]
     assert "## Searched space" in text
     assert "| `optimizer.lr` | log-uniform [0.002, 0.3] | every trial |" in text
     command = f"tuneup --config-dir {continued['dir'] / 'conf'} experiment=recipe target.stop=true"
     assert record["recipe"]["command"] == command and command in text
     assert "| better, p " in text and f"held-out seed {expected['seed']}" in text
-    recipe = tuneup.compose(["experiment=recipe", "target.stop=true"],
-                            config_dir=continued["dir"] / "conf")  # fmt: skip
+    recipe = tuneup.compose(
+        ["experiment=recipe", "target.stop=true"], config_dir=continued["dir"] / "conf"
+    )
     assert recipe.optimizer.lr == pytest.approx(float(found.split("=")[1]))
     assert recipe.target.value == 0.8 and "autotune" not in recipe
     assert (continued["dir"] / "autotune.png").stat().st_size > 10_000

@@ -28,31 +28,59 @@ def test_precision_bench_prints_every_choice_and_exits_1_when_one_failed(monkeyp
     def run_one(args, choice, run_dir):
         if choice == "bf16":
             return {"choice": choice, "error": "RuntimeError: out of memory"}
-        return {"choice": choice, "ran_as": choice, "samples_per_s": 100.0, "note": None,
-                "peak_memory_bytes": 2**30, "data_wait_fraction": 0.01, "device": "cpu"}  # fmt: skip
+        return {
+            "choice": choice,
+            "ran_as": choice,
+            "samples_per_s": 100.0,
+            "note": None,
+            "peak_memory_bytes": 2**30,
+            "data_wait_fraction": 0.01,
+            "device": "cpu",
+        }
 
     monkeypatch.setattr(precision, "run_one", run_one)
     with pytest.raises(SystemExit) as exit_:
         precision.main(["--device", "cpu", "--choices", "fp32,bf16"])
     assert exit_.value.code == 1
-    rows = {line.split("|")[1].strip(): line for line in capsys.readouterr().out.splitlines()
-            if line.startswith("| ") and not line.startswith("| precision")}  # fmt: skip
+    rows = {
+        line.split("|")[1].strip(): line
+        for line in capsys.readouterr().out.splitlines()
+        if line.startswith("| ") and not line.startswith("| precision")
+    }
     assert "| 100.0 |" in rows["fp32"] and "failed: RuntimeError: out of memory" in rows["bf16"]
 
 
 def test_gpu_script_lists_every_step_and_refuses_unknown_ones():
-    listed = subprocess.run(["bash", str(ROOT / "bench" / "gpu.sh"), "--list"],
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    listed = subprocess.run(
+        ["bash", str(ROOT / "bench" / "gpu.sh"), "--list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     steps = [line.split(":")[0] for line in listed.stdout.splitlines()]
-    assert steps == ["gpu-tests", "suite", "throughput", "precision", "memory", "kernels",
-                     "dataloader", "syncs", "micro-batch"]  # fmt: skip
-    quick = subprocess.run(["bash", str(ROOT / "bench" / "gpu.sh"), "quick", "--list"],
-                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert steps == [
+        "gpu-tests",
+        "suite",
+        "throughput",
+        "precision",
+        "memory",
+        "kernels",
+        "dataloader",
+        "syncs",
+        "micro-batch",
+    ]
+    quick = subprocess.run(
+        ["bash", str(ROOT / "bench" / "gpu.sh"), "quick", "--list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     commands = dict(line.split(": ", 1) for line in quick.stdout.splitlines())
     assert commands["kernels"].endswith("bench/kernels.py --only ce,lce,fp8")  # no optim section
     assert "--configs amp,amp+channels_last" in commands["throughput"]
-    unknown = subprocess.run(["bash", str(ROOT / "bench" / "gpu.sh"), "nope"],
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    unknown = subprocess.run(
+        ["bash", str(ROOT / "bench" / "gpu.sh"), "nope"], capture_output=True, text=True, timeout=60
+    )
     assert unknown.returncode == 2 and "unknown step 'nope'" in unknown.stderr
 
 
@@ -69,8 +97,11 @@ def test_memory_bench_parallel_layouts_compose_with_the_processes_and_mesh_they_
         assert cfg.precision.name == ("bf16" if "bf16" in layout else "fp32")
         tp = cfg.strategy.get("tensor_parallel_size", 1)
         assert (cfg.strategy.name, tp) == {
-            "1 process": ("auto", 1), "DDP x2": ("ddp", 1), "TP x2": ("fsdp", 2),
-            "FSDP x2 over TP x2": ("fsdp", 2)}.get(layout, ("fsdp", 1))  # fmt: skip
+            "1 process": ("auto", 1),
+            "DDP x2": ("ddp", 1),
+            "TP x2": ("fsdp", 2),
+            "FSDP x2 over TP x2": ("fsdp", 2),
+        }.get(layout, ("fsdp", 1))
     with pytest.raises(SystemExit):
         memory.parse(["--layouts", "FSDP x3"])
 
@@ -78,22 +109,48 @@ def test_memory_bench_parallel_layouts_compose_with_the_processes_and_mesh_they_
 def test_memory_bench_parallel_table_shows_rank_zero_and_where_ranks_differ():
     memory = bench_module("memory_parallel")
     mib = 2**20
-    one = {"parameter_bytes": 4 * mib, "gradient_bytes": 4 * mib,
-           "optimizer_state_bytes": 8 * mib, "peak_memory_bytes": 600 * mib}  # fmt: skip
-    half = {**{k: v // 2 for k, v in one.items()}, "all_gather_bytes_per_step": 6 * mib,
-            "reduce_scatter_bytes_per_step": 4 * mib, "all_reduce_bytes_per_step": 0}  # fmt: skip
+    one = {
+        "parameter_bytes": 4 * mib,
+        "gradient_bytes": 4 * mib,
+        "optimizer_state_bytes": 8 * mib,
+        "peak_memory_bytes": 600 * mib,
+    }
+    half = {
+        **{k: v // 2 for k, v in one.items()},
+        "all_gather_bytes_per_step": 6 * mib,
+        "reduce_scatter_bytes_per_step": 4 * mib,
+        "all_reduce_bytes_per_step": 0,
+    }
     rows = [
         {"layout": "1 process", "processes": 1, "per_rank": [{"rank": 0, **one}]},
-        {"layout": "FSDP x2", "processes": 2,
-         "per_rank": [{"rank": 0, **half}, {"rank": 1, **half, "parameter_bytes": 3 * mib}]},
+        {
+            "layout": "FSDP x2",
+            "processes": 2,
+            "per_rank": [{"rank": 0, **half}, {"rank": 1, **half, "parameter_bytes": 3 * mib}],
+        },
         {"layout": "FSDP x4", "processes": 4, "error": ["error: gloo timed out"]},
-    ]  # fmt: skip
+    ]
     lines = memory.parallel_table(rows).splitlines()
     assert lines[2].split(" | ")[2:] == [
-        "4.0 MiB", "4.0 MiB", "8.0 MiB", "1.00x", "600", "0", "0", "0 |"]  # fmt: skip
+        "4.0 MiB",
+        "4.0 MiB",
+        "8.0 MiB",
+        "1.00x",
+        "600",
+        "0",
+        "0",
+        "0 |",
+    ]
     assert lines[3].split(" | ")[2:] == [
-        "2.0 MiB (ranks 2.0 MiB-3.0 MiB)", "2.0 MiB", "4.0 MiB", "0.50x", "300 / 300", "6.0 MiB",
-        "4.0 MiB", "0 |"]  # fmt: skip
+        "2.0 MiB (ranks 2.0 MiB-3.0 MiB)",
+        "2.0 MiB",
+        "4.0 MiB",
+        "0.50x",
+        "300 / 300",
+        "6.0 MiB",
+        "4.0 MiB",
+        "0 |",
+    ]
     assert "failed: error: gloo timed out" in lines[4]
 
 
@@ -123,11 +180,19 @@ def test_memory_startup_bench_says_whether_the_sum_is_within_one_copy_and_the_sh
     gib = 2**30
 
     def row(variant, *peaks, params=gib // 8):  # fp32: a model of 0.5 GiB
-        return {"variant": variant, "seconds": 1.0, "ranks": [
-            {"rank": r, "peak_rss_bytes": p, "parameters": params} for r, p in enumerate(peaks)]}  # fmt: skip
+        return {
+            "variant": variant,
+            "seconds": 1.0,
+            "ranks": [
+                {"rank": r, "peak_rss_bytes": p, "parameters": params} for r, p in enumerate(peaks)
+            ],
+        }
 
-    rows = [row("runtime", gib // 2, gib // 2), row("before (full)", gib, gib),
-            row("broadcast", gib + gib // 4, gib // 2 + gib // 4 + 1)]  # fmt: skip
+    rows = [
+        row("runtime", gib // 2, gib // 2),
+        row("before (full)", gib, gib),
+        row("broadcast", gib + gib // 4, gib // 2 + gib // 4 + 1),
+    ]
     text, note = startup.table(rows)
     lines = text.splitlines()
     assert "0.50 GiB in fp32" in note and "<= 1.00 GiB" in note
@@ -196,9 +261,15 @@ def test_race_profile_counts_the_tasks_within_tau_of_the_best_and_a_miss_never(t
     report = bench_module("race").race_report
 
     def result(task, **steps):  # one seed each; every recipe 0.1 s a step
-        rows = [{"contender": name, "label": name, "overrides": [],
-                 "summaries": [{"steps_to_target": value, "samples_to_target": value}]}
-                for name, value in steps.items()]  # fmt: skip
+        rows = [
+            {
+                "contender": name,
+                "label": name,
+                "overrides": [],
+                "summaries": [{"steps_to_target": value, "samples_to_target": value}],
+            }
+            for name, value in steps.items()
+        ]
         speed = {name: {"seconds_per_step": 0.1} for name in steps}
         return {"task": task, "command": "-", "rows": rows, "speed": speed, "notes": []}
 

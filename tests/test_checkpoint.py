@@ -13,8 +13,14 @@ from tuneup.trainer.state.checkpoints import BEST, checkpoint_name
 from tuneup.trainer.state.divergence import Diverged
 
 #: A model without BatchNorm and small: each run takes about a second.
-MLP = ["model=mlp", "model.hidden=[16]", "data.train_samples=128", "data.val_samples=32",
-       "data.batch_size=32", "trainer.enable_progress_bar=false"]  # fmt: skip
+MLP = [
+    "model=mlp",
+    "model.hidden=[16]",
+    "data.train_samples=128",
+    "data.val_samples=32",
+    "data.batch_size=32",
+    "trainer.enable_progress_bar=false",
+]
 
 
 def names(run_dir):
@@ -36,8 +42,17 @@ def test_epoch_end_checkpoints_keep_the_last_k_and_hold_only_plain_data(train):
     summary, run_dir = train(*MLP, "trainer.max_epochs=4", "checkpoint.keep_last=2", tiny=False)
     assert names(run_dir) == [checkpoint_name(2, 12), checkpoint_name(3, 16)]
     state = torch.load(run_dir / "checkpoints" / checkpoint_name(3, 16), weights_only=True)
-    for key in ("state_dict", "loops", "optimizer_states", "lr_schedulers", "callbacks",
-                "tuneup", "tuneup_rng", "tuneup_run", "tuneup_data_order"):  # fmt: skip
+    for key in (
+        "state_dict",
+        "loops",
+        "optimizer_states",
+        "lr_schedulers",
+        "callbacks",
+        "tuneup",
+        "tuneup_rng",
+        "tuneup_run",
+        "tuneup_data_order",
+    ):
         assert key in state, key
     assert plain(state)
     assert state["tuneup_data_order"]["epoch"] == 4  # a finished epoch: the next one's start
@@ -47,8 +62,13 @@ def test_epoch_end_checkpoints_keep_the_last_k_and_hold_only_plain_data(train):
 
 
 def test_step_checkpoints_and_the_final_step_mid_epoch(train):
-    _, run_dir = train(*MLP, "trainer.max_steps=5", "checkpoint.every_n_steps=2",
-                       "checkpoint.keep_last=null", tiny=False)  # fmt: skip
+    _, run_dir = train(
+        *MLP,
+        "trainer.max_steps=5",
+        "checkpoint.every_n_steps=2",
+        "checkpoint.keep_last=null",
+        tiny=False,
+    )
     # 4 batches per epoch; step 4 is also the end of epoch 0 (saved once); 5 is the final step
     assert names(run_dir) == [checkpoint_name(e, s) for e, s in ((0, 2), (0, 4), (1, 5))]
 
@@ -61,8 +81,13 @@ def test_fp16_loss_scaler_state_is_saved_and_loads_weights_only(train):
 
 
 def test_best_checkpoint_by_a_monitored_metric(train):
-    summary, run_dir = train(*MLP, "trainer.max_epochs=3", "checkpoint.monitor=val/loss",
-                             "checkpoint.mode=min", tiny=False)  # fmt: skip
+    summary, run_dir = train(
+        *MLP,
+        "trainer.max_epochs=3",
+        "checkpoint.monitor=val/loss",
+        "checkpoint.mode=min",
+        tiny=False,
+    )
     best = torch.load(run_dir / "checkpoints" / BEST, weights_only=True)
     assert best["callbacks"]["tuneup_checkpoint"]["best"] == summary["checkpoints"]["best"]
     assert math.isclose(summary["checkpoints"]["best"], summary["val"]["loss"], rel_tol=0.5)
@@ -130,9 +155,11 @@ def test_nan_in_the_data_is_named_as_the_data_not_divergence(train, add_plugin):
     with pytest.raises(Diverged) as raised:
         train(*MLP, tiny=False)
     text = str(raised.value)
-    assert text.startswith("the data holds NaN or inf: the loss was nan in step 3 (epoch 0, "
-                           "batch 2 of the epoch) on rank 0, and that batch held non-finite "
-                           "values in batch[0] (1 of 98304 values).")  # fmt: skip
+    assert text.startswith(
+        "the data holds NaN or inf: the loss was nan in step 3 (epoch 0, "
+        "batch 2 of the epoch) on rank 0, and that batch held non-finite "
+        "values in batch[0] (1 of 98304 values)."
+    )
     assert "learning rate" not in text and "fp16" not in text
 
 

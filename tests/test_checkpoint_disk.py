@@ -17,9 +17,15 @@ from tuneup.trainer.state.checkpoint_write import atomic_save, disk_full
 from tuneup.trainer.state.checkpoints import checkpoint_files, checkpoint_name
 
 #: 128 samples in batches of 32: 4 optimizer steps an epoch; about a second a run.
-MLP = ["model=mlp", "model.hidden=[16]", "data.train_samples=128", "data.val_samples=32",
-       "data.batch_size=32", "trainer.enable_progress_bar=false",
-       "checkpoint.every_n_steps=1"]  # fmt: skip
+MLP = [
+    "model=mlp",
+    "model.hidden=[16]",
+    "data.train_samples=128",
+    "data.val_samples=32",
+    "data.batch_size=32",
+    "trainer.enable_progress_bar=false",
+    "checkpoint.every_n_steps=1",
+]
 
 
 def names(run_dir) -> list[str]:
@@ -46,8 +52,14 @@ def test_a_damaged_newest_checkpoint_is_set_aside_not_counted_nor_deleted(train,
     newest = run_dir / "checkpoints" / checkpoint_name(0, 4)
     damage(newest)
     evidence = newest.read_bytes()
-    summary, _ = train(*MLP, "trainer.max_steps=7", "checkpoint.keep_last=3", "resume=auto",
-                       tiny=False, run_dir=run_dir)  # fmt: skip
+    summary, _ = train(
+        *MLP,
+        "trainer.max_steps=7",
+        "checkpoint.keep_last=3",
+        "resume=auto",
+        tiny=False,
+        run_dir=run_dir,
+    )
     assert summary["status"] == "ok" and summary["resumed_from"].endswith(checkpoint_name(0, 3))
     # three good checkpoints kept (the damaged file held one of the slots before); the new
     # step-4 file did not overwrite it
@@ -67,7 +79,9 @@ def test_unreadable_files_are_set_aside_by_pruning_and_names_never_collide(tmp_p
     assert checkpoints.prune(folder, keep=2) == [folder / checkpoint_name(0, 1)]
     assert names(tmp_path) == [checkpoint_name(0, 2), checkpoint_name(0, 3)]
     assert sorted(p.name for p in checkpoints.damaged(folder)) == [
-        "epoch000-step00000009-1.ckpt", checkpoint_name(0, 9)]  # fmt: skip
+        "epoch000-step00000009-1.ckpt",
+        checkpoint_name(0, 9),
+    ]
     assert (folder / "damaged" / "epoch000-step00000009-1.ckpt").read_bytes().endswith(b"zip")
 
 
@@ -87,11 +101,20 @@ def room_for(files: int, monkeypatch) -> None:
 def test_a_lowered_keep_last_frees_the_space_before_the_next_save(train, monkeypatch):
     _, run_dir = train(*MLP, "trainer.max_steps=3", "checkpoint.keep_last=3", tiny=False)
     room_for(3, monkeypatch)  # the three written: full
-    with pytest.raises(TuneupError, match=r"no space left to save .*keep fewer \(resume=auto "
-                       r"checkpoint.keep_last=<fewer>"):  # fmt: skip
+    with pytest.raises(
+        TuneupError,
+        match=r"no space left to save .*keep fewer \(resume=auto "
+        r"checkpoint.keep_last=<fewer>",
+    ):
         train(*MLP, "trainer.max_steps=5", "resume=auto", tiny=False, run_dir=run_dir)
-    summary, _ = train(*MLP, "trainer.max_steps=5", "checkpoint.keep_last=1", "resume=auto",
-                       tiny=False, run_dir=run_dir)  # as the message advises  # fmt: skip
+    summary, _ = train(
+        *MLP,
+        "trainer.max_steps=5",
+        "checkpoint.keep_last=1",
+        "resume=auto",
+        tiny=False,
+        run_dir=run_dir,
+    )  # as the message advises
     assert summary["status"] == "ok" and summary["steps"] == 5
     assert names(run_dir) == [checkpoint_name(1, 5)]
 
@@ -123,13 +146,21 @@ def test_resuming_an_older_checkpoint_keeps_the_newer_ones_aside_and_says_so(tra
     folder = run_dir / "checkpoints"
     old = {step: (folder / checkpoint_name(0, step)).read_bytes() for step in (3, 4)}
     caplog.clear()
-    summary, _ = train(*MLP, "trainer.max_steps=4", f"resume={folder / checkpoint_name(0, 2)}",
-                       tiny=False, run_dir=run_dir)  # fmt: skip
+    summary, _ = train(
+        *MLP,
+        "trainer.max_steps=4",
+        f"resume={folder / checkpoint_name(0, 2)}",
+        tiny=False,
+        run_dir=run_dir,
+    )
     assert summary["status"] == "ok" and summary["steps"] == 4
     aside = folder / checkpoints.SUPERSEDED
     assert {step: (aside / checkpoint_name(0, step)).read_bytes() for step in (3, 4)} == old
-    assert summary["checkpoints"]["superseded"] == [str(aside / checkpoint_name(0, s))
-                                                    for s in (3, 4)]  # fmt: skip
+    assert summary["checkpoints"]["superseded"] == [
+        str(aside / checkpoint_name(0, s)) for s in (3, 4)
+    ]
     assert names(run_dir) == [checkpoint_name(0, s) for s in (2, 3, 4)]  # the new 3 and 4
-    assert (f"resuming {checkpoint_name(0, 2)}, older than 2 checkpoint(s) of this run (the "
-            f"newest: {checkpoint_name(0, 4)}): moved them into {aside}") in caplog.text  # fmt: skip
+    assert (
+        f"resuming {checkpoint_name(0, 2)}, older than 2 checkpoint(s) of this run (the "
+        f"newest: {checkpoint_name(0, 4)}): moved them into {aside}"
+    ) in caplog.text

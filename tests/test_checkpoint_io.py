@@ -238,14 +238,17 @@ def test_pruning_after_each_save_reads_each_file_once_and_a_file_written_anew_ag
 
     reads = []
     real_load = checkpoints.load
-    monkeypatch.setattr(checkpoints, "load", lambda path, **kw: reads.append(path.name)
-                        or real_load(path, **kw))  # fmt: skip
+    monkeypatch.setattr(
+        checkpoints, "load", lambda path, **kw: reads.append(path.name) or real_load(path, **kw)
+    )
     for step in range(1, 5):  # a save, then the prune that follows it
         write(tmp_path, checkpoint_name(0, step), step=step)
         prune(tmp_path, keep=2)
     assert reads == [checkpoint_name(0, step) for step in range(1, 5)]  # each one once
-    assert [p.name for p in list_checkpoints(tmp_path)] == [checkpoint_name(0, 4),
-                                                            checkpoint_name(0, 3)]  # fmt: skip
+    assert [p.name for p in list_checkpoints(tmp_path)] == [
+        checkpoint_name(0, 4),
+        checkpoint_name(0, 3),
+    ]
     write(tmp_path, checkpoint_name(0, 3), step=9)  # rewritten: now the furthest trained
     assert list_checkpoints(tmp_path)[0].name == checkpoint_name(0, 3)
     assert reads[-1] == checkpoint_name(0, 3)
@@ -282,8 +285,9 @@ def test_ranks_share_an_epoch_without_overlap_like_distributed_sampler():
 
 def test_loader_resumes_at_the_batch_after_the_last_one_handed_out():
     data = torch.arange(20)
-    full = ResumableLoader(data, batch_size=4, sampler=ResumableSampler(20, seed=5),
-                           generator=torch.Generator())  # fmt: skip
+    full = ResumableLoader(
+        data, batch_size=4, sampler=ResumableSampler(20, seed=5), generator=torch.Generator()
+    )
     batches = list(full)
     partial = ResumableLoader(data, batch_size=4, sampler=ResumableSampler(20, seed=5))
     iterator = iter(partial)
@@ -308,8 +312,9 @@ def test_resuming_mid_epoch_over_other_data_is_refused():
 
 
 def test_loader_iteration_draws_nothing_from_the_global_rng():
-    loader = ResumableLoader(torch.arange(8), batch_size=4, sampler=ResumableSampler(8),
-                             generator=torch.Generator())  # fmt: skip
+    loader = ResumableLoader(
+        torch.arange(8), batch_size=4, sampler=ResumableSampler(8), generator=torch.Generator()
+    )
     before = torch.get_rng_state()
     list(loader)
     assert torch.equal(torch.get_rng_state(), before)
@@ -343,18 +348,36 @@ def test_a_nonfinite_loss_names_step_and_rank():
 def test_a_deferred_check_says_when_the_bad_micro_batch_held_nan_data():
     watch = LossWatch()
     tokens, images = torch.zeros(2, 3, dtype=torch.long), torch.ones(2, 3)
-    watch.observe(torch.tensor(1.0), step=1, epoch=0, batch=0, rank=0, deferred=True,
-                  data=(images, tokens))  # fmt: skip
+    watch.observe(
+        torch.tensor(1.0), step=1, epoch=0, batch=0, rank=0, deferred=True, data=(images, tokens)
+    )
     bad = images.clone()
     bad[1, 2] = math.inf
-    watch.observe(torch.tensor(math.nan), step=2, epoch=0, batch=1, rank=0, deferred=True,
-                  data={"pixels": bad, "labels": tokens})  # fmt: skip
-    with pytest.raises(Diverged, match=r"^the data holds NaN or inf: .*step 2 .*batch held "
-                       r"non-finite values\. The training did not diverge"):  # fmt: skip
+    watch.observe(
+        torch.tensor(math.nan),
+        step=2,
+        epoch=0,
+        batch=1,
+        rank=0,
+        deferred=True,
+        data={"pixels": bad, "labels": tokens},
+    )
+    with pytest.raises(
+        Diverged,
+        match=r"^the data holds NaN or inf: .*step 2 .*batch held "
+        r"non-finite values\. The training did not diverge",
+    ):
         watch.check()
     healthy = LossWatch()  # a NaN loss on finite data is still divergence
-    healthy.observe(torch.tensor(math.nan), step=1, epoch=0, batch=0, rank=0, deferred=True,
-                    data=(images, tokens))  # fmt: skip
+    healthy.observe(
+        torch.tensor(math.nan),
+        step=1,
+        epoch=0,
+        batch=0,
+        rank=0,
+        deferred=True,
+        data=(images, tokens),
+    )
     with pytest.raises(Diverged, match=r"^training diverged: .*Lower the learning rate"):
         healthy.check()
 
@@ -408,9 +431,12 @@ def test_a_full_disk_during_a_save_says_so_and_keeps_the_previous_file(tmp_path,
             self.raw.close()
 
     monkeypatch.setattr(checkpoint_write, "open", lambda *a: FullDisk(open(*a)), raising=False)  # noqa: SIM115
-    with pytest.raises(TuneupError, match=r"no space left to save .*step00000002.ckpt \(No space "
-                       r"left on device; \d+ MiB free on that file system\): the checkpoints "
-                       r"written before are kept"):  # fmt: skip
+    with pytest.raises(
+        TuneupError,
+        match=r"no space left to save .*step00000002.ckpt \(No space "
+        r"left on device; \d+ MiB free on that file system\): the checkpoints "
+        r"written before are kept",
+    ):
         checkpoint_write.atomic_save({"step": 2, "big": torch.zeros(100_000)}, path)
     assert path.read_bytes() == before
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary left
@@ -433,9 +459,11 @@ def test_resume_of_a_damaged_checkpoint_names_the_intact_ones_beside_it(tmp_path
     said = str(info.value)
     assert said.startswith(f"{bad} is corrupt: its bytes do not match")  # what is wrong, first
     intact = [checkpoint_name(0, s) for s in (29, 28, 27)]
-    assert (f"Intact beside it, newest first: {intact[0]} (step 29), {intact[1]} (step 28), "
-            f"{intact[2]} (step 27); continue with resume={folder / intact[0]}, or resume=auto "
-            f"hydra.run.dir={tmp_path / 'old_run'}") in said  # fmt: skip
+    assert (
+        f"Intact beside it, newest first: {intact[0]} (step 29), {intact[1]} (step 28), "
+        f"{intact[2]} (step 27); continue with resume={folder / intact[0]}, or resume=auto "
+        f"hydra.run.dir={tmp_path / 'old_run'}"
+    ) in said
     assert checkpoint_name(0, 31) not in said
     with pytest.raises(UnreadableCheckpoint, match=r"or resume=auto \(the newest intact one\)"):
         resolve(str(bad), tmp_path / "old_run")  # in its own run directory: resume=auto

@@ -10,9 +10,16 @@ from tuneup.plugins.compile import Plugin, first_step_overhead
 from tuneup.trainer.components import Plan
 from tuneup.trainer.environment import Environment
 
-MLP = ["model=mlp", "model.hidden=[32]", "data.image_size=8", "data.train_samples=64",
-       "data.val_samples=32", "data.batch_size=16", "trainer.max_epochs=1",
-       "trainer.enable_progress_bar=false"]  # fmt: skip
+MLP = [
+    "model=mlp",
+    "model.hidden=[32]",
+    "data.image_size=8",
+    "data.train_samples=64",
+    "data.val_samples=32",
+    "data.batch_size=16",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+]
 
 
 def final_state(run_dir) -> dict[str, torch.Tensor]:

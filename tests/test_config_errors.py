@@ -57,8 +57,17 @@ OFF_GROUPS = sorted(p.parent.name for p in BUILTIN.glob("*/off.yaml"))
 
 
 def test_every_group_with_an_off_option_is_in_the_table():
-    assert {"activation_checkpointing", "augment", "checkpoint", "compile", "ema",
-            "label_smoothing", "profiler", "progressive_resize", "tta"} <= set(OFF_GROUPS)  # fmt: skip
+    assert {
+        "activation_checkpointing",
+        "augment",
+        "checkpoint",
+        "compile",
+        "ema",
+        "label_smoothing",
+        "profiler",
+        "progressive_resize",
+        "tta",
+    } <= set(OFF_GROUPS)
 
 
 @pytest.mark.parametrize("group", OFF_GROUPS)
@@ -109,8 +118,10 @@ def test_a_setting_of_each_off_plugin_is_named_on_the_command_line_and_kept_from
 def test_a_setting_of_a_plugin_that_is_off_is_refused_in_a_single_run(tmp_path):
     for overrides in (["ema=off", "ema.decay=0.9"], ["ema=off", "++ema.decay=0.9"]):
         (problem,) = inert_problems(compose_config(overrides), overrides)
-        assert problem.startswith("ema.decay=0.9 does nothing: ema=off leaves the plugin out, "
-                                  "nothing reads its settings; switch it on with ema=on")  # fmt: skip
+        assert problem.startswith(
+            "ema.decay=0.9 does nothing: ema=off leaves the plugin out, "
+            "nothing reads its settings; switch it on with ema=on"
+        )
     result = run_cli("ema=off", "ema.decay=0.9", f"hydra.run.dir={tmp_path}")
     assert result.returncode == 1
     assert "ema.decay=0.9 does nothing: ema=off leaves the plugin out" in result.stderr
@@ -122,9 +133,18 @@ def test_a_setting_of_a_plugin_that_is_off_is_refused_in_a_single_run(tmp_path):
 
 def test_a_sweep_switches_a_plugin_off_and_on_with_its_setting(tmp_path):
     sweep = tmp_path / "sweep"
-    result = run_cli("-m", "ema=off,on", "ema.decay=0.9", f"hydra.sweep.dir={sweep}", *TINY,
-                     "data.image_size=8", "trainer.max_steps=2",
-                     "checkpoint=off", "trainer.enable_progress_bar=false", tiny=False)  # fmt: skip
+    result = run_cli(
+        "-m",
+        "ema=off,on",
+        "ema.decay=0.9",
+        f"hydra.sweep.dir={sweep}",
+        *TINY,
+        "data.image_size=8",
+        "trainer.max_steps=2",
+        "checkpoint=off",
+        "trainer.enable_progress_bar=false",
+        tiny=False,
+    )
     assert result.returncode == 0, result.stderr
     off, on = (json.loads((sweep / str(n) / "summary.json").read_text()) for n in (0, 1))
     assert off["status"] == on["status"] == "ok"
@@ -139,5 +159,11 @@ def test_a_resumed_run_does_not_list_an_off_plugins_unread_settings_as_changes()
     assert off["ema.name"] == "off" and "ema.decay" not in off  # as a checkpoint records it
     assert "checkpoint.keep_last" not in off
     changed = [key for key, _, _ in differences(off, on) if key.startswith("ema.")]
-    assert changed == ["ema.decay", "ema.every_n_steps", "ema.name", "ema.plugin",
-                       "ema.validate_with", "ema.warmup"]  # fmt: skip
+    assert changed == [
+        "ema.decay",
+        "ema.every_n_steps",
+        "ema.name",
+        "ema.plugin",
+        "ema.validate_with",
+        "ema.warmup",
+    ]

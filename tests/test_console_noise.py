@@ -44,21 +44,34 @@ def test_an_exception_in_training_is_one_line_naming_where_and_the_log_file(cli,
     assert "Traceback" not in result.stderr + result.stdout
     assert "Traceback" in log.read_text() and "return self.linear(x)" in log.read_text()
 
-    loud = cli(*args, "resume=null", cwd=tmp_path, run_dir=tmp_path / "loud",
-               env={"HYDRA_FULL_ERROR": "1"})  # fmt: skip
+    loud = cli(
+        *args, "resume=null", cwd=tmp_path, run_dir=tmp_path / "loud", env={"HYDRA_FULL_ERROR": "1"}
+    )
     assert loud.returncode == 1 and "Traceback" in loud.stderr
 
 
 #: The docs' kind of short run: 8 steps an epoch, 48 in all; the log interval left to tuneup.
-SHORT = ["data.train_samples=128", "data.val_samples=16", "data.batch_size=16", "model.width=4",
-         "data.image_size=8", "trainer.max_epochs=6", "trainer.enable_progress_bar=false",
-         "checkpoint=off"]  # fmt: skip
+SHORT = [
+    "data.train_samples=128",
+    "data.val_samples=16",
+    "data.batch_size=16",
+    "model.width=4",
+    "data.image_size=8",
+    "trainer.max_epochs=6",
+    "trainer.enable_progress_bar=false",
+    "checkpoint=off",
+]
 
 
 def test_a_plain_run_says_it_once_and_leaves_no_noise_behind(tmp_path):
     run_dir = tmp_path / "run"
-    result = run_cli(*SHORT, "trainer.enable_progress_bar=auto", f"hydra.run.dir={run_dir}",
-                     cwd=tmp_path, tiny=False)  # fmt: skip
+    result = run_cli(
+        *SHORT,
+        "trainer.enable_progress_bar=auto",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+        tiny=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     log = (run_dir / "tuneup.log").read_text()
     assert "Epoch 0" not in result.stdout + result.stderr  # no progress bar into a file (auto)
@@ -100,8 +113,9 @@ def test_a_finished_run_exits_cleanly_while_a_thread_of_its_process_group_still_
     """Issue 32 point 12: "terminate called without an active exception" and exit code 134
     after a run that had finished. A real interpreter (the zygote's children never tear one
     down), and the command's own ending (tuneup.cli.console)."""
-    result = subprocess.run([sys.executable, "-c", LATE_THREAD], cwd=ROOT, capture_output=True,
-                            text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", LATE_THREAD], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert "run returned" in result.stdout
     assert "terminate called" not in result.stderr and "Fatal Python" not in result.stderr
     assert result.returncode == 0, result.stderr[-2000:]
@@ -123,13 +137,32 @@ def test_plugins_list_shows_what_is_off_and_leaves_no_directory(tmp_path):
 
 def test_a_sweep_prints_a_line_per_job_and_reproduces_the_command_run(tmp_path):
     sweep = tmp_path / "sweep"
-    small = ["data.train_samples=128", "data.batch_size=16", "data.val_samples=32",
-             "data.image_size=8", "model.width=4", "trainer.max_epochs=1",
-             "trainer.enable_progress_bar=false"]  # fmt: skip
-    command = [*python(), "-m", "tuneup", "-m", f"hydra.sweep.dir={sweep}", *small,
-               "optimizer.lr=0.1,0.01"]  # fmt: skip
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    small = [
+        "data.train_samples=128",
+        "data.batch_size=16",
+        "data.val_samples=32",
+        "data.image_size=8",
+        "model.width=4",
+        "trainer.max_epochs=1",
+        "trainer.enable_progress_bar=false",
+    ]
+    command = [
+        *python(),
+        "-m",
+        "tuneup",
+        "-m",
+        f"hydra.sweep.dir={sweep}",
+        *small,
+        "optimizer.lr=0.1,0.01",
+    ]
+    result = subprocess.run(
+        command,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     lines = result.stdout.splitlines()
     jobs = [line for line in lines if line.startswith("#")]

@@ -37,12 +37,18 @@ def noisy_run(tmp_path_factory):
     from tests.conftest import run_cli
 
     tmp = tmp_path_factory.mktemp("console")
-    site = make_distribution(tmp / "site", "tuneup-noisy", {"tuneup_noisy": NOISY},
-                             {"noisy": "tuneup_noisy:Plugin"})  # fmt: skip
+    site = make_distribution(
+        tmp / "site", "tuneup-noisy", {"tuneup_noisy": NOISY}, {"noisy": "tuneup_noisy:Plugin"}
+    )
     run_dir = tmp / "run"
-    result = run_cli(f"hydra.run.dir={run_dir}", "target.metric=val/acc", "target.value=0.01",
-                     "data.train_samples=250",  # 7 full batches of 32: 26 left out an epoch
-                     cwd=tmp, env={"PYTHONPATH": str(site)})  # fmt: skip
+    result = run_cli(
+        f"hydra.run.dir={run_dir}",
+        "target.metric=val/acc",
+        "target.value=0.01",
+        "data.train_samples=250",  # 7 full batches of 32: 26 left out an epoch
+        cwd=tmp,
+        env={"PYTHONPATH": str(site)},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result, run_dir
 
@@ -59,7 +65,8 @@ def test_the_summary_fits_a_screen_and_leads_with_the_target_speed_and_memory(no
     assert keys[:3] == ["target", "samples_per_s", "peak_memory_bytes"]
     assert table[2].split(None, 1)[1].startswith("val/acc >= 0.01: reached at step ")
     assert f"run_dir {run_dir}: summary.json (every figure), metrics.csv, tuneup.log" in " ".join(
-        " ".join(table).split())  # fmt: skip
+        " ".join(table).split()
+    )
     assert "target_history" not in result.stdout  # a list of dicts: summary.json has it
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["target_history"] and summary["noisy"] == {"figure": 1}  # all still there
@@ -71,8 +78,10 @@ def test_the_samples_an_epoch_leaves_out_are_in_the_summary_and_on_the_console(n
     result, run_dir = noisy_run
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 7 and summary["dropped_per_epoch"] == 250 - 7 * 32
-    assert ("dropped_per_epoch 26 training samples left out of each epoch: training batches are "
-            "full, a different 26 each epoch") in " ".join(result.stdout.split())  # fmt: skip
+    assert (
+        "dropped_per_epoch 26 training samples left out of each epoch: training batches are "
+        "full, a different 26 each epoch"
+    ) in " ".join(result.stdout.split())
 
 
 def test_a_plugin_failing_in_report_is_one_console_line_and_a_summary_row(noisy_run):
@@ -97,12 +106,19 @@ def test_a_plugins_import_noise_goes_to_the_log_file_not_the_console(noisy_run):
 
 
 def test_many_processes_are_summed_up_past_four_rows():
-    ranks = [{"rank": r, "parameter_bytes": 2**20, "peak_memory_bytes": (r + 1) * 2**30}
-             for r in range(64)]  # fmt: skip
+    ranks = [
+        {"rank": r, "parameter_bytes": 2**20, "peak_memory_bytes": (r + 1) * 2**30}
+        for r in range(64)
+    ]
     table = format_table({"status": "ok", "world_size": 64, "per_rank": ranks}).splitlines()
     assert len(table) <= 25
     assert [line.split()[0] for line in table if line.startswith("per_rank")] == [
-        "per_rank.0", "per_rank.1", "per_rank.2", "per_rank.3", "per_rank"]  # fmt: skip
+        "per_rank.0",
+        "per_rank.1",
+        "per_rank.2",
+        "per_rank.3",
+        "per_rank",
+    ]
     assert " ".join(table[6].split()) == "per_rank 64 processes: peak 1 GiB to 64 GiB"
 
 

@@ -23,8 +23,11 @@ from tests.conftest import ROOT
 #: pytest-xdist's issue 784: two workers, three files, two of them killing their worker.
 #: Under --dist loadfile with restarts (xdist's default: 4 per worker), it hung 3 times in 3.
 KILLS = "import os\n\n\ndef test_fn():\n    os.kill(os.getpid(), 9)\n"
-FILES = {"test_1_kill.py": KILLS, "test_2_no_kill.py": "def test_fn():\n    pass\n",
-         "test_3_kill.py": KILLS}  # fmt: skip
+FILES = {
+    "test_1_kill.py": KILLS,
+    "test_2_no_kill.py": "def test_fn():\n    pass\n",
+    "test_3_kill.py": KILLS,
+}
 
 #: Seconds the nested suite gets (it takes a few); past them it hangs, as on xdist's bug.
 GUARD_S = 120
@@ -33,13 +36,35 @@ GUARD_S = 120
 def test_a_worker_killed_by_its_test_fails_the_run_naming_the_test(tmp_path):
     for name, source in FILES.items():
         (tmp_path / name).write_text(source)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS", "PYTEST_CURRENT"))}  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST_XDIST", "PYTEST_ADDOPTS", "PYTEST_CURRENT"))
+    }
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # hydra's and anyio's plugins: not needed here
-    command = [sys.executable, "-m", "pytest", "-p", "xdist", "-c", str(ROOT / "pyproject.toml"),
-               "--rootdir", str(tmp_path), "-p", "no:cacheprovider", *FILES]  # fmt: skip
-    suite = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, process_group=0)  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "xdist",
+        "-c",
+        str(ROOT / "pyproject.toml"),
+        "--rootdir",
+        str(tmp_path),
+        "-p",
+        "no:cacheprovider",
+        *FILES,
+    ]
+    suite = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        process_group=0,
+    )
     try:
         output, _ = suite.communicate(timeout=GUARD_S)
     except subprocess.TimeoutExpired:

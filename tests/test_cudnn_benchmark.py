@@ -34,8 +34,9 @@ def test_flag_is_on_during_training_and_restored_after(train, spy):
     assert flags.during == [True, True]
     assert torch.backends.cudnn.benchmark is False
     assert summary["plugins"]["cudnn_benchmark"] == {
-        "name": "on", "effect": "none on cpu: cuDNN runs on CUDA only",
-    }  # fmt: skip
+        "name": "on",
+        "effect": "none on cpu: cuDNN runs on CUDA only",
+    }
 
 
 def test_flag_is_restored_when_training_fails(train, spy):

@@ -44,9 +44,15 @@ def make_image_folder(root, per_class=(6, 2), sizes=((40, 30), (24, 36))):
 
 def image_config(root, *overrides):
     return compose_config(
-        ["data=imagefolder", f"data.root={root}", "data.image_size=16", "data.batch_size=4",
-         *overrides], tiny=False,
-    )  # fmt: skip
+        [
+            "data=imagefolder",
+            f"data.root={root}",
+            "data.image_size=16",
+            "data.batch_size=4",
+            *overrides,
+        ],
+        tiny=False,
+    )
 
 
 def model_batches(data, loader):
@@ -76,10 +82,16 @@ def test_imagefolder_gives_normalised_crops_and_class_labels(tmp_path):
 def test_imagefolder_trains_a_model_decoding_in_workers(tmp_path, train):
     root = make_image_folder(tmp_path / "images")
     summary, _ = train(
-        "data=imagefolder", f"data.root={root}", "data.image_size=16", "data.batch_size=4",
-        "model.width=4", "trainer.max_epochs=1", "dataloader=workers",
-        "dataloader.num_workers=1", tiny=False,
-    )  # fmt: skip
+        "data=imagefolder",
+        f"data.root={root}",
+        "data.image_size=16",
+        "data.batch_size=4",
+        "model.width=4",
+        "trainer.max_epochs=1",
+        "dataloader=workers",
+        "dataloader.num_workers=1",
+        tiny=False,
+    )
     assert summary["status"] == "ok" and summary["steps"] == 3  # 12 images, batches of 4
 
 
@@ -158,8 +170,9 @@ def test_train_crop_flips_half_the_time_and_eval_is_a_centre_crop(tmp_path):
 
 
 def test_synthetic_tokens_are_next_token_pairs_and_reproducible():
-    cfg = compose_config(["data=synthetic_tokens", "data.context=12", "data.vocab_size=40"],
-                         tiny=False)  # fmt: skip
+    cfg = compose_config(
+        ["data=synthetic_tokens", "data.context=12", "data.vocab_size=40"], tiny=False
+    )
     data = Plan(cfg).data
     assert data.input_shape == (12,) and data.num_classes == 40
     data.setup()
@@ -186,8 +199,10 @@ def test_a_gpt2_sized_vocabulary_draws_distinct_successors_without_a_table_per_t
 
 
 def text_config(path, *overrides):
-    return compose_config(["data=textfile", f"data.path={path}", "data.context=8",
-                           "data.batch_size=2", *overrides], tiny=False)  # fmt: skip
+    return compose_config(
+        ["data=textfile", f"data.path={path}", "data.context=8", "data.batch_size=2", *overrides],
+        tiny=False,
+    )
 
 
 def test_textfile_is_bytes_split_into_train_and_validation(tmp_path):
@@ -228,9 +243,16 @@ def test_gpt_trains_on_a_text_file(tmp_path, train):
     path = tmp_path / "input.txt"
     path.write_text("To be, or not to be, that is the question. " * 40)
     summary, _ = train(
-        "model=gpt", "data=textfile", f"data.path={path}", "data.context=16", "data.batch_size=8",
-        "model.width=16", "model.layers=1", "trainer.max_epochs=1", tiny=False,
-    )  # fmt: skip
+        "model=gpt",
+        "data=textfile",
+        f"data.path={path}",
+        "data.context=16",
+        "data.batch_size=8",
+        "model.width=16",
+        "model.layers=1",
+        "trainer.max_epochs=1",
+        tiny=False,
+    )
     assert (
         summary["status"] == "ok"
         and summary["steps"] == (len(path.read_bytes()) * 9 // 10 - 1) // 16 // 8

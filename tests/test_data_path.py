@@ -36,9 +36,16 @@ from tuneup.zoo.data.transforms import (
 )
 
 #: 8 micro-batches of 8 images 8x8 per epoch; small_resnet of width 4.
-IMAGES = ["data.image_size=8", "data.train_samples=64", "data.val_samples=16", "data.batch_size=8",
-          "model.width=4", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
-          "checkpoint=off"]  # fmt: skip
+IMAGES = [
+    "data.image_size=8",
+    "data.train_samples=64",
+    "data.val_samples=16",
+    "data.batch_size=8",
+    "model.width=4",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "checkpoint=off",
+]
 
 
 class BatchSpy:
@@ -102,8 +109,14 @@ def test_synthetic_uint8_batches_become_the_worker_paths_floats(read_batches, im
 
 def test_image_folder_crops_and_flips_match_the_worker_path(read_batches, tmp_path):
     root = make_image_folder(tmp_path / "images", per_class=(16, 2), sizes=((40, 30), (36, 44)))
-    common = ["data=imagefolder", f"data.root={root}", "data.image_size=16", "data.batch_size=8",
-              "data.min_scale=0.2", *IMAGES[4:]]  # fmt: skip
+    common = [
+        "data=imagefolder",
+        f"data.root={root}",
+        "data.image_size=16",
+        "data.batch_size=8",
+        "data.min_scale=0.2",
+        *IMAGES[4:],
+    ]
     device, summary = read_batches(*common)
     worker, _ = read_batches(*common, "data.preprocess=worker")
     assert_same_batches(device, worker)
@@ -144,8 +157,9 @@ def test_flips_and_normalisation_on_the_device_are_the_cpu_formulas():
 def test_the_loader_counts_batches_handed_out_not_those_staged_ahead():
     data = Plan(compose_config(IMAGES, tiny=False)).data
     data.setup()
-    loader = ResumablePrefetchLoader(data.train_set, batch_size=8, drop_last=True,
-                                     stage=Staged, **_order(data))  # fmt: skip
+    loader = ResumablePrefetchLoader(
+        data.train_set, batch_size=8, drop_last=True, stage=Staged, **_order(data)
+    )
     batches = iter(loader)
     first = next(batches)
     assert isinstance(first, Staged) and first.take()[0].shape == (8, 3, 8, 8)
@@ -160,9 +174,16 @@ def _order(data):
     return train_loader_kwargs(data.train_set, seed=0)
 
 
-RESUME = ["trainer.max_epochs=2", "checkpoint=on", "checkpoint.every_n_steps=5",
-          "checkpoint.keep_last=null", "dataloader=workers", "dataloader.num_workers=1",
-          "data_path.prefetch=true", "trainer.enable_progress_bar=false"]  # fmt: skip
+RESUME = [
+    "trainer.max_epochs=2",
+    "checkpoint=on",
+    "checkpoint.every_n_steps=5",
+    "checkpoint.keep_last=null",
+    "dataloader=workers",
+    "dataloader.num_workers=1",
+    "data_path.prefetch=true",
+    "trainer.enable_progress_bar=false",
+]
 
 
 @pytest.mark.parametrize(
@@ -194,11 +215,20 @@ def test_resume_mid_epoch_is_exact_with_the_prefetcher_on(train, tmp_path, run):
 
 def test_a_users_float_batches_reach_the_model_unchanged(train, add_plugin, tmp_path):
     spy = add_plugin(BatchSpy())
-    train("model=custom", "model._target_=tests.test_data_path.Classifier", "data=custom",
-          "data._target_=tests.test_data_path.float_data", "data.batch_size=8",
-          "dataloader=workers", "dataloader.num_workers=1", "data_path.prefetch=true",
-          "trainer.max_epochs=1", "checkpoint=off", "trainer.enable_progress_bar=false",
-          tiny=False)  # fmt: skip
+    train(
+        "model=custom",
+        "model._target_=tests.test_data_path.Classifier",
+        "data=custom",
+        "data._target_=tests.test_data_path.float_data",
+        "data.batch_size=8",
+        "dataloader=workers",
+        "dataloader.num_workers=1",
+        "data_path.prefetch=true",
+        "trainer.max_epochs=1",
+        "checkpoint=off",
+        "trainer.enable_progress_bar=false",
+        tiny=False,
+    )
     inputs = float_data()[0].tensors[0]
     assert len(spy.batches) == 4
     for x, _ in spy.batches:  # each a batch of the data set's own rows, as they were
@@ -246,8 +276,14 @@ def test_on_device_with_worker_preprocessing_is_a_check_error():
 
 def test_normalize_compute_measures_the_mean_and_std_and_records_them(train, tmp_path, caplog):
     root = make_image_folder(tmp_path / "images", per_class=(8, 2))
-    summary, _ = train("data=imagefolder", f"data.root={root}", "data.image_size=16",
-                       "data.normalize=compute", *IMAGES[3:], tiny=False)  # fmt: skip
+    summary, _ = train(
+        "data=imagefolder",
+        f"data.root={root}",
+        "data.image_size=16",
+        "data.normalize=compute",
+        *IMAGES[3:],
+        tiny=False,
+    )
     path = summary["data_path"]
     assert path["normalize"] == "computed on 16 training images"
     # half the images blue (20, 40, 220), half red (220, 30, 30); greyscale ones in between
@@ -332,11 +368,18 @@ def test_advice_names_the_levers_in_order_when_the_wait_is_above_10_percent():
         "(2) preprocess on the device: data.preprocess=device"
     )
     assert "(3) pin the batches" in advice and "(4) overlap the copy" in advice
-    slow = {"num_workers": 8, "pin_memory": True, "prefetch": "one batch ahead",
-            "batches": "uint8", "decode_images_per_s_per_worker": 150.0}  # fmt: skip
+    slow = {
+        "num_workers": 8,
+        "pin_memory": True,
+        "prefetch": "one batch ahead",
+        "batches": "uint8",
+        "decode_images_per_s_per_worker": 150.0,
+    }
     advice = data_advice(0.5, 1000.0, slow, cpus=8, cuda=True)
-    assert "(1) decoding is the bottleneck: 150 images/s per worker x 8 = 1200/s, the model " \
-           "could take about 2000/s" in advice  # fmt: skip
+    assert (
+        "(1) decoding is the bottleneck: 150 images/s per worker x 8 = 1200/s, the model "
+        "could take about 2000/s" in advice
+    )
     assert "data.decoder=simplejpeg or nvjpeg" in advice
 
 

@@ -62,8 +62,12 @@ def env(accelerator="cpu", devices=1) -> Environment:
 
 
 def settings(**kwargs):
-    base = {"num_workers": "auto", "pin_memory": "auto", "persistent_workers": None,
-            "prefetch_factor": None}  # fmt: skip
+    base = {
+        "num_workers": "auto",
+        "pin_memory": "auto",
+        "persistent_workers": None,
+        "prefetch_factor": None,
+    }
     return OmegaConf.create({**base, **kwargs})
 
 
@@ -73,8 +77,10 @@ def test_pin_memory_auto_pins_on_cuda_only():
 
 
 def test_without_workers_no_worker_only_arguments_reach_torch():
-    assert loader_arguments(settings(num_workers=0), env()) == {"num_workers": 0,
-                                                                "pin_memory": False}  # fmt: skip
+    assert loader_arguments(settings(num_workers=0), env()) == {
+        "num_workers": 0,
+        "pin_memory": False,
+    }
     with_workers = loader_arguments(settings(num_workers=3, prefetch_factor=4), env())
     assert with_workers["persistent_workers"] is True and with_workers["prefetch_factor"] == 4
 

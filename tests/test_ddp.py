@@ -49,8 +49,9 @@ def relative_difference(a: dict, b: dict) -> float:
 
 def ddp_run(tmp_path: Path, *overrides: str, name: str = "ddp", env: dict | None = None):
     run_dir = tmp_path / name
-    result = run_cli(*MLP, *DDP, f"hydra.run.dir={run_dir}", *overrides, cwd=tmp_path, tiny=False,
-                     env=env)  # fmt: skip
+    result = run_cli(
+        *MLP, *DDP, f"hydra.run.dir={run_dir}", *overrides, cwd=tmp_path, tiny=False, env=env
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("tuneup: mlp on") == 1  # the start-up line once, not per process
     return run_dir
@@ -83,8 +84,9 @@ def test_ddp_equals_one_process_on_the_whole_batch(tmp_path, train):
 
     reference = {}
     for batch in (32, 16):  # 16: a different batch must give different weights
-        _, one = train(*MLP, f"data.batch_size={batch}", *common, tiny=False,
-                       run_dir=tmp_path / f"one{batch}")  # fmt: skip
+        _, one = train(
+            *MLP, f"data.batch_size={batch}", *common, tiny=False, run_dir=tmp_path / f"one{batch}"
+        )
         reference[batch] = final_weights(one)
     ddp = final_weights(run_dir)
     assert relative_difference(ddp, reference[32]) < 1e-5
@@ -102,15 +104,24 @@ def test_fp16_gradient_compression_runs_on_cpu_and_a_rank_joining_late_joins(tmp
     steps = 3
     env, pids = slow_start(tmp_path, 9)
     run_dir = ddp_run(
-        tmp_path, f"trainer.max_steps={steps}", "strategy.comm_hook=fp16",
-        "strategy.count_allreduces=true", "strategy.timeout_s=6", env=env,
-    )  # fmt: skip
+        tmp_path,
+        f"trainer.max_steps={steps}",
+        "strategy.comm_hook=fp16",
+        "strategy.count_allreduces=true",
+        "strategy.timeout_s=6",
+        env=env,
+    )
     assert (pids / "joining1").exists()  # rank 1 did sleep before joining
     summary = summary_of(run_dir)
     assert summary["plugins"]["strategy"]["comm_hook"] == "fp16"
     assert summary["gradient_allreduces"] == steps  # the hook is registered on CPU too
-    _, one = train(*MLP, "data.batch_size=32", f"trainer.max_steps={steps}", tiny=False,
-                   run_dir=tmp_path / "one")  # fmt: skip
+    _, one = train(
+        *MLP,
+        "data.batch_size=32",
+        f"trainer.max_steps={steps}",
+        tiny=False,
+        run_dir=tmp_path / "one",
+    )
     difference = relative_difference(final_weights(run_dir), final_weights(one))
     assert 0 < difference < 1e-2  # half-precision gradients: close, not equal
 
@@ -135,14 +146,25 @@ class Plugin:
 
 @pytest.mark.slow
 def test_a_failing_rank_ends_every_process_in_seconds(tmp_path):
-    site = make_distribution(tmp_path / "site", "tuneup-fail", {"fail_rank": FAILING_PLUGIN},
-                             {"fail_rank": "fail_rank:Plugin"})  # fmt: skip
+    site = make_distribution(
+        tmp_path / "site",
+        "tuneup-fail",
+        {"fail_rank": FAILING_PLUGIN},
+        {"fail_rank": "fail_rank:Plugin"},
+    )
     pids = tmp_path / "pids"
     pids.mkdir()
     env = {"PYTHONPATH": os.pathsep.join([str(site), *sys.path]), "PIDS_DIR": str(pids)}
     started = time.monotonic()
-    result = run_cli(*MLP, *DDP, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env=env,
-                     tiny=False, timeout=300)  # fmt: skip
+    result = run_cli(
+        *MLP,
+        *DDP,
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+        env=env,
+        tiny=False,
+        timeout=300,
+    )
     elapsed = time.monotonic() - started
     assert result.returncode != 0
     assert "rank 1: plugin 'fail_rank' failed" in result.stderr
@@ -179,24 +201,40 @@ class Plugin:
 def slow_start(tmp_path: Path, slow_s: float) -> tuple[dict, Path]:
     """The environment of a 2-process run whose rank 1 reaches the rendezvous ``slow_s`` seconds
     after rank 0, and the folder where each rank writes its pid."""
-    site = make_distribution(tmp_path / "site", "tuneup-slow", {"slow_start": SLOW_START_PLUGIN},
-                             {"slow_start": "slow_start:Plugin"})  # fmt: skip
+    site = make_distribution(
+        tmp_path / "site",
+        "tuneup-slow",
+        {"slow_start": SLOW_START_PLUGIN},
+        {"slow_start": "slow_start:Plugin"},
+    )
     pids = tmp_path / "pids"
     pids.mkdir()
-    env = {"PYTHONPATH": os.pathsep.join([str(site), *sys.path]), "PIDS_DIR": str(pids),
-           "SLOW_START_S": str(slow_s)}  # fmt: skip
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(site), *sys.path]),
+        "PIDS_DIR": str(pids),
+        "SLOW_START_S": str(slow_s),
+    }
     return env, pids
 
 
 @pytest.mark.slow
 def test_a_rank_that_does_not_join_in_time_fails_the_run_naming_the_setting_and_dies(tmp_path):
     env, pids = slow_start(tmp_path, 120)
-    result = run_cli(*MLP, "trainer.devices=2", "strategy=fsdp", "strategy.join_timeout_s=1",
-                     f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, env=env, tiny=False)  # fmt: skip
+    result = run_cli(
+        *MLP,
+        "trainer.devices=2",
+        "strategy=fsdp",
+        "strategy.join_timeout_s=1",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+        env=env,
+        tiny=False,
+    )
     assert result.returncode == 1
     (line,) = [x for x in result.stderr.splitlines() if x.startswith("error:")]
-    assert line.startswith("error: rank 0: 1 of 2 processes joined within "
-                           "strategy.join_timeout_s=1 s")  # fmt: skip
+    assert line.startswith(
+        "error: rank 0: 1 of 2 processes joined within strategy.join_timeout_s=1 s"
+    )
     assert "Raise strategy.join_timeout_s" in line
     # Rank 1 was killed asleep (or, on a loaded machine, before it got as far as writing its
     # pid): alive, it would write its pid in a moment and go on to join.
@@ -238,8 +276,13 @@ def test_a_rank_still_starting_ends_with_a_rank_0_that_was_killed(tmp_path):
     strategy.join_timeout_s. On main it lived on, orphaned."""
     env, pids = slow_start(tmp_path, 120)
     command = [*python(), str(ROOT / "run.py"), *MLP, *DDP, f"hydra.run.dir={tmp_path / 'run'}"]
-    run = subprocess.Popen(command, cwd=tmp_path, env={**os.environ, **env},
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    run = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     late = pids / "1"
     try:
         deadline = time.monotonic() + 240
@@ -261,12 +304,16 @@ def test_a_rank_that_cannot_reach_rank_0_in_time_names_the_setting_too():
     """What a process of another node says when rank 0 never came up (torch's client error)."""
     from tuneup.plugins.strategy.join import not_joined
 
-    torch_said = ("The client socket has timed out after 600000ms while trying to connect to "
-                  "(10.0.0.1, 29500).\nException raised from throwTimeoutError")  # fmt: skip
+    torch_said = (
+        "The client socket has timed out after 600000ms while trying to connect to "
+        "(10.0.0.1, 29500).\nException raised from throwTimeoutError"
+    )
     line = not_joined(torch_said, 3, 4, 600)
-    assert line.startswith("process 3 of 4 could not reach rank 0 within "
-                           "strategy.join_timeout_s=600 s: rank 0 did not start or has ended "
-                           "(The client socket has timed out")  # fmt: skip
+    assert line.startswith(
+        "process 3 of 4 could not reach rank 0 within "
+        "strategy.join_timeout_s=600 s: rank 0 did not start or has ended "
+        "(The client socket has timed out"
+    )
     assert "\n" not in line and "Raise strategy.join_timeout_s" in line
 
 
@@ -284,8 +331,13 @@ def test_ddp_with_devices_auto_on_one_device_runs_one_process_and_says_so(train)
 
 
 def test_bad_strategy_settings_are_named():
-    found = problems_for("strategy=ddp", "trainer.devices=2", "strategy.comm_hook=int8",
-                         "+strategy.nonsense=1", "strategy.timeout_s=0")  # fmt: skip
+    found = problems_for(
+        "strategy=ddp",
+        "trainer.devices=2",
+        "strategy.comm_hook=int8",
+        "+strategy.nonsense=1",
+        "strategy.timeout_s=0",
+    )
     text = "\n".join(found)
     assert "strategy.comm_hook='int8' is not allowed" in text
     assert "strategy.nonsense is not a setting of strategy=ddp" in text
@@ -316,8 +368,15 @@ def test_child_command_runs_the_job_not_the_sweep():
         local_rank=1,
     )
     assert command == [
-        "python", "/src/run.py", "-cn", "config", "optimizer.lr=0.01", "strategy=ddp",
-        "hydra.job.chdir=true", 'hydra.run.dir="/s/1"', "hydra.job.name=train_ddp_process_1",
+        "python",
+        "/src/run.py",
+        "-cn",
+        "config",
+        "optimizer.lr=0.01",
+        "strategy=ddp",
+        "hydra.job.chdir=true",
+        'hydra.run.dir="/s/1"',
+        "hydra.job.name=train_ddp_process_1",
         "hydra.output_subdir=null",
-    ]  # fmt: skip
+    ]
     assert config_options(["--config-dir=/c", "a=1", "-cp", "p"]) == ["--config-dir=/c", "-cp", "p"]

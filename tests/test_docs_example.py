@@ -40,9 +40,23 @@ def site(tmp_path_factory):
         for marker, path in files.items():
             (source / path).parent.mkdir(parents=True, exist_ok=True)
             (source / path).write_text(block(marker))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "--no-build-isolation", "--no-index", "--target", str(site),
-                    *map(str, sources)], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(site),
+            *map(str, sources),
+        ],
+        check=True,
+        capture_output=True,
+    )
     assert (
         site / "tuneup_polyak" / "conf" / "polyak" / "on.yaml"
     ).is_file()  # package data shipped
@@ -61,8 +75,15 @@ def final_weights(run_dir):
 
 
 def test_hello_logs_and_polyak_is_off_until_chosen_and_validates_the_average(installed, tmp_path):
-    tiny = ["model=mlp", "data.train_samples=256", "data.val_samples=128", "data.batch_size=32",
-            "trainer.max_epochs=2", "optimizer.lr=0.2", "trainer.enable_progress_bar=false"]  # fmt: skip
+    tiny = [
+        "model=mlp",
+        "data.train_samples=256",
+        "data.val_samples=128",
+        "data.batch_size=32",
+        "trainer.max_epochs=2",
+        "optimizer.lr=0.2",
+        "trainer.enable_progress_bar=false",
+    ]
     run(compose_config(tiny, tiny=False), run_dir=tmp_path / "plain")
     plain = json.loads((tmp_path / "plain" / "summary.json").read_text())
     assert "polyak" not in plain["plugins"]  # installed, but off by default
@@ -87,14 +108,18 @@ def test_hello_logs_and_polyak_is_off_until_chosen_and_validates_the_average(ins
     assert polyak["val"]["loss"] != plain["val"]["loss"]
     trained, averaged_run = final_weights(tmp_path / "plain"), final_weights(tmp_path / "polyak")
     assert all(torch.equal(trained[k], averaged_run[k]) for k in trained)
-    state = torch.load(sorted((tmp_path / "polyak" / "checkpoints").glob("epoch*.ckpt"))[-1],
-                       weights_only=True)["tuneup"]["polyak"]  # fmt: skip
+    state = torch.load(
+        sorted((tmp_path / "polyak" / "checkpoints").glob("epoch*.ckpt"))[-1], weights_only=True
+    )["tuneup"]["polyak"]
     assert state["step"] == polyak["steps"] and len(state["average"]) == len(trained)
 
 
 def test_bad_value_is_a_one_line_error_like_a_builtin(installed, tmp_path):
-    with pytest.raises(ConfigError, match=r"\[polyak\] polyak.decay=2 is not allowed: expected a "
-                       r"number > 0 and < 1"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"\[polyak\] polyak.decay=2 is not allowed: expected a "
+        r"number > 0 and < 1",
+    ):
         run(compose_config(["polyak=on", "polyak.decay=2"]), run_dir=tmp_path)
 
 

@@ -57,8 +57,9 @@ def command(name: str) -> list[str]:
 def walked(tmp_path_factory):
     """The whole walkthrough in a project directory of its own; (directory, results)."""
     project, site = tmp_path_factory.mktemp("project"), tmp_path_factory.mktemp("site")
-    make_distribution(site, "preempt-probe", {"preempt_probe": PREEMPT},
-                      {"preempt_probe": "preempt_probe:Plugin"})  # fmt: skip
+    make_distribution(
+        site, "preempt-probe", {"preempt_probe": PREEMPT}, {"preempt_probe": "preempt_probe:Plugin"}
+    )
     (project / "my_project").mkdir()
     (project / "my_project" / "__init__.py").write_text("")
     for name in ("make_tiny.py", "my_project/data.py", "load.py"):
@@ -67,8 +68,7 @@ def walked(tmp_path_factory):
         mp.chdir(project)
         runpy.run_path("make_tiny.py", run_name="__main__")  # and corpus.txt: 4 steps of 16
     env = {"PYTHONPATH": str(site), "OMP_NUM_THREADS": "1"}
-    train = run_cli(*command("train"), cwd=project, tiny=False,
-                    env={**env, "PREEMPT_AT_STEP": "3"})  # fmt: skip
+    train = run_cli(*command("train"), cwd=project, tiny=False, env={**env, "PREEMPT_AT_STEP": "3"})
     resume = run_cli(*command("resume"), cwd=project, tiny=False, env=env)
     return project, {"train": train, "resume": resume}
 
@@ -87,8 +87,10 @@ def test_fsdp_run_starts_from_the_files_and_a_preemption_saves_mid_epoch(walked)
     assert train.returncode == 75, out[-3000:]
     assert "preempted: received SIGTERM: stopped after step 3 and saved" in out
     log = (project / "outputs" / "ft" / "tuneup.log").read_text()
-    assert ("strategy=fsdp: the model is built empty on each process and its shards initialised "
-            "by the pretrained weights of model.path=tiny-llama") in log  # fmt: skip
+    assert (
+        "strategy=fsdp: the model is built empty on each process and its shards initialised "
+        "by the pretrained weights of model.path=tiny-llama"
+    ) in log
     summary = json.loads((project / "outputs" / "ft" / "summary.json").read_text())
     assert summary["resumed_from"].endswith("epoch000-step00000003.ckpt")  # mid-epoch (4 steps)
     assert summary["plugins"]["strategy"]["initialised_by"] == "weights"
@@ -112,8 +114,12 @@ def test_resume_on_one_process_says_what_the_doc_says_and_exports(walked):
     assert summary["checkpoints"]["async"] is True
     hf = project / "outputs" / "ft" / "hf"
     assert summary["checkpoints"]["export"] == str(hf)
-    for name in ("config.json", "generation_config.json", "model-00001-of-00001.safetensors",
-                 "model.safetensors.index.json"):  # fmt: skip
+    for name in (
+        "config.json",
+        "generation_config.json",
+        "model-00001-of-00001.safetensors",
+        "model.safetensors.index.json",
+    ):
         assert (hf / name).is_file(), name
 
 

@@ -29,10 +29,18 @@ from tuneup.trainer.state.checkpoints import checkpoint_name, list_checkpoints
 from tuneup.trainer.state.data_order import ResumableSampler
 
 #: model=mlp (no BatchNorm: a step's gradient does not depend on how its batch is split).
-RUN = ["model=mlp", "model.hidden=[8]", "data.image_size=8", "data.train_samples=64",
-       "data.val_samples=8", "trainer.max_epochs=1", "trainer.accelerator=cpu",
-       "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=3",
-       "checkpoint.keep_last=null"]  # fmt: skip
+RUN = [
+    "model=mlp",
+    "model.hidden=[8]",
+    "data.image_size=8",
+    "data.train_samples=64",
+    "data.val_samples=8",
+    "trainer.max_epochs=1",
+    "trainer.accelerator=cpu",
+    "trainer.enable_progress_bar=false",
+    "checkpoint.every_n_steps=3",
+    "checkpoint.keep_last=null",
+]
 STEP, SEEN = 3, 24  # the checkpoint resumed: step 3 of 8, 24 samples into epoch 0
 
 
@@ -93,8 +101,7 @@ def test_a_2x2_mesh_resumed_as_fsdp_x2_keeps_its_two_data_shards():
     before.advance(8)
     after = rest_after(before.state_dict(), 40, 3, 2)[1]
     assert after == before.order(0)[8:]
-    saved = {"config": {}, "world_size": 4, "data_shards": 2, "data.batch_size": 8,
-             "grad_accum": 1}  # fmt: skip
+    saved = {"config": {}, "world_size": 4, "data_shards": 2, "data.batch_size": 8, "grad_accum": 1}
     current = {**saved, "world_size": 2}
     (change,) = changes.review(context(saved, current, position=8, size=40))
     assert change.key == "world size" and "the data order is unchanged (2 data shard(s)" in str(
@@ -107,16 +114,35 @@ def test_a_2x2_mesh_resumed_as_fsdp_x2_keeps_its_two_data_shards():
 
 def context(saved: dict, current: dict, position: int, size: int) -> changes.Context:
     shards = saved["data_shards"]
-    order = {"epoch": 0, "start": 0, "position": position, "seed": 0, "size": size,
-             "num_replicas": shards, "batch_size": saved["data.batch_size"]}  # fmt: skip
-    return changes.Context(step=2, position=position, saved=saved, current=current,
-                           weights_problem=None, owns_optimizer=True, order=order)  # fmt: skip
+    order = {
+        "epoch": 0,
+        "start": 0,
+        "position": position,
+        "seed": 0,
+        "size": size,
+        "num_replicas": shards,
+        "batch_size": saved["data.batch_size"],
+    }
+    return changes.Context(
+        step=2,
+        position=position,
+        saved=saved,
+        current=current,
+        weights_problem=None,
+        owns_optimizer=True,
+        order=order,
+    )
 
 
 def facts(world: int, batch: int, accumulate: int = 1) -> dict:
     config = {"data.batch_size": batch, "grad_accum.steps": accumulate}
-    return {"config": config, "world_size": world, "data_shards": world,
-            "data.batch_size": batch, "grad_accum": accumulate}  # fmt: skip
+    return {
+        "config": config,
+        "world_size": world,
+        "data_shards": world,
+        "data.batch_size": batch,
+        "grad_accum": accumulate,
+    }
 
 
 def test_the_warning_says_whether_the_steps_are_the_same_or_the_rest_is_seen_once():
@@ -141,18 +167,27 @@ def test_the_warning_says_whether_the_steps_are_the_same_or_the_rest_is_seen_onc
     # 2 x 6 -> 12 x 1 after 36 of 64: the 28 left padded to 36, each shard's 3 all trained
     padded = changes.review(context(facts(2, 6), facts(12, 1), position=18, size=64))
     (line,) = [str(c) for c in padded if c.key == "global batch"]
-    assert line.endswith("same global batch: resumes the same sequence of steps (epoch 0 goes on "
-                         "from its sample 36 over 12 data shard(s)); at the epoch's end: 8 "
-                         "sample(s) from the epoch's start are trained again, to fill the last "
-                         "batches of the 12 data shard(s)")  # fmt: skip
-    shards = rest_after({"epoch": 0, "start": 0, "position": 18, "seed": 0, "size": 64,
-                         "num_replicas": 2}, 64, 0, 12)  # fmt: skip
+    assert line.endswith(
+        "same global batch: resumes the same sequence of steps (epoch 0 goes on "
+        "from its sample 36 over 12 data shard(s)); at the epoch's end: 8 "
+        "sample(s) from the epoch's start are trained again, to fill the last "
+        "batches of the 12 data shard(s)"
+    )
+    shards = rest_after(
+        {"epoch": 0, "start": 0, "position": 18, "seed": 0, "size": 64, "num_replicas": 2},
+        64,
+        0,
+        12,
+    )
     assert sum(map(len, shards)) - 28 == 8
 
     # 2 x 6 -> 3 x 5 after 36 of 60 (inside a step of 15 on the new grid): whole steps of 15,
     # the first one too (every micro-batch is whole; no accumulation window to fill)
-    (line,) = [str(c) for c in changes.review(context(facts(2, 6), facts(3, 5), position=18,
-                                                      size=60)) if c.key == "global batch"]  # fmt: skip
+    (line,) = [
+        str(c)
+        for c in changes.review(context(facts(2, 6), facts(3, 5), position=18, size=60))
+        if c.key == "global batch"
+    ]
     assert line == (
         "global batch: 12 -> 15: global batch changed from 12 to 15: of the remaining 24 samples "
         "of epoch 0, 15 are each seen once, in the same order, in steps of 15; the last 9 of the "
@@ -209,8 +244,12 @@ class Plugin:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    return make_distribution(tmp_path_factory.mktemp("site"), "tuneup-recorder",
-                             {"recorder": RECORDER}, {"recorder": "recorder:Plugin"})  # fmt: skip
+    return make_distribution(
+        tmp_path_factory.mktemp("site"),
+        "tuneup-recorder",
+        {"recorder": RECORDER},
+        {"recorder": "recorder:Plugin"},
+    )
 
 
 def with_recorder(site, **folders) -> dict:
@@ -226,8 +265,15 @@ def two_processes(tmp_path_factory, site):
     run_dir = tmp_path_factory.mktemp("ddp")
     (run_dir / "losses").mkdir()
     env = with_recorder(site, LOSS_DIR=run_dir / "losses")
-    result = run_cli(*RUN, "strategy=ddp", "trainer.devices=2", "data.batch_size=4",
-                     f"hydra.run.dir={run_dir}", tiny=False, env=env)  # fmt: skip
+    result = run_cli(
+        *RUN,
+        "strategy=ddp",
+        "trainer.devices=2",
+        "data.batch_size=4",
+        f"hydra.run.dir={run_dir}",
+        tiny=False,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir
 
@@ -369,8 +415,16 @@ def test_another_batch_on_processes_trains_what_the_warning_says_and_reaches_its
     name = checkpoint_name(0, STEP)
     shutil.copy(two_processes / "checkpoints" / name, run_dir / "checkpoints" / name)
     env = with_recorder(site, SEEN_DIR=seen, STEP_DIR=steps)
-    result = run_cli(*RUN, "strategy=ddp", "trainer.devices=2", "data.batch_size=7",
-                     "resume=auto", f"hydra.run.dir={run_dir}", tiny=False, env=env)  # fmt: skip
+    result = run_cli(
+        *RUN,
+        "strategy=ddp",
+        "trainer.devices=2",
+        "data.batch_size=7",
+        "resume=auto",
+        f"hydra.run.dir={run_dir}",
+        tiny=False,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     trained = [int(line) for f in seen.iterdir() for line in f.read_text().split()]
     order = ResumableSampler(64, compose_config(RUN, tiny=False).seed).permutation(0)

@@ -28,15 +28,39 @@ from tuneup.trainer.state import sharded
 from tuneup.trainer.state.checkpoint_read import load
 from tuneup.trainer.state.checkpoints import list_checkpoints
 
-EMA = ["ema=on", "ema.decay=0.8", "ema.every_n_steps=2", "trainer.accelerator=cpu",
-       "trainer.enable_progress_bar=false", "checkpoint.every_n_steps=1"]  # fmt: skip
+EMA = [
+    "ema=on",
+    "ema.decay=0.8",
+    "ema.every_n_steps=2",
+    "trainer.accelerator=cpu",
+    "trainer.enable_progress_bar=false",
+    "checkpoint.every_n_steps=1",
+]
 #: 8 steps (256 samples, a global batch of 32).
-MLP = ["model=mlp", "model.hidden=[32]", "data.train_samples=256", "data.val_samples=64",
-       "data.batch_size=32", "trainer.max_epochs=1", *EMA]  # fmt: skip
+MLP = [
+    "model=mlp",
+    "model.hidden=[32]",
+    "data.train_samples=256",
+    "data.val_samples=64",
+    "data.batch_size=32",
+    "trainer.max_epochs=1",
+    *EMA,
+]
 #: 2 epochs of 2 steps (32 samples, a global batch of 16), as tests/test_model_parallel.py.
-GPT = ["model=gpt", "model.layers=2", "model.width=16", "model.heads=4", "data=synthetic_tokens",
-       "data.context=8", "data.train_samples=32", "data.val_samples=16", "data.vocab_size=64",
-       "trainer.max_epochs=2", *EMA, "ema.every_n_steps=1"]  # fmt: skip
+GPT = [
+    "model=gpt",
+    "model.layers=2",
+    "model.width=16",
+    "model.heads=4",
+    "data=synthetic_tokens",
+    "data.context=8",
+    "data.train_samples=32",
+    "data.val_samples=16",
+    "data.vocab_size=64",
+    "trainer.max_epochs=2",
+    *EMA,
+    "ema.every_n_steps=1",
+]
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 
@@ -111,9 +135,16 @@ def mlp_reference(tmp_path_factory):
 
 def test_validation_runs_on_the_ema_weights_batchnorm_statistics_included(tmp_path):
     probe = Probe()
-    overrides = ["model=small_resnet", "model.width=8", "data.train_samples=256",
-                 "data.val_samples=64", "data.batch_size=32", "trainer.max_epochs=1",
-                 "data.preprocess=worker", *EMA]  # fmt: skip
+    overrides = [
+        "model=small_resnet",
+        "model.width=8",
+        "data.train_samples=256",
+        "data.val_samples=64",
+        "data.batch_size=32",
+        "trainer.max_epochs=1",
+        "data.preprocess=worker",
+        *EMA,
+    ]
     # data.preprocess=worker: the loader gives floats, evaluated by hand below
     summary = train_in_process(tmp_path, overrides, probe)
     assert summary["ema"]["updates"] == 4  # 8 steps, every 2nd
@@ -147,8 +178,9 @@ def test_validation_runs_on_the_ema_weights_batchnorm_statistics_included(tmp_pa
 
 def test_ema_resumes_bit_for_bit_after_kill_9(tmp_path, crash_site, mlp_reference):
     """Killed in micro-batch 6: resumed mid-epoch from step 5, between two EMA updates."""
-    killed = train_cli(tmp_path, *MLP, site=crash_site, ok=False,
-                       crash={"CRASH_AT_MICRO_BATCH": "6"})  # fmt: skip
+    killed = train_cli(
+        tmp_path, *MLP, site=crash_site, ok=False, crash={"CRASH_AT_MICRO_BATCH": "6"}
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert newest(tmp_path).name.endswith("step00000005.ckpt")
     train_in_process(tmp_path, [*MLP, "resume=auto"])  # as the user's command, one thread
@@ -191,8 +223,17 @@ def test_fsdp_sharded_ema_saves_resumes_and_consolidates_as_one_process(tmp_path
 
 
 def test_bad_settings_are_one_line_problems():
-    cfg = compose_config(["ema=on", "ema.decay=1", "ema.every_n_steps=0", "ema.validate_with=x",
-                          "+ema.decy=0.9", "strategy=fsdp", "strategy.checkpoint=full"])  # fmt: skip
+    cfg = compose_config(
+        [
+            "ema=on",
+            "ema.decay=1",
+            "ema.every_n_steps=0",
+            "ema.validate_with=x",
+            "+ema.decy=0.9",
+            "strategy=fsdp",
+            "strategy.checkpoint=full",
+        ]
+    )
     found = settings_problems(cfg)
     assert found[1:4] == [
         "ema.decay=1 is not allowed: expected a number > 0 and < 1",

@@ -15,8 +15,11 @@ MLP: list[str] = []  # the default model, TINY: 8 steps of 32 samples an epoch
 
 def snapshot(run_dir):
     """Every file of a run directory: its bytes and modification time."""
-    return {p.relative_to(run_dir): (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in sorted(run_dir.rglob("*")) if p.is_file()}  # fmt: skip
+    return {
+        p.relative_to(run_dir): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.mark.parametrize("limit", ["trainer.max_steps", "trainer.max_epochs"])

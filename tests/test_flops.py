@@ -24,17 +24,35 @@ def gpt_flops_per_sequence(layers: int, width: int, context: int, vocab: int) ->
 
 @pytest.mark.parametrize(("layers", "width", "context"), [(2, 32, 64), (4, 64, 128)])
 def test_gpt_flops_count_attention_as_causal(layers, width, context):
-    cfg = compose_config(["model=gpt", "data=synthetic_tokens", f"model.layers={layers}",
-                          f"model.width={width}", "model.heads=4", f"data.context={context}",
-                          "data.vocab_size=256"], tiny=False)  # fmt: skip
+    cfg = compose_config(
+        [
+            "model=gpt",
+            "data=synthetic_tokens",
+            f"model.layers={layers}",
+            f"model.width={width}",
+            "model.heads=4",
+            f"data.context={context}",
+            "data.vocab_size=256",
+        ],
+        tiny=False,
+    )
     assert flops_per_sample(Plan(cfg)) == gpt_flops_per_sequence(layers, width, context, 256)
 
 
 def test_gpt2_small_shape_is_734_gflop_per_sequence_not_the_unmasked_792():
     """The shape of docs/benchmarks.md's MFU comparison (12 x 768, context 1024, 32k tokens)."""
-    cfg = compose_config(["model=gpt", "data=synthetic_tokens", "model.layers=12", "model.heads=12",
-                          "model.width=768", "data.context=1024", "data.vocab_size=32768"],
-                         tiny=False)  # fmt: skip
+    cfg = compose_config(
+        [
+            "model=gpt",
+            "data=synthetic_tokens",
+            "model.layers=12",
+            "model.heads=12",
+            "model.width=768",
+            "data.context=1024",
+            "data.vocab_size=32768",
+        ],
+        tiny=False,
+    )
     flops = flops_per_sample(Plan(cfg))
     unmasked = flops + 3 * 12 * 2 * 1024 * 1024 * 768
     assert round(flops / 1e9, 1) == 734.4 and round(unmasked / 1e9, 1) == 792.4
@@ -70,7 +88,13 @@ def test_an_architecture_is_counted_once_a_process_and_another_afresh(monkeypatc
     wider = count("data.image_size=8", "model.hidden=[64]")
     bigger = count("data.image_size=16")
     assert len(counted) == 3 and len({first[0], wider[0], bigger[0]}) == 3
-    own = ["model=custom", "model._target_=tuneup.zoo.models.small.MLP", "model.in_features=192",
-           "model.num_classes=10", "model.hidden=[32]", "data.image_size=8"]  # fmt: skip
+    own = [
+        "model=custom",
+        "model._target_=tuneup.zoo.models.small.MLP",
+        "model.in_features=192",
+        "model.num_classes=10",
+        "model.hidden=[32]",
+        "data.image_size=8",
+    ]
     assert count(*own) == count(*own) and count(*own)[0] > 0
     assert len(counted) == 6  # the user's code: counted each time

@@ -27,11 +27,21 @@ pytest.importorskip("torchao", reason="the fp8 extra (torchao) is part of the te
 
 #: A two-layer GPT whose sizes float8 accepts (multiples of 16), tiny data, one epoch.
 GPT_RUN = [
-    "model=gpt", "data=synthetic_tokens", "data.vocab_size=64", "data.context=32",
-    "model.width=32", "model.heads=2", "model.layers=2", "data.train_samples=64",
-    "data.val_samples=32", "data.batch_size=16", "trainer.max_epochs=1",
-    "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1", "trainer.accelerator=cpu",
-]  # fmt: skip
+    "model=gpt",
+    "data=synthetic_tokens",
+    "data.vocab_size=64",
+    "data.context=32",
+    "model.width=32",
+    "model.heads=2",
+    "model.layers=2",
+    "data.train_samples=64",
+    "data.val_samples=32",
+    "data.batch_size=16",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+    "trainer.accelerator=cpu",
+]
 FP8 = ["precision=fp8", "precision.emulate=true"]
 
 CPU = Environment("cpu", 1, 1, "cpu", None, True, "avx512_bf16")
@@ -64,8 +74,9 @@ def test_first_and_last_layers_and_sizes_not_multiple_of_16_stay_in_bf16():
     }
     assert len(layers.converted) == 7 and "transformer.h.1.mlp.c_fc" in layers.converted
     named = fp8_layers(gpt(), skip_first_last=False, skip=["mlp.c_proj"])
-    assert named.skipped == {f"transformer.h.{i}.mlp.c_proj": "named in precision.skip"
-                             for i in (0, 1)}  # fmt: skip
+    assert named.skipped == {
+        f"transformer.h.{i}.mlp.c_proj": "named in precision.skip" for i in (0, 1)
+    }
     odd = fp8_layers(gpt(width=24), skip_first_last=False)
     assert odd.converted == () and odd.skipped["transformer.h.0.attn.c_attn"] == (
         "24 -> 72 features: float8 matmuls need multiples of 16"
@@ -152,14 +163,22 @@ def test_emulated_fp8_run_trains_lists_its_layers_and_resumes(train, tmp_path):
     assert fp8["recipe"] == "tensorwise" and fp8["emulated"] is True
     assert fp8["forward"] == "float8_e4m3fn" and fp8["gradients"] == "float8_e5m2"
     assert len(fp8["converted"]) == 7 and set(fp8["kept_in_bf16"]) == {
-        "transformer.h.0.attn.c_attn", "lm_head"}  # fmt: skip
+        "transformer.h.0.attn.c_attn",
+        "lm_head",
+    }
     assert first["precision"]["autocast_dtype"] == "bfloat16"
     assert first["flops_per_sample"] > 0  # the model's own FLOPs, counted before conversion
     weights = final_weights(run_dir)
     assert list(weights) == [f"model.{name}" for name in gpt().state_dict()]  # as without fp8
     checkpoint = sorted((run_dir / "checkpoints").glob("*.ckpt"))[-1]
-    resumed, _ = train(*GPT_RUN, *FP8, "trainer.max_epochs=2", f"resume={checkpoint}",
-                       tiny=False, run_dir=tmp_path / "resumed")  # fmt: skip
+    resumed, _ = train(
+        *GPT_RUN,
+        *FP8,
+        "trainer.max_epochs=2",
+        f"resume={checkpoint}",
+        tiny=False,
+        run_dir=tmp_path / "resumed",
+    )
     assert resumed["status"] == "ok" and resumed["steps"] == 2 * first["steps"]
     assert resumed["train_loss"] < first["loss_curve"]["loss"][0]
 
@@ -183,8 +202,14 @@ class ConvNet(nn.Module):
         torch.manual_seed(0)
         self.stem = nn.Conv2d(3, 16, 3, padding=1)
         self.blocks = nn.Sequential(Block(), Block())
-        self.head = nn.Sequential(nn.Flatten(), nn.Linear(256, 32), nn.GELU(),
-                                  nn.Linear(32, 32), nn.GELU(), nn.Linear(32, 16))  # fmt: skip
+        self.head = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(256, 32),
+            nn.GELU(),
+            nn.Linear(32, 32),
+            nn.GELU(),
+            nn.Linear(32, 16),
+        )
 
     def forward(self, x):
         return self.head(self.blocks(self.stem(x)))

@@ -23,9 +23,17 @@ SHORT += ["data.train_samples=32", "data.val_samples=16"]
 
 def test_emulated_fp8_trains_under_ddp_with_two_processes(tmp_path):
     run_dir = tmp_path / "ddp"
-    result = run_cli(*SHORT, "precision=fp8", "precision.emulate=true", "strategy=ddp",
-                     "trainer.devices=2", "data.batch_size=8", f"hydra.run.dir={run_dir}",
-                     cwd=tmp_path, tiny=False)  # fmt: skip
+    result = run_cli(
+        *SHORT,
+        "precision=fp8",
+        "precision.emulate=true",
+        "strategy=ddp",
+        "trainer.devices=2",
+        "data.batch_size=8",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+        tiny=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["plugins"]["strategy"]["used"] == "ddp"

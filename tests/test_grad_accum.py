@@ -26,8 +26,10 @@ MLP = [
 
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     """The weights of the run's last checkpoint (the one with the most optimizer steps)."""
-    loaded = [torch.load(p, map_location="cpu", weights_only=False)
-              for p in (run_dir / "checkpoints").glob("*.ckpt")]  # fmt: skip
+    loaded = [
+        torch.load(p, map_location="cpu", weights_only=False)
+        for p in (run_dir / "checkpoints").glob("*.ckpt")
+    ]
     return max(loaded, key=lambda checkpoint: checkpoint["global_step"])["state_dict"]
 
 
@@ -42,9 +44,13 @@ def test_k_micro_batches_give_the_large_batch_weights(cli, tmp_path):
     for batch, k in ((32, 1), (8, 4)):
         run_dir = tmp_path / f"b{batch}"
         result = cli(
-            *MLP, f"data.batch_size={batch}", f"grad_accum.steps={k}", "trainer.max_steps=6",
-            run_dir=run_dir, tiny=False,
-        )  # fmt: skip
+            *MLP,
+            f"data.batch_size={batch}",
+            f"grad_accum.steps={k}",
+            "trainer.max_steps=6",
+            run_dir=run_dir,
+            tiny=False,
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         summary = json.loads((run_dir / "summary.json").read_text())
         assert (summary["steps"], summary["micro_batches"]) == (6, 6 * k)
@@ -58,8 +64,10 @@ def test_k_micro_batches_give_the_large_batch_weights(cli, tmp_path):
 def test_global_batch_size_derives_k_and_summary_counts_samples(train):
     summary, _ = train(*MLP, "data.batch_size=16", "grad_accum.global_batch_size=64", tiny=False)
     assert summary["plugins"]["grad_accum"] == {
-        "steps": 4, "global_batch_size": 64, "effective_batch_size": 64,
-    }  # fmt: skip
+        "steps": 4,
+        "global_batch_size": 64,
+        "effective_batch_size": 64,
+    }
     assert summary["effective_batch_size"] == 64
     assert summary["micro_batches"] == 256 // 16
     assert summary["steps"] == 256 // 64  # optimizer steps
@@ -67,8 +75,9 @@ def test_global_batch_size_derives_k_and_summary_counts_samples(train):
 
 
 def test_max_steps_counts_optimizer_steps(train):
-    summary, _ = train(*MLP, "data.batch_size=8", "grad_accum.steps=4", "trainer.max_steps=3",
-                       tiny=False)  # fmt: skip
+    summary, _ = train(
+        *MLP, "data.batch_size=8", "grad_accum.steps=4", "trainer.max_steps=3", tiny=False
+    )
     assert summary["steps"] == 3 and summary["micro_batches"] == 12 and summary["samples"] == 96
 
 
@@ -88,9 +97,13 @@ def test_lr_schedule_steps_once_per_optimizer_step(train, add_plugin):
     spy = LearningRates()
     add_plugin(spy)
     summary, _ = train(
-        *MLP, "data.batch_size=8", "grad_accum.steps=4", "scheduler=cosine", "optimizer.lr=0.1",
+        *MLP,
+        "data.batch_size=8",
+        "grad_accum.steps=4",
+        "scheduler=cosine",
+        "optimizer.lr=0.1",
         tiny=False,
-    )  # fmt: skip
+    )
     steps = 256 // 32
     assert summary["steps"] == steps and summary["micro_batches"] == 4 * steps
     expected = [0.1 * 0.5 * (1 + math.cos(math.pi * i / steps)) for i in range(steps)]
@@ -140,8 +153,11 @@ class AllReduces:
         from pytorch_lightning.strategies import DDPStrategy
 
         # The data modules shard by rank themselves (trainer/sampling.py), hence no sampler swap.
-        kwargs.update(strategy=DDPStrategy(process_group_backend="gloo"), accelerator="cpu",
-                      use_distributed_sampler=False)  # fmt: skip
+        kwargs.update(
+            strategy=DDPStrategy(process_group_backend="gloo"),
+            accelerator="cpu",
+            use_distributed_sampler=False,
+        )
 
     @hookimpl
     def on_fit_start(self, trainer):
@@ -167,8 +183,9 @@ def test_ddp_all_reduces_only_on_the_final_micro_batch(train, add_plugin):
     add_plugin(spy)
     environ = dict(os.environ)  # Lightning sets MASTER_PORT, WORLD_SIZE...: put them back
     try:
-        summary, _ = train(*MLP, "data.batch_size=8", "grad_accum.steps=4", "trainer.max_steps=3",
-                           tiny=False)  # fmt: skip
+        summary, _ = train(
+            *MLP, "data.batch_size=8", "grad_accum.steps=4", "trainer.max_steps=3", tiny=False
+        )
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -232,8 +249,15 @@ def test_a_tensor_parallel_group_counts_as_one_data_parallel_process(make_config
     from tuneup.plugins import grad_accum
     from tuneup.trainer.components import Plan
 
-    cfg = make_config(["strategy=fsdp", "strategy.tensor_parallel_size=2", "trainer.devices=4",
-                       "data.batch_size=32", "grad_accum.global_batch_size=256"])  # fmt: skip
+    cfg = make_config(
+        [
+            "strategy=fsdp",
+            "strategy.tensor_parallel_size=2",
+            "trainer.devices=4",
+            "data.batch_size=32",
+            "grad_accum.global_batch_size=256",
+        ]
+    )
     assert grad_accum.effective_batch_size(cfg, world_size=4) == 256
     plugin = grad_accum.Plugin(cfg)
     assert plugin.check(cfg, SimpleNamespace(world_size=4), Plan(cfg)) == []

@@ -27,18 +27,35 @@ from tuneup.trainer.state.checkpoint_write import atomic_save
 from tuneup.trainer.state.checkpoints import list_checkpoints
 from tuneup.trainer.state.hf_export import INDEX
 
-GPT2 = ["model=custom", "model._target_=tests.hf_models.tiny_gpt2", "model.use_cache=false",
-        "task=next_token", "data=synthetic_tokens", "data.vocab_size=32", "data.context=16",
-        "data.train_samples=32", "data.val_samples=16", "data.batch_size=8",
-        "trainer.max_epochs=1", "trainer.accelerator=cpu", "trainer.enable_progress_bar=false",
-        "strategy=fsdp", "trainer.devices=2"]  # fmt: skip
+GPT2 = [
+    "model=custom",
+    "model._target_=tests.hf_models.tiny_gpt2",
+    "model.use_cache=false",
+    "task=next_token",
+    "data=synthetic_tokens",
+    "data.vocab_size=32",
+    "data.context=16",
+    "data.train_samples=32",
+    "data.val_samples=16",
+    "data.batch_size=8",
+    "trainer.max_epochs=1",
+    "trainer.accelerator=cpu",
+    "trainer.enable_progress_bar=false",
+    "strategy=fsdp",
+    "trainer.devices=2",
+]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("fsdp-gpt2")
-    result = run_cli(f"hydra.run.dir={run_dir}", *GPT2, "checkpoint.export=hf", tiny=False,
-                     env={"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})  # fmt: skip
+    result = run_cli(
+        f"hydra.run.dir={run_dir}",
+        *GPT2,
+        "checkpoint.export=hf",
+        tiny=False,
+        env={"OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir
 
@@ -84,8 +101,9 @@ def test_an_fsdp_run_exports_what_from_pretrained_loads_with_the_trained_logits(
     assert "lm_head.weight" not in tensors(out)  # tied to transformer.wte.weight
 
 
-def test_consolidate_format_hf_writes_the_same_from_a_sharded_checkpoint_or_a_file(run, tmp_path,
-                                                                                capsys):  # fmt: skip
+def test_consolidate_format_hf_writes_the_same_from_a_sharded_checkpoint_or_a_file(
+    run, tmp_path, capsys
+):
     newest = list_checkpoints(run / "checkpoints")[0]
     assert newest.is_dir()  # sharded
     out = tmp_path / "from-shards"
@@ -120,8 +138,10 @@ def test_consolidate_format_hf_writes_the_same_from_a_sharded_checkpoint_or_a_fi
 def test_a_model_not_from_transformers_is_refused_in_one_line(tmp_path, capsys):
     cfg = compose_config(["checkpoint.export=hf"])  # model=mlp
     (found,) = Plugin(cfg).check(cfg=cfg, plan=Plan(cfg))
-    assert found.startswith("checkpoint.export=hf writes a transformers PreTrainedModel; the run's "
-                            "model is tuneup.zoo.models.")  # fmt: skip
+    assert found.startswith(
+        "checkpoint.export=hf writes a transformers PreTrainedModel; the run's "
+        "model is tuneup.zoo.models."
+    )
     assert "Allowed: model=custom or model=huggingface" in found
     assert settings_problems(compose_config(["checkpoint.export=onnx"])) == [
         "checkpoint.export='onnx' is not allowed: expected one of 'none', 'hf'"
@@ -134,6 +154,11 @@ def test_a_model_not_from_transformers_is_refused_in_one_line(tmp_path, capsys):
     atomic_save({"state_dict": {}}, checkpoint)
     assert consolidate_main(["--format", "hf", str(checkpoint), str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("error: --format hf writes a transformers PreTrainedModel; the run's "
-                          "model is tuneup.zoo.models.") and err.count("\n") == 1  # fmt: skip
+    assert (
+        err.startswith(
+            "error: --format hf writes a transformers PreTrainedModel; the run's "
+            "model is tuneup.zoo.models."
+        )
+        and err.count("\n") == 1
+    )
     assert not (tmp_path / "out").exists()

@@ -53,8 +53,12 @@ RECORDER = """
 @pytest.fixture
 def seen(tmp_path, monkeypatch):
     """What the recording plugin (installed, always on) saw in this test's runs."""
-    site = make_distribution(tmp_path / "site", "tuneup-recorder", {"tuneup_recorder": RECORDER},
-                             {"recorder": "tuneup_recorder:Plugin"})  # fmt: skip
+    site = make_distribution(
+        tmp_path / "site",
+        "tuneup-recorder",
+        {"tuneup_recorder": RECORDER},
+        {"recorder": "tuneup_recorder:Plugin"},
+    )
     monkeypatch.syspath_prepend(str(site))
     import tuneup_recorder
 
@@ -63,9 +67,18 @@ def seen(tmp_path, monkeypatch):
 
 
 def fp16_run(tmp_path, *overrides):
-    run(compose_config(["precision=fp16", "trainer.max_steps=4", "checkpoint=off",
-                        "data.image_size=8",
-                        *overrides]), run_dir=tmp_path / "run")  # fmt: skip
+    run(
+        compose_config(
+            [
+                "precision=fp16",
+                "trainer.max_steps=4",
+                "checkpoint=off",
+                "data.image_size=8",
+                *overrides,
+            ]
+        ),
+        run_dir=tmp_path / "run",
+    )
     return json.loads((tmp_path / "run" / "summary.json").read_text())
 
 
@@ -94,10 +107,12 @@ def test_before_optimizer_step_fires_on_the_steps_fp16_skips(seen, tmp_path):
 
 def test_the_plugin_docs_state_what_these_tests_measure():
     docs = " ".join((ROOT / "docs" / "plugins.md").read_text().split())
-    for fact in ("`__init__` runs when the run loads its plugins, before any `check`",
-                 "gradients at `on_before_optimizer_step` are already unscaled",
-                 "`on_before_optimizer_step` fires also on the steps the loss scaler then skips",
-                 "`optimizer.clip_grad_norm=<norm>` clips right after that hook"):  # fmt: skip
+    for fact in (
+        "`__init__` runs when the run loads its plugins, before any `check`",
+        "gradients at `on_before_optimizer_step` are already unscaled",
+        "`on_before_optimizer_step` fires also on the steps the loss scaler then skips",
+        "`optimizer.clip_grad_norm=<norm>` clips right after that hook",
+    ):
         assert fact in docs, fact
     spec = " ".join(hookspecs.on_before_optimizer_step.__doc__.split())
     assert "already unscaled" in spec and "the steps the scaler then skips" in spec

@@ -21,8 +21,14 @@ from tuneup.trainer.runner import ConfigError, run
 
 GPT2 = ["model=custom", "model._target_=tests.hf_models.tiny_gpt2", "~model.width"]
 #: tuneup's token data: x and its next tokens y
-TOKENS = ["data=synthetic_tokens", "data.vocab_size=32", "data.context=16",
-          "data.train_samples=64", "data.val_samples=32", "data.batch_size=16"]  # fmt: skip
+TOKENS = [
+    "data=synthetic_tokens",
+    "data.vocab_size=32",
+    "data.context=16",
+    "data.train_samples=64",
+    "data.val_samples=32",
+    "data.batch_size=16",
+]
 #: the user's token data: input ids alone, or with labels aligned to them
 OWN_TOKENS = ["data=custom", "data._target_=tests.hf_models.token_data", "data.batch_size=16"]
 
@@ -36,11 +42,17 @@ def plain(tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("how", ["blocks", "selective"])
-def test_activation_checkpointing_trains_gpt2_as_off_does_with_its_cache_off(train, how, plain,
-                                                                             tmp_path):  # fmt: skip
-    checkpointed, _ = train(*GPT2, *TOKENS, "task=next_token", f"activation_checkpointing={how}",
-                            "activation_checkpointing.block_types=[GPT2Block]",
-                            run_dir=tmp_path / how)  # fmt: skip
+def test_activation_checkpointing_trains_gpt2_as_off_does_with_its_cache_off(
+    train, how, plain, tmp_path
+):
+    checkpointed, _ = train(
+        *GPT2,
+        *TOKENS,
+        "task=next_token",
+        f"activation_checkpointing={how}",
+        "activation_checkpointing.block_types=[GPT2Block]",
+        run_dir=tmp_path / how,
+    )
     assert checkpointed["status"] == "ok"  # selective failed mid-training: aten.slice.Tensor ...
     settings = checkpointed["plugins"]["activation_checkpointing"]
     assert settings["checkpointed_blocks"] == 2
@@ -60,25 +72,37 @@ def test_model_loss_calls_transformers_with_input_ids_and_labels():
 
 @pytest.mark.parametrize("kind", ["inputs", "pairs"])
 def test_model_loss_trains_gpt2_on_its_own_labels(train, kind):
-    summary, _ = train(*GPT2, *OWN_TOKENS, f"data.kind={kind}", "task=model_loss",
-                       "data.train_samples=128", "data.val_samples=32", "optimizer=adamw",
-                       "optimizer.lr=0.02", "trainer.max_epochs=2")  # fmt: skip
+    summary, _ = train(
+        *GPT2,
+        *OWN_TOKENS,
+        f"data.kind={kind}",
+        "task=model_loss",
+        "data.train_samples=128",
+        "data.val_samples=32",
+        "optimizer=adamw",
+        "optimizer.lr=0.02",
+        "trainer.max_epochs=2",
+    )
     assert summary["status"] == "ok"
     curve = summary["loss_curve"]["loss"]
     assert curve[-1] < curve[0] - 1.0  # the counting pattern is learned
 
 
 def test_model_loss_on_next_token_targets_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match=r"task=model_loss: model tests.hf_models.tiny_gpt2 is "
-                       r"a transformers causal LM, which shifts its labels by one itself.*Use "
-                       r"task=next_token"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"task=model_loss: model tests.hf_models.tiny_gpt2 is "
+        r"a transformers causal LM, which shifts its labels by one itself.*Use "
+        r"task=next_token",
+    ):
         run(compose_config([*GPT2, *TOKENS, "task=model_loss"]), run_dir=tmp_path)
 
 
 def test_flops_of_a_model_that_cannot_run_on_meta_are_counted_on_a_cpu_copy(train):
     def plan(use_cache):
-        return Plan(compose_config([*GPT2, *TOKENS, "task=next_token",
-                                    f"model.use_cache={use_cache}"]))  # fmt: skip
+        return Plan(
+            compose_config([*GPT2, *TOKENS, "task=next_token", f"model.use_cache={use_cache}"])
+        )
 
     cached = flops.count_flops(plan(True))  # runs on the meta device
     rng = torch.random.get_rng_state()
@@ -95,8 +119,9 @@ def test_flops_of_a_model_that_cannot_run_on_meta_are_counted_on_a_cpu_copy(trai
 def test_selective_checkpointing_of_a_gpt2_with_its_cache_on_runs_backward(make_config):
     from tuneup.plugins.activation_checkpointing import Plugin
 
-    cfg = make_config(["activation_checkpointing=selective",
-                       "activation_checkpointing.block_types=[GPT2Block]"])  # fmt: skip
+    cfg = make_config(
+        ["activation_checkpointing=selective", "activation_checkpointing.block_types=[GPT2Block]"]
+    )
     model = Plugin(cfg).configure_model(cfg=cfg, model=tiny_gpt2(use_cache=True))
     x = counting(2, seed=0)
     model(input_ids=x, labels=x).loss.backward()  # was: aten.slice.Tensor ... not found in storage
@@ -118,8 +143,9 @@ def documented() -> list[list[str]]:
     return [shlex.split(line)[1:] for line in lines]
 
 
-def test_documented_gpt2_trains_resumes_exactly_and_takes_the_kernels(project, monkeypatch,
-                                                                      tmp_path):  # fmt: skip
+def test_documented_gpt2_trains_resumes_exactly_and_takes_the_kernels(
+    project, monkeypatch, tmp_path
+):
     monkeypatch.syspath_prepend(str(project))  # as tuneup run in the project: its code, conf/
     monkeypatch.chdir(project)
     first, resume, levers, _ = documented()
@@ -151,9 +177,14 @@ def test_documented_gpt2_trains_resumes_exactly_and_takes_the_kernels(project, m
 def test_documented_gpt2_trains_under_ddp(project):
     *_, ddp = documented()
     run_dir = project / "outputs" / "ddp"
-    result = subprocess.run([*python(), tuneup_command(), *ddp, f"hydra.run.dir={run_dir}"],
-                            cwd=project, env=env(project), capture_output=True, text=True,
-                            timeout=300)  # fmt: skip
+    result = subprocess.run(
+        [*python(), tuneup_command(), *ddp, f"hydra.run.dir={run_dir}"],
+        cwd=project,
+        env=env(project),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     done = summary(run_dir)
     assert done["world_size"] == 2 and done["steps"] == 2 * 256 // (2 * 16)

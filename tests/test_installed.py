@@ -42,12 +42,27 @@ def installed(tmp_path_factory) -> Path:
     Built from a copy of the sources: pip builds in the source folder, and a stale build/
     left in the checkout would end up in later builds."""
     source, site = tmp_path_factory.mktemp("source"), tmp_path_factory.mktemp("site")
-    ignore = shutil.ignore_patterns(".*", "__pycache__", "*.egg-info", "build", "outputs",
-                                    "multirun", "tests", "bench")  # fmt: skip
+    ignore = shutil.ignore_patterns(
+        ".*", "__pycache__", "*.egg-info", "build", "outputs", "multirun", "tests", "bench"
+    )
     shutil.copytree(ROOT, source, ignore=ignore, dirs_exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    "--no-build-isolation", "--target", str(site), str(source)],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return site
 
 
@@ -65,19 +80,32 @@ def foreign(tmp_path) -> Path:
 def command(installed: Path, cwd: Path, *args: str, extra_path=(), cold=False, **environment):
     """The installed console script, as its own interpreter (``cold``: --help's start-up is
     timed) or as a warm start of the same script (tests/warm.py: the training runs)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(installed), *map(str, extra_path)]),
-           "PYTHONUNBUFFERED": "1", **environment}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(installed), *map(str, extra_path)]),
+        "PYTHONUNBUFFERED": "1",
+        **environment,
+    }
     script = [str(installed / "bin" / "tuneup"), *args]
-    return subprocess.run(script if cold else [*python(), *script], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        script if cold else [*python(), *script],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_command_runs_from_a_foreign_directory(installed, foreign):
     found = subprocess.run(
         [sys.executable, "-c", "import tuneup, tuneup.trainer; print(tuneup.trainer.__file__)"],
-        cwd=foreign, env={**os.environ, "PYTHONPATH": str(installed)}, capture_output=True,
-        text=True, check=True,
-    )  # fmt: skip
+        cwd=foreign,
+        env={**os.environ, "PYTHONPATH": str(installed)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert found.stdout.startswith(str(installed))  # the installed copy, not the checkout
 
     started = time.perf_counter()
@@ -93,9 +121,13 @@ def test_the_command_runs_from_a_foreign_directory(installed, foreign):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["steps"] == 3  # the user's preset applied
 
-    module = subprocess.run([sys.executable, "-m", "tuneup", "--help"], cwd=foreign,
-                            env={**os.environ, "PYTHONPATH": str(installed)},
-                            capture_output=True, text=True)  # fmt: skip
+    module = subprocess.run(
+        [sys.executable, "-m", "tuneup", "--help"],
+        cwd=foreign,
+        env={**os.environ, "PYTHONPATH": str(installed)},
+        capture_output=True,
+        text=True,
+    )
     assert module.returncode == 0 and module.stdout == help_text.stdout
 
 
@@ -120,6 +152,7 @@ def test_a_failing_hook_is_one_line_here_and_a_traceback_in_the_log(installed, f
     log = (run_dir / "tuneup.log").read_text()
     assert "Traceback" in log and 'raise RuntimeError("boom in batch 1")' in log
 
-    loud = command(installed, foreign, *args, "resume=null", extra_path=[site],
-                   HYDRA_FULL_ERROR="1")  # fmt: skip
+    loud = command(
+        installed, foreign, *args, "resume=null", extra_path=[site], HYDRA_FULL_ERROR="1"
+    )
     assert loud.returncode == 1 and "Traceback" in loud.stderr

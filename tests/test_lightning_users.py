@@ -16,7 +16,7 @@ from tuneup.trainer.runner import ConfigError
 STOP = (
     "+callbacks.stop={_target_: pytorch_lightning.callbacks.EarlyStopping, monitor: val/acc, "
     "mode: min, patience: 0}"
-)  # fmt: skip  (stops once val acc fails to fall: after epoch 2)
+)  # stops once val acc fails to fall: after epoch 2
 LR = "+callbacks.lr={_target_: pytorch_lightning.callbacks.LearningRateMonitor}"
 
 

@@ -29,8 +29,11 @@ def test_a_resumed_run_keeps_the_earlier_metrics(train, tmp_path):
 
 def snapshot(run_dir) -> dict[str, str]:
     """Each file's SHA-256 by its path in ``run_dir``."""
-    return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in run_dir.rglob("*") if p.is_file()}  # fmt: skip
+    return {
+        str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in run_dir.rglob("*")
+        if p.is_file()
+    }
 
 
 def test_tensorboard_logger_writes_event_files_and_none_in_a_refused_resume(train, tmp_path):

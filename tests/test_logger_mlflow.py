@@ -47,10 +47,18 @@ def sessions(tmp_path_factory):
     is refused as training starts (mid-epoch): the run directory's files before and after it.
     Its summary, its MLflow run and the store's client."""
     run_dir = tmp_path_factory.mktemp("mlflow") / "run"
-    common = ["logger=mlflow", "data.train_samples=64", "data.val_samples=32",
-              "data.image_size=8", "data.batch_size=16", "trainer.max_epochs=2",
-              "target.metric=val/acc", "target.check_every_n_steps=2",
-              "checkpoint.every_n_steps=3", "checkpoint.every_n_epochs=0"]  # fmt: skip
+    common = [
+        "logger=mlflow",
+        "data.train_samples=64",
+        "data.val_samples=32",
+        "data.image_size=8",
+        "data.batch_size=16",
+        "trainer.max_epochs=2",
+        "target.metric=val/acc",
+        "target.check_every_n_steps=2",
+        "checkpoint.every_n_steps=3",
+        "checkpoint.every_n_epochs=0",
+    ]
     with pytest.MonkeyPatch.context() as patch:
         register_in_runs(patch, [CrashAt(6)])
         with pytest.raises(PluginError, match="crashed on purpose"):
@@ -76,8 +84,11 @@ def logged(sessions):
 
 def snapshot(run_dir: Path) -> dict[str, str]:
     """Each file's SHA-256 by its path in ``run_dir``."""
-    return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in run_dir.rglob("*") if p.is_file()}  # fmt: skip
+    return {
+        str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in run_dir.rglob("*")
+        if p.is_file()
+    }
 
 
 def test_a_refused_resume_leaves_the_mlflow_store_as_it_was(sessions):
@@ -237,18 +248,32 @@ def test_a_pruned_trial_is_finished_in_mlflow_at_the_steps_optuna_has(tmp_path):
     optuna = pytest.importorskip("optuna")
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     done = run_cli(
-        "-m", f"hydra.sweep.dir={tmp_path / 'sweep'}", "hparams_search=optuna",
-        "hydra.sweeper.params=null", "hydra.sweeper.n_trials=1", "hydra/sweeper/sampler=random",
+        "-m",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        "hparams_search=optuna",
+        "hydra.sweeper.params=null",
+        "hydra.sweeper.n_trials=1",
+        "hydra/sweeper/sampler=random",
         f"hydra.sweeper.storage={storage}",
         # val/acc below 1.5 past the warm-up (step 3): pruned at the first validation after it
-        "hydra/sweeper/pruner=none", "hydra.sweeper.pruner._target_=optuna.pruners.ThresholdPruner",
-        "+hydra.sweeper.pruner.lower=1.5", "+hydra.sweeper.pruner.n_warmup_steps=3",
-        "logger=mlflow", "data.train_samples=192", "data.val_samples=32", "data.batch_size=32",
-        "data.image_size=8", "model.width=4", "trainer.max_epochs=1", "target.metric=val/acc",
-        "target.check_every_n_steps=2", "trainer.enable_progress_bar=false",
+        "hydra/sweeper/pruner=none",
+        "hydra.sweeper.pruner._target_=optuna.pruners.ThresholdPruner",
+        "+hydra.sweeper.pruner.lower=1.5",
+        "+hydra.sweeper.pruner.n_warmup_steps=3",
+        "logger=mlflow",
+        "data.train_samples=192",
+        "data.val_samples=32",
+        "data.batch_size=32",
+        "data.image_size=8",
+        "model.width=4",
+        "trainer.max_epochs=1",
+        "target.metric=val/acc",
+        "target.check_every_n_steps=2",
+        "trainer.enable_progress_bar=false",
         "~hydra.callbacks.sweep_report",  # its report.png is no part of this (matplotlib's CPU)
-        cwd=tmp_path, tiny=False,
-    )  # fmt: skip
+        cwd=tmp_path,
+        tiny=False,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (trial,) = optuna.load_study(study_name="tuneup", storage=storage).trials
     run_dir = tmp_path / "sweep" / "0"

@@ -64,14 +64,17 @@ def whole(model) -> dict[str, torch.Tensor]:
     from torch.distributed.tensor import DTensor
 
     state = {**model.state_dict(), "positions": getattr(model, "positions", torch.zeros(()))}
-    return {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone()
-            for k, v in state.items()}  # fmt: skip
+    return {
+        k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone()
+        for k, v in state.items()
+    }
 
 
 def tied(model) -> bool:
     """Whether the output head is still the embedding's matrix (one parameter)."""
-    head, embedding = (("head", "embed") if isinstance(model, Counted) else
-                       ("lm_head", "transformer.wte"))  # fmt: skip
+    head, embedding = (
+        ("head", "embed") if isinstance(model, Counted) else ("lm_head", "transformer.wte")
+    )
     return model.get_submodule(head).weight is model.get_submodule(embedding).weight
 
 
@@ -91,8 +94,12 @@ def one_process(rank: int, store: str, out: str) -> None:
         parallelize(model, mesh, Settings(tp_plan=plan or {}))
         how = materialize(model, "cpu", init, SEED, build=seeded_build(build, SEED))
         first = next(p for p in model.parameters() if p.dim() == 2)
-        found[name] = {"how": how, "whole": whole(model), "local": first.to_local().clone(),
-                       "tied": tied(model)}  # fmt: skip
+        found[name] = {
+            "how": how,
+            "whole": whole(model),
+            "local": first.to_local().clone(),
+            "tied": tied(model),
+        }
         tokens = torch.arange(8).reshape(2, 4) % 16
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         losses = []
@@ -117,8 +124,9 @@ def ranks(tmp_path_factory):
     if dist.is_initialized():  # an earlier in-process run's (tuneup closes it at the next launch):
         dist.destroy_process_group()  # forked children must not inherit a live process group
     folder = tmp_path_factory.mktemp("materialize")
-    mp.start_processes(one_process, args=(str(folder / "store"), str(folder)), nprocs=2,
-                       start_method="fork")  # fmt: skip
+    mp.start_processes(
+        one_process, args=(str(folder / "store"), str(folder)), nprocs=2, start_method="fork"
+    )
     return [torch.load(folder / f"{r}.pt", weights_only=False) for r in (0, 1)]
 
 

@@ -52,8 +52,10 @@ def test_convolutions_see_channels_last_inputs(train, conv_inputs, choice, nhwc)
     assert len(conv_inputs.channels_last) > 0
     assert set(conv_inputs.channels_last) == {nhwc}  # every call, train and validation
     if nhwc:
-        assert summary["plugins"]["memory_format"] == {"name": "channels_last",
-                                                       "converted_4d_tensors": 9}  # fmt: skip
+        assert summary["plugins"]["memory_format"] == {
+            "name": "channels_last",
+            "converted_4d_tensors": 9,
+        }
     else:
         assert "memory_format" not in summary["plugins"]  # contiguous loads no plugin
 
@@ -101,9 +103,12 @@ def test_all_three_levers_compose_with_every_precision(train, conv_inputs, preci
         pytest.skip(f"conf/precision/{precision}.yaml does not exist yet")
     try:
         summary, _ = train(
-            f"precision={precision}", "memory_format=channels_last", "grad_accum.steps=2",
-            "activation_checkpointing=blocks", *SMALLER,
-        )  # fmt: skip
+            f"precision={precision}",
+            "memory_format=channels_last",
+            "grad_accum.steps=2",
+            "activation_checkpointing=blocks",
+            *SMALLER,
+        )
     except TuneupError as exc:  # only the precision plugin may refuse this machine
         lines = [line for line in str(exc).splitlines()[1:] if line.strip()]
         if lines and all("[precision]" in line for line in lines):

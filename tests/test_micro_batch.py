@@ -22,15 +22,24 @@ from tuneup.plugins.grad_accum import micro_batch_problems
 from tuneup.plugins.grad_accum.micro_batch import batch_length, split
 
 #: model=mlp: no BatchNorm, so a batch's gradient does not depend on how it is split.
-MLP = ["model=mlp", "data.train_samples=256", "data.val_samples=32", "trainer.max_epochs=1",
-       "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
-       "trainer.accelerator=cpu", "measure.console_table=false"]  # fmt: skip
+MLP = [
+    "model=mlp",
+    "data.train_samples=256",
+    "data.val_samples=32",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+    "trainer.accelerator=cpu",
+    "measure.console_table=false",
+]
 STEPS = 3
 
 
 def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    loaded = [torch.load(p, map_location="cpu", weights_only=False)
-              for p in (run_dir / "checkpoints").glob("*.ckpt")]  # fmt: skip
+    loaded = [
+        torch.load(p, map_location="cpu", weights_only=False)
+        for p in (run_dir / "checkpoints").glob("*.ckpt")
+    ]
     return max(loaded, key=lambda checkpoint: checkpoint["global_step"])["state_dict"]
 
 
@@ -66,12 +75,15 @@ def runs(tmp_path_factory):
         "auto": run(root / "auto", steps, "grad_accum.micro_batch_size=auto", plugin=found["auto"]),
         "whole-fp16": run(root / "whole-fp16", steps, fp16),
         "fixed-fp16": run(root / "fixed-fp16", steps, fp16, "grad_accum.micro_batch_size=4"),
-    }  # fmt: skip
+    }
     (checkpoint,) = (root / "auto" / "checkpoints").glob("*.ckpt")
     summaries["resumed"] = run(
-        root / "resumed", f"trainer.max_steps={STEPS + 1}", "grad_accum.micro_batch_size=auto",
-        f"resume={checkpoint}", plugin=found["resumed"],
-    )  # fmt: skip
+        root / "resumed",
+        f"trainer.max_steps={STEPS + 1}",
+        "grad_accum.micro_batch_size=auto",
+        f"resume={checkpoint}",
+        plugin=found["resumed"],
+    )
     return root, summaries, found
 
 
@@ -116,16 +128,31 @@ def test_ranks_agree_on_the_size_under_ddp_and_fsdp(tmp_path, runs):
     """Two processes (gloo): under DDP only rank 1 runs out of memory above 4 samples of its 8,
     and rank 0 halves with it (its summary); the weights are those of one process on the
     global batch of 16. Under FSDP2 both ranks do, and the run goes on with 4."""
-    site = make_distribution(tmp_path / "site", "tuneup-oom", {"oom_above": ENTRY_POINT_MODULE},
-                             {"oom_above": "oom_above:Plugin"})  # fmt: skip
+    site = make_distribution(
+        tmp_path / "site",
+        "tuneup-oom",
+        {"oom_above": ENTRY_POINT_MODULE},
+        {"oom_above": "oom_above:Plugin"},
+    )
     path = os.pathsep.join([str(site), *sys.path])
-    common = [*MLP, "trainer.devices=2", "data.batch_size=8", f"trainer.max_steps={STEPS}",
-              "grad_accum.micro_batch_size=auto"]  # fmt: skip
+    common = [
+        *MLP,
+        "trainer.devices=2",
+        "data.batch_size=8",
+        f"trainer.max_steps={STEPS}",
+        "grad_accum.micro_batch_size=auto",
+    ]
     for strategy, rank in (("ddp", "1"), ("fsdp", None)):
         env = {"PYTHONPATH": path, "OOM_ABOVE": "4", **({"OOM_RANK": rank} if rank else {})}
         run_dir = tmp_path / strategy
-        done = run_cli(*common, f"strategy={strategy}", f"hydra.run.dir={run_dir}", env=env,
-                       cwd=tmp_path, tiny=False)  # fmt: skip
+        done = run_cli(
+            *common,
+            f"strategy={strategy}",
+            f"hydra.run.dir={run_dir}",
+            env=env,
+            cwd=tmp_path,
+            tiny=False,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["status"] == "ok" and summary["world_size"] == 2

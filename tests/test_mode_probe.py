@@ -38,8 +38,16 @@ def command(monkeypatch, tmp_path):
         monkeypatch.setattr(Hydra, "compose_config", counted)
         monkeypatch.setattr(cli, "task", task)
         monkeypatch.chdir(tmp_path)
-        monkeypatch.setattr(sys, "argv", ["tuneup", f"hydra.run.dir={tmp_path / 'run'}",
-                                          f"hydra.sweep.dir={tmp_path / 'sweep'}", *args])  # fmt: skip
+        monkeypatch.setattr(
+            sys,
+            "argv",
+            [
+                "tuneup",
+                f"hydra.run.dir={tmp_path / 'run'}",
+                f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                *args,
+            ],
+        )
         with pytest.raises(SystemExit) as done:
             cli.main()
         assert done.value.code == 0
@@ -56,11 +64,13 @@ def test_a_run_composes_its_config_once(command):
 def test_a_config_folder_that_sets_the_mode_still_makes_a_sweep_without_dash_m(command, tmp_path):
     """``hydra.mode: MULTIRUN`` in the user's own preset: the probe composes and finds it."""
     (tmp_path / "conf" / "experiment").mkdir(parents=True)
-    (tmp_path / "conf" / "experiment" / "lr_sweep.yaml").write_text(textwrap.dedent("""\
+    (tmp_path / "conf" / "experiment" / "lr_sweep.yaml").write_text(
+        textwrap.dedent("""\
         # @package _global_
         hydra:
           mode: MULTIRUN
-        """))  # fmt: skip
+        """)
+    )
     composed, modes = command("experiment=lr_sweep", "optimizer.lr=0.1,0.01")
     assert composed[0] == RunMode.MULTIRUN  # the probe
     assert modes == [RunMode.MULTIRUN]
@@ -69,8 +79,12 @@ def test_a_config_folder_that_sets_the_mode_still_makes_a_sweep_without_dash_m(c
 def test_a_stored_node_that_sets_the_mode_is_found(command):
     """A Hydra plugin's ConfigStore node (no folder of configs) setting the mode: probed too."""
     store = ConfigStore.instance()
-    store.store(group="experiment", name="stored_sweep", package="_global_",
-                node={"hydra": {"mode": "MULTIRUN"}})  # fmt: skip
+    store.store(
+        group="experiment",
+        name="stored_sweep",
+        package="_global_",
+        node={"hydra": {"mode": "MULTIRUN"}},
+    )
     try:
         composed, modes = command("experiment=stored_sweep", "optimizer.lr=0.1,0.01")
     finally:
@@ -90,8 +104,14 @@ def test_no_built_in_config_sets_hydra_mode():
     for path in CONF.rglob("*.yaml"):
         text = path.read_text()
         group = path.parent.relative_to(CONF).as_posix().replace("/", ".")
-        header = next((line.split("@package", 1)[1].strip() for line in text.splitlines()
-                       if line.startswith("# @package")), None)  # fmt: skip
+        header = next(
+            (
+                line.split("@package", 1)[1].strip()
+                for line in text.splitlines()
+                if line.startswith("# @package")
+            ),
+            None,
+        )
         # the primary config's folder is "." (the root): no package but its header's
         package = (header if header is not None else group).removeprefix("_global_").strip(".")
         node = yaml.safe_load(text) or {}

@@ -25,16 +25,35 @@ from tuneup.trainer.state import sharded
 from tuneup.trainer.state.checkpoints import list_checkpoints
 
 COMMON = [
-    "data=synthetic_tokens", "data.context=8", "data.train_samples=32", "data.val_samples=16",
-    "data.vocab_size=64", "trainer.max_epochs=2", "trainer.enable_progress_bar=false",
-    "trainer.accelerator=cpu", "checkpoint.every_n_steps=1", "trainer.log_every_n_steps=1",
-]  # fmt: skip
+    "data=synthetic_tokens",
+    "data.context=8",
+    "data.train_samples=32",
+    "data.val_samples=16",
+    "data.vocab_size=64",
+    "trainer.max_epochs=2",
+    "trainer.enable_progress_bar=false",
+    "trainer.accelerator=cpu",
+    "checkpoint.every_n_steps=1",
+    "trainer.log_every_n_steps=1",
+]
 #: Clipped by total norm on every layout (the first steps' norms are 0.8 to 1: clipped).
-GPT = ["model=gpt", "model.layers=2", "model.width=16", "model.heads=4",
-       "optimizer.clip_grad_norm=0.6", *COMMON]  # fmt: skip
+GPT = [
+    "model=gpt",
+    "model.layers=2",
+    "model.width=16",
+    "model.heads=4",
+    "optimizer.clip_grad_norm=0.6",
+    *COMMON,
+]
 #: The user's model: model=custom by _target_, with its tensor-parallel plan given in config.
-OWN = ["model=custom", "model._target_=tiny_nets.TinyTransformer", "model.vocab_size=64",
-       "model.width=16", "model.layers=2", *COMMON]  # fmt: skip
+OWN = [
+    "model=custom",
+    "model._target_=tiny_nets.TinyTransformer",
+    "model.vocab_size=64",
+    "model.width=16",
+    "model.layers=2",
+    *COMMON,
+]
 OWN_PLAN = "strategy.tp_plan={blocks.*.up: colwise, blocks.*.down: rowwise}"
 #: (processes, tensor_parallel_size, data.batch_size): each sees a global batch of 16.
 LAYOUTS = {"fsdp": (2, 1, 8), "tp": (2, 2, 16), "2d": (4, 2, 8)}
@@ -100,8 +119,12 @@ def layout(name: str) -> list[str]:
     if name == "tp-sequence":
         return [*layout("tp"), "strategy.sequence_parallel=true"]
     processes, tp, batch = LAYOUTS[name]
-    return ["strategy=fsdp", f"trainer.devices={processes}",
-            f"strategy.tensor_parallel_size={tp}", f"data.batch_size={batch}"]  # fmt: skip
+    return [
+        "strategy=fsdp",
+        f"trainer.devices={processes}",
+        f"strategy.tensor_parallel_size={tp}",
+        f"data.batch_size={batch}",
+    ]
 
 
 def weights(run_dir, tmp_path, step=None) -> dict[str, torch.Tensor]:
@@ -139,8 +162,9 @@ def runs(tmp_path_factory, site):
 @pytest.fixture(scope="module")
 def reference(runs):
     """``reference("gpt"|"own")``: one process, data.batch_size=16."""
-    return lambda model: runs(f"reference-{model}", *(GPT if model == "gpt" else OWN),
-                              "data.batch_size=16")  # fmt: skip
+    return lambda model: runs(
+        f"reference-{model}", *(GPT if model == "gpt" else OWN), "data.batch_size=16"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -170,8 +194,10 @@ def test_gpt_under_fsdp_tp_and_2d_ends_as_one_process_on_the_same_batch(
     # clipping by the total norm across meshes (TP's DTensors beside plain tensors) equals one
     # process's: the same norms, the same steps clipped (issue 32 point 6.2)
     clipped = summary(reference("gpt"))["grad_norm"]
-    assert 0 < clipped["clipped_steps"] < 4 and done["grad_norm"]["clipped_steps"] == clipped[
-        "clipped_steps"]  # fmt: skip
+    assert (
+        0 < clipped["clipped_steps"] < 4
+        and done["grad_norm"]["clipped_steps"] == clipped["clipped_steps"]
+    )
     assert done["grad_norm"]["max"] == pytest.approx(clipped["max"], rel=1e-5)
     assert done["grad_norm"]["last"] == pytest.approx(clipped["last"], rel=1e-5)
     strategy = done["plugins"]["strategy"]
@@ -189,8 +215,9 @@ def test_gpt_under_fsdp_tp_and_2d_ends_as_one_process_on_the_same_batch(
     # A sharded checkpoint: a directory, a shard per rank, checksums of every file.
     newest = list_checkpoints(run_dir / "checkpoints")[0]
     files = sorted(p.name for p in newest.iterdir())
-    assert files == sorted([".metadata", "meta.pt", sharded.MANIFEST,
-                            *(f"__{r}_0.distcp" for r in range(processes))])  # fmt: skip
+    assert files == sorted(
+        [".metadata", "meta.pt", sharded.MANIFEST, *(f"__{r}_0.distcp" for r in range(processes))]
+    )
     assert set(json.loads((newest / sharded.MANIFEST).read_text())["sha256"]) == set(files) - {
         sharded.MANIFEST
     }
@@ -211,8 +238,11 @@ def test_gpt_under_fsdp_tp_and_2d_ends_as_one_process_on_the_same_batch(
             assert rank["all_reduce_bytes_per_step"] == 4
         else:  # tensor parallelism splits the blocks' matmuls, sums their outputs
             shards = processes  # 2d: FSDP shards what tensor parallelism split, and the rest
-            assert one["parameter_bytes"] / shards < rank["parameter_bytes"] < one[
-                "parameter_bytes"] / (shards // 2)  # fmt: skip
+            assert (
+                one["parameter_bytes"] / shards
+                < rank["parameter_bytes"]
+                < one["parameter_bytes"] / (shards // 2)
+            )
             if name == "tp-sequence":  # activations gathered and reduce-scattered by sequence
                 assert rank["all_gather_bytes_per_step"] > 0
                 assert rank["reduce_scatter_bytes_per_step"] > 0
@@ -269,8 +299,13 @@ def test_own_model_with_accumulation_killed_and_resumed_ends_as_one_process(
     a mesh of 1 or 2 dimensions; FSDP x2 alone was a case of its own, 4.5 CPU-s)."""
     _, tp, batch = LAYOUTS[name]
     # its modules' reset_parameters, on the shards, in its order: the weights of one process
-    args = [*OWN, *layout(name)[:-1], f"data.batch_size={batch // 2}", "grad_accum.steps=2",
-            "strategy.init=reset_parameters"]  # fmt: skip
+    args = [
+        *OWN,
+        *layout(name)[:-1],
+        f"data.batch_size={batch // 2}",
+        "grad_accum.steps=2",
+        "strategy.init=reset_parameters",
+    ]
     args += [OWN_PLAN] if tp > 1 else []
     killed = train(tmp_path, *args, site=site, crash={"CRASH_AT_MICRO_BATCH": "7"}, ok=False)
     assert killed.returncode in (-signal.SIGKILL, 1, 137), killed.stderr[-3000:]
@@ -301,10 +336,18 @@ def test_checkpointing_and_compile_compose_with_fsdp_in_torchtitans_order(
     (each block compiled, then sharded) and the fused loss kernel: the same weights as one
     process. No validation: compiling the blocks again for evaluation (1 CPU-s) is no part of
     it."""
-    train(tmp_path, *GPT, *layout("fsdp"), "activation_checkpointing=selective",
-          "activation_checkpointing.block_types=[Block]", "compile=on",
-          "compile.backend=aot_eager", "kernels=[cross_entropy]",
-          "+trainer.limit_val_batches=0", site=site)  # fmt: skip
+    train(
+        tmp_path,
+        *GPT,
+        *layout("fsdp"),
+        "activation_checkpointing=selective",
+        "activation_checkpointing.block_types=[Block]",
+        "compile=on",
+        "compile.backend=aot_eager",
+        "kernels=[cross_entropy]",
+        "+trainer.limit_val_batches=0",
+        site=site,
+    )
     assert (
         relative_difference(weights(tmp_path, tmp_path), weights(reference("gpt"), tmp_path)) < 1e-5
     )
@@ -411,8 +454,12 @@ def test_tuneup_consolidate_writes_the_users_own_state_dict_for_plain_torch(
     assert "transformer.h.1.mlp.c_fc.weight" in state  # its own names: no "model." prefix
     model = Gpt(vocab_size=64, context=8, layers=2, heads=4, width=16)
     assert str(model.load_state_dict(state)) == "<All keys matched successfully>"
-    bad = subprocess.run([*command[:-2], str(tmp_path / "nothing"), str(out)],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    bad = subprocess.run(
+        [*command[:-2], str(tmp_path / "nothing"), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert (
         bad.returncode == 1
         and bad.stderr.startswith("error: ")
@@ -435,19 +482,39 @@ def test_the_docs_gpt2_plan_splits_a_transformers_gpt2_and_ends_as_one_process(t
     block = re.search(r"<!-- tested:gpt2-tp-plan -->\n```yaml\n(.*?)```", text, re.S).group(1)
     strategy = yaml.safe_load(block)["strategy"]
     plan = ", ".join(f"{k}: {v}" for k, v in strategy["tp_plan"].items())
-    gpt2 = ["model=custom", "model._target_=tests.hf_models.tiny_gpt2", "model.use_cache=false",
-            "task=next_token", "data.vocab_size=32", "data.context=16",
-            *[a for a in COMMON if not a.startswith(("data.vocab_size", "data.context"))],
-            *SHORT]  # fmt: skip
+    gpt2 = [
+        "model=custom",
+        "model._target_=tests.hf_models.tiny_gpt2",
+        "model.use_cache=false",
+        "task=next_token",
+        "data.vocab_size=32",
+        "data.context=16",
+        *[a for a in COMMON if not a.startswith(("data.vocab_size", "data.context"))],
+        *SHORT,
+    ]
     env = {"PYTHONPATH": f"{ROOT}"}
     one, split = tmp_path / "one", tmp_path / "split"
-    for run_dir, args in ((one, ["data.batch_size=16"]),
-                          (split, ["data.batch_size=16", "strategy=fsdp", "trainer.devices=2",
-                                   f"strategy.tensor_parallel_size={strategy['tensor_parallel_size']}",
-                                   f"strategy.tp_plan={{{plan}}}",
-                                   "strategy.init=broadcast"])):  # fmt: skip
-        result = run_cli(f"hydra.run.dir={run_dir}", *gpt2, *args, tiny=False,
-                         env={**ONE_THREAD, **env, "PYTHONPATH": f"{ROOT}:{site}"})  # fmt: skip
+    for run_dir, args in (
+        (one, ["data.batch_size=16"]),
+        (
+            split,
+            [
+                "data.batch_size=16",
+                "strategy=fsdp",
+                "trainer.devices=2",
+                f"strategy.tensor_parallel_size={strategy['tensor_parallel_size']}",
+                f"strategy.tp_plan={{{plan}}}",
+                "strategy.init=broadcast",
+            ],
+        ),
+    ):
+        result = run_cli(
+            f"hydra.run.dir={run_dir}",
+            *gpt2,
+            *args,
+            tiny=False,
+            env={**ONE_THREAD, **env, "PYTHONPATH": f"{ROOT}:{site}"},
+        )
         assert result.returncode == 0, result.stderr[-3000:]
     described = summary(split)["plugins"]["strategy"]
     assert described["tensor_parallel_modules"] == 4  # 2 blocks x 2
@@ -466,8 +533,16 @@ def test_changed_settings_take_effect_on_a_resumed_sharded_checkpoint(tmp_path, 
 
     run_dir = tmp_path / "run"
     shutil.copytree(gpt_runs("fsdp"), run_dir)
-    result = train(run_dir, *GPT, *layout("fsdp"), "resume=auto", "trainer.max_epochs=3",
-                   "optimizer.momentum=0.5", "precision=fp16", site=site)  # fmt: skip
+    result = train(
+        run_dir,
+        *GPT,
+        *layout("fsdp"),
+        "resume=auto",
+        "trainer.max_epochs=3",
+        "optimizer.momentum=0.5",
+        "precision=fp16",
+        site=site,
+    )
     said = result.stdout + result.stderr
     assert "optimizer.momentum: 0.9 -> 0.5: takes effect from step 4" in said
     assert said.count("with changed settings:") == 1  # once, not once per process

@@ -18,8 +18,14 @@ from tuneup.trainer.environment import Environment
 from tuneup.trainer.state import sharded
 from tuneup.trainer.state.checkpoint_read import UnreadableCheckpoint
 
-GPT = ["model=gpt", "data=synthetic_tokens", "model.width=16", "model.heads=4",
-       "trainer.accelerator=cpu", "strategy=fsdp"]  # fmt: skip
+GPT = [
+    "model=gpt",
+    "data=synthetic_tokens",
+    "model.width=16",
+    "model.heads=4",
+    "trainer.accelerator=cpu",
+    "strategy=fsdp",
+]
 
 
 def problems(*overrides):
@@ -29,14 +35,22 @@ def problems(*overrides):
 
 def test_a_sound_fsdp_and_tp_config_has_no_problem():
     assert problems("trainer.devices=4", "strategy.tensor_parallel_size=2") == []
-    assert problems("trainer.devices=2", "strategy.sequence_parallel=true",
-                    "strategy.tensor_parallel_size=2") == []  # fmt: skip
+    assert (
+        problems(
+            "trainer.devices=2",
+            "strategy.sequence_parallel=true",
+            "strategy.tensor_parallel_size=2",
+        )
+        == []
+    )
 
 
 def test_one_process_is_said_with_the_devices_the_user_gave():
     """A resume on one process (trainer.devices=1) was told 'trainer.devices=auto'."""
-    for devices, said in (("1", "strategy=fsdp with trainer.devices=1: one process"),
-                          ("auto", "strategy=fsdp with trainer.devices=auto on cpu: one device")):  # fmt: skip
+    for devices, said in (
+        ("1", "strategy=fsdp with trainer.devices=1: one process"),
+        ("auto", "strategy=fsdp with trainer.devices=auto on cpu: one device"),
+    ):
         cfg = compose_config([*GPT, f"trainer.devices={devices}"])
         assert problems(f"trainer.devices={devices}") == []
         assert layout_note(cfg, Environment.from_config(cfg)).startswith(said)
@@ -48,8 +62,11 @@ def test_a_tensor_parallel_size_that_does_not_divide_the_world_is_named():
 
 
 def test_a_pattern_that_matches_no_module_is_named_with_the_models_modules():
-    (found,) = problems("trainer.devices=2", "strategy.tensor_parallel_size=2",
-                        "strategy.tp_plan={transformer.h.*.mlp.up: colwise}")  # fmt: skip
+    (found,) = problems(
+        "trainer.devices=2",
+        "strategy.tensor_parallel_size=2",
+        "strategy.tp_plan={transformer.h.*.mlp.up: colwise}",
+    )
     assert "strategy.tp_plan: transformer.h.*.mlp.up matches no module of the model" in found
     assert "transformer.h.0.attn.c_attn" in found  # what it could have named
 
@@ -63,13 +80,24 @@ def test_a_dimension_the_tp_size_does_not_divide_is_named():
 
 
 def test_bad_styles_modules_and_plans_are_named():
-    found = problems("trainer.devices=2", "strategy.tensor_parallel_size=2",
-                     "strategy.tp_plan={transformer.h.*.mlp: colwise, lm_head: diagonal}")  # fmt: skip
+    found = problems(
+        "trainer.devices=2",
+        "strategy.tensor_parallel_size=2",
+        "strategy.tp_plan={transformer.h.*.mlp: colwise, lm_head: diagonal}",
+    )
     text = "\n".join(found)
     assert "lm_head: 'diagonal' is not allowed: expected one of colwise, rowwise" in text
     assert "transformer.h.0.mlp is a MLP; colwise splits nn.Linear" in text
-    cfg = compose_config(["model=mlp", "trainer.accelerator=cpu", "strategy=fsdp",
-                          "trainer.devices=2", "strategy.tensor_parallel_size=2"], tiny=False)  # fmt: skip
+    cfg = compose_config(
+        [
+            "model=mlp",
+            "trainer.accelerator=cpu",
+            "strategy=fsdp",
+            "trainer.devices=2",
+            "strategy.tensor_parallel_size=2",
+        ],
+        tiny=False,
+    )
     (found,) = settings_problems(cfg, Environment.from_config(cfg), Plan(cfg))
     assert "mlp has no built-in tensor-parallel plan; give one: strategy.tp_plan=" in found
 
@@ -83,17 +111,28 @@ def test_what_cannot_run_under_tensor_parallelism_is_refused_by_name():
     assert any(
         "strategy.shard_blocks=['Nope'] is not allowed" in p and "Block," in p for p in found
     )
-    found = problems("trainer.devices=2", "strategy.sequence_parallel=true",
-                     "strategy.tp_plan={lm_head: colwise}", "strategy.tensor_parallel_size=2")  # fmt: skip
+    found = problems(
+        "trainer.devices=2",
+        "strategy.sequence_parallel=true",
+        "strategy.tp_plan={lm_head: colwise}",
+        "strategy.tensor_parallel_size=2",
+    )
     assert any("sequence_parallel=true applies to a built-in plan" in p for p in found)
     # Lightning's clipping by norm fails at step 0 under TP; ours (optimizer.clip_grad_norm) works
-    found = problems("trainer.devices=2", "strategy.tensor_parallel_size=2",
-                     "+trainer.gradient_clip_val=0.5")  # fmt: skip
-    assert ("trainer.gradient_clip_val=0.5 with strategy.tensor_parallel_size=2: Lightning's "
-            "clipping by norm cannot add norms of tensors on different meshes; use "
-            "optimizer.clip_grad_norm=0.5 (the same clipping, across meshes)") in found  # fmt: skip
-    assert problems("trainer.devices=2", "strategy.tensor_parallel_size=2",
-                    "optimizer.clip_grad_norm=0.5") == []  # fmt: skip
+    found = problems(
+        "trainer.devices=2", "strategy.tensor_parallel_size=2", "+trainer.gradient_clip_val=0.5"
+    )
+    assert (
+        "trainer.gradient_clip_val=0.5 with strategy.tensor_parallel_size=2: Lightning's "
+        "clipping by norm cannot add norms of tensors on different meshes; use "
+        "optimizer.clip_grad_norm=0.5 (the same clipping, across meshes)"
+    ) in found
+    assert (
+        problems(
+            "trainer.devices=2", "strategy.tensor_parallel_size=2", "optimizer.clip_grad_norm=0.5"
+        )
+        == []
+    )
 
 
 def test_what_cannot_run_under_fsdp_is_refused_by_name():
@@ -114,8 +153,13 @@ def test_fp8_under_fsdp_all_gathers_float8_where_the_recipe_allows():
 
 
 def test_the_command_says_so_in_one_line_and_exits_1(tmp_path):
-    result = run_cli(*GPT, "trainer.devices=4", "strategy.tensor_parallel_size=3",
-                     f"hydra.run.dir={tmp_path}/run", tiny=False)  # fmt: skip
+    result = run_cli(
+        *GPT,
+        "trainer.devices=4",
+        "strategy.tensor_parallel_size=3",
+        f"hydra.run.dir={tmp_path}/run",
+        tiny=False,
+    )
     assert result.returncode == 1
     lines = [line for line in result.stderr.splitlines() if "does not divide" in line]
     assert len(lines) == 1 and "Traceback" not in result.stderr
@@ -137,16 +181,18 @@ class Net(nn.Module):
 def test_blocks_are_found_by_class_else_as_the_members_of_module_lists():
     net = Net()
     assert shard_block_names(net) == ["layers.0", "layers.1", "layers.2"]  # "Block": the default
-    assert shard_block_names(net, ["Linear"]) == [f"layers.{i}.{p}" for i in range(3)
-                                                  for p in ("up", "down")]  # fmt: skip
+    assert shard_block_names(net, ["Linear"]) == [
+        f"layers.{i}.{p}" for i in range(3) for p in ("up", "down")
+    ]
     net.layers = nn.ModuleList(nn.Sequential(nn.Linear(4, 4)) for _ in range(2))
     assert shard_block_names(net) == ["layers.0", "layers.1"]
 
 
 def test_plan_patterns_expand_to_module_names():
     plan = {"layers.*.up": "colwise", "layers.*.down": "rowwise"}
-    assert expand(Net(), plan) == {f"layers.{i}.{p}": s for i in range(3)
-                                   for p, s in (("up", "colwise"), ("down", "rowwise"))}  # fmt: skip
+    assert expand(Net(), plan) == {
+        f"layers.{i}.{p}": s for i in range(3) for p, s in (("up", "colwise"), ("down", "rowwise"))
+    }
     assert plan_problems(Net(), plan, 2) == []
     (found,) = plan_problems(Net(), {"embed": "rowwise"}, 3)
     assert "does not divide the 10 vocabulary features of embed (rowwise)" in found
@@ -179,16 +225,22 @@ def test_an_optimizer_state_keyed_by_name_is_keyed_by_position_for_a_plain_optim
     got = sharded.by_index(json.loads(json.dumps(by_name, default=lambda t: t.tolist())))
     assert got["param_groups"][0]["params"] == expected["param_groups"][0]["params"]
     for index, state in expected["state"].items():
-        assert torch.equal(torch.tensor(got["state"][index]["momentum_buffer"]),
-                           state["momentum_buffer"])  # fmt: skip
+        assert torch.equal(
+            torch.tensor(got["state"][index]["momentum_buffer"]), state["momentum_buffer"]
+        )
 
 
 def test_the_console_table_shows_a_row_per_process():
     from tuneup.trainer.summary import format_table
 
     figures = {"parameter_bytes": 10, "peak_memory_bytes": 2_000_000}
-    table = format_table({"status": "ok", "world_size": 2,
-                          "per_rank": [{"rank": 0, **figures}, {"rank": 1, **figures}]})  # fmt: skip
+    table = format_table(
+        {
+            "status": "ok",
+            "world_size": 2,
+            "per_rank": [{"rank": 0, **figures}, {"rank": 1, **figures}],
+        }
+    )
     rows = [line for line in table.splitlines() if line.startswith("per_rank.")]
     assert [r.split()[0] for r in rows] == ["per_rank.0", "per_rank.1"]
     assert rows[1].endswith("parameter 10 B, peak_memory 1.91 MiB")
@@ -201,10 +253,19 @@ def test_lightnings_srun_advice_stays_off_the_console():
 
     from tuneup.trainer.console import ConsoleFilter
 
-    hint = ("The `srun` command is available on your system but is not used. HINT: If your "
-            "intention is to run Lightning on SLURM, prepend your python command with `srun`")  # fmt: skip
-    record = logging.LogRecord("lightning_fabric.plugins.environments.slurm", logging.WARNING,
-                               __file__, 1, hint, None, None)  # fmt: skip
+    hint = (
+        "The `srun` command is available on your system but is not used. HINT: If your "
+        "intention is to run Lightning on SLURM, prepend your python command with `srun`"
+    )
+    record = logging.LogRecord(
+        "lightning_fabric.plugins.environments.slurm",
+        logging.WARNING,
+        __file__,
+        1,
+        hint,
+        None,
+        None,
+    )
     assert ConsoleFilter().filter(record) is False
     record.msg = "a real warning"
     assert ConsoleFilter().filter(record) is True

@@ -112,9 +112,15 @@ def test_gpt_head_is_tied_and_blocks_are_named_block():
 
 def test_gpt_learns_synthetic_tokens(train):
     summary, _ = train(
-        "model=gpt", "data=synthetic_tokens", "model.width=32", "model.layers=1", "data.context=16",
-        "optimizer=adamw", "optimizer.lr=3e-3", "trainer.max_epochs=3",
-    )  # fmt: skip
+        "model=gpt",
+        "data=synthetic_tokens",
+        "model.width=32",
+        "model.layers=1",
+        "data.context=16",
+        "optimizer=adamw",
+        "optimizer.lr=3e-3",
+        "trainer.max_epochs=3",
+    )
     assert summary["val"]["acc"] > 10 / 256  # ten times chance; the chain allows 53 %
 
 
@@ -145,8 +151,9 @@ def test_mlp_flops_per_sample_are_exact():
 
 def test_resnet50_at_224_counts_about_three_forward_passes():
     """Forward: 4.1 GMACs = 8.2 GFLOPs (torchvision's figure); with backward about 3x."""
-    cfg = compose_config(["model=resnet50", "data.image_size=224", "data.num_classes=1000"],
-                         tiny=False)  # fmt: skip
+    cfg = compose_config(
+        ["model=resnet50", "data.image_size=224", "data.num_classes=1000"], tiny=False
+    )
     assert 23e9 < flops_per_sample(Plan(cfg)) < 25e9
 
 
@@ -161,9 +168,15 @@ def test_mfu_uses_the_device_peak_or_says_why_not():
 
 
 def test_summary_reports_flops_and_achieved_tflops(train):
-    summary, _ = train("model=mlp", "data.train_samples=256", "data.val_samples=64",
-                       "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
-                       "trainer.accelerator=cpu", tiny=False)  # fmt: skip
+    summary, _ = train(
+        "model=mlp",
+        "data.train_samples=256",
+        "data.val_samples=64",
+        "trainer.max_epochs=1",
+        "trainer.enable_progress_bar=false",
+        "trainer.accelerator=cpu",
+        tiny=False,
+    )
     assert summary["flops_per_sample"] == pytest.approx(
         2 * 3 * 32 * 32 * 256 * 2 + 2 * 256 * 128 * 3 + 2 * 128 * 10 * 3
     )

@@ -57,8 +57,9 @@ def test_mode_test_writes_the_test_metrics_of_the_held_out_split(checkpoint, exp
     summary = json.loads((out / "summary.json").read_text())
     logits, labels = expected
     assert summary["status"] == "ok" and summary["steps"] == 0 and summary["mode"] == "test"
-    assert summary["test"]["loss"] == pytest.approx(F.cross_entropy(logits, labels).item(),
-                                                    rel=1e-5)  # fmt: skip
+    assert summary["test"]["loss"] == pytest.approx(
+        F.cross_entropy(logits, labels).item(), rel=1e-5
+    )
     assert summary["test"]["acc"] == pytest.approx((logits.argmax(1) == labels).float().mean())
     with open(out / "metrics.csv") as f:
         (row,) = list(csv.DictReader(f))
@@ -82,25 +83,34 @@ def test_mode_predict_writes_the_models_outputs_in_the_splits_order(checkpoint, 
     summary = json.loads((out / "summary.json").read_text())
     predictions = torch.load(out / "predictions.pt")
     assert summary["status"] == "ok"
-    assert summary["predict"] == {"split": "test", "samples": 96, "shape": [96, 10],
-                                  "file": str(out / "predictions.pt")}  # fmt: skip
+    assert summary["predict"] == {
+        "split": "test",
+        "samples": 96,
+        "shape": [96, 10],
+        "file": str(out / "predictions.pt"),
+    }
     torch.testing.assert_close(predictions, expected[0], rtol=1e-5, atol=1e-5)
 
 
 def test_mode_predict_without_a_test_split_predicts_on_the_validation_split(checkpoint, tmp_path):
     out = tmp_path / "predict_val"
-    tuneup.run(compose_config(["data.test_samples=0", "mode=predict", f"resume={checkpoint}"]),
-               run_dir=out)  # fmt: skip
+    tuneup.run(
+        compose_config(["data.test_samples=0", "mode=predict", f"resume={checkpoint}"]), run_dir=out
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["predict"]["split"] == "val" and summary["predict"]["shape"] == [128, 10]
 
 
 def test_mode_test_without_a_test_split_says_how_to_give_one(checkpoint, tmp_path):
     with pytest.raises(TuneupError) as info:
-        tuneup.run(compose_config(["data.test_samples=0", "mode=test", f"resume={checkpoint}"]),
-                   run_dir=tmp_path / "none")  # fmt: skip
-    assert str(info.value) == ("mode=test: data=synthetic_images has no test split: give "
-                               "data.test_samples=N (held-out samples drawn after train and val)")  # fmt: skip
+        tuneup.run(
+            compose_config(["data.test_samples=0", "mode=test", f"resume={checkpoint}"]),
+            run_dir=tmp_path / "none",
+        )
+    assert str(info.value) == (
+        "mode=test: data=synthetic_images has no test split: give "
+        "data.test_samples=N (held-out samples drawn after train and val)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -117,8 +127,9 @@ def test_mode_test_without_a_test_split_says_how_to_give_one(checkpoint, tmp_pat
          "with mode=test: mode=test reads the checkpoint's weights only already"),
     ],
 )  # fmt: skip
-def test_bad_mode_settings_are_one_line_before_anything_runs(checkpoint, tmp_path, overrides,
-                                                             message):  # fmt: skip
+def test_bad_mode_settings_are_one_line_before_anything_runs(
+    checkpoint, tmp_path, overrides, message
+):
     overrides = [o.replace("CKPT", str(checkpoint)) for o in overrides]
     with pytest.raises(ConfigError) as info:
         tuneup.run(compose_config(overrides), run_dir=tmp_path / "run")
@@ -129,10 +140,17 @@ def test_bad_mode_settings_are_one_line_before_anything_runs(checkpoint, tmp_pat
 def test_your_data_gives_a_test_split_as_a_third_dataset_or_by_name():
     sets = [TensorDataset(torch.zeros(n, 2)) for n in (4, 3, 2)]
     assert datasets_of(tuple(sets), "mine") == (*sets, None)
-    assert datasets_of({"train": sets[0], "test": sets[2]}, "mine") == (sets[0], None, sets[2],
-                                                                          None)  # fmt: skip
-    with pytest.raises(TuneupError, match=r"returned a dict with \['tst'\]; its keys are the "
-                       "splits: train, val, test, predict"):  # fmt: skip
+    assert datasets_of({"train": sets[0], "test": sets[2]}, "mine") == (
+        sets[0],
+        None,
+        sets[2],
+        None,
+    )
+    with pytest.raises(
+        TuneupError,
+        match=r"returned a dict with \['tst'\]; its keys are the "
+        "splits: train, val, test, predict",
+    ):
         datasets_of({"train": sets[0], "tst": sets[2]}, "mine")
     data = UserData(tuple(sets), {"batch_size": 2})
     assert data.test_split() is sets[2] and data.predict_split() == ("test", sets[2])

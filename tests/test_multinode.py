@@ -17,11 +17,18 @@ from tuneup.trainer.state.preemption import EXIT_CODE
 
 #: No BatchNorm and no momentum: a batch's update does not depend on how it is split.
 RUN = [
-    "model=mlp", "data.train_samples=128", "data.val_samples=64", "data.batch_size=16",
-    "trainer.max_epochs=2", "trainer.enable_progress_bar=false", "trainer.accelerator=cpu",
-    "strategy=ddp", "optimizer.momentum=0.0", "optimizer.nesterov=false",
+    "model=mlp",
+    "data.train_samples=128",
+    "data.val_samples=64",
+    "data.batch_size=16",
+    "trainer.max_epochs=2",
+    "trainer.enable_progress_bar=false",
+    "trainer.accelerator=cpu",
+    "strategy=ddp",
+    "optimizer.momentum=0.0",
+    "optimizer.nesterov=false",
     "checkpoint.every_n_steps=1",
-]  # fmt: skip
+]
 #: Always-on plugin: on node TERM_NODE, SIGTERM each of its processes at micro-batch TERM_AT.
 TERM = """
     import os
@@ -47,13 +54,34 @@ def launch(run_dir: Path, *args: str, site: Path, **environment) -> list[subproc
     """The run's command on 2 "nodes" of 2 processes each, as a cluster would start it."""
     nodes = []
     for node in range(2):
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29400 + os.getpid()
-               % 500), "NODE_RANK": str(node), "OMP_NUM_THREADS": "1",
-               "PYTHONPATH": str(site), **environment}  # fmt: skip
-        command = [*python(), str(ROOT / "run.py"), *RUN, "trainer.devices=2",
-                   "trainer.num_nodes=2", f"hydra.run.dir={run_dir}", *args]  # fmt: skip
-        nodes.append(subprocess.Popen(command, cwd=run_dir.parent, env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))  # fmt: skip
+        env = {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(29400 + os.getpid() % 500),
+            "NODE_RANK": str(node),
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(site),
+            **environment,
+        }
+        command = [
+            *python(),
+            str(ROOT / "run.py"),
+            *RUN,
+            "trainer.devices=2",
+            "trainer.num_nodes=2",
+            f"hydra.run.dir={run_dir}",
+            *args,
+        ]
+        nodes.append(
+            subprocess.Popen(
+                command,
+                cwd=run_dir.parent,
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        )
     return nodes
 
 
@@ -69,14 +97,25 @@ def final_weights(run_dir: Path) -> dict:
 def test_two_nodes_of_two_train_like_one_process_on_their_batch_and_preempt_together(tmp_path):
     """The reference is one process on the global batch (4 x 16): DDP's equality to it is the
     promise (tests/test_ddp.py on one node), and it costs one process instead of four."""
-    site = make_distribution(tmp_path / "site", "tuneup-term", {"tuneup_term": TERM},
-                             {"term": "tuneup_term:Plugin"})  # fmt: skip
+    site = make_distribution(
+        tmp_path / "site", "tuneup-term", {"tuneup_term": TERM}, {"term": "tuneup_term:Plugin"}
+    )
     one_node = subprocess.run(
-        [*python(), str(ROOT / "run.py"), *RUN, "strategy=auto", "trainer.devices=1",
-         "data.batch_size=64", f"hydra.run.dir={tmp_path / 'one'}"], cwd=tmp_path,
-        capture_output=True, text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(site)}, timeout=600,
-    )  # fmt: skip
+        [
+            *python(),
+            str(ROOT / "run.py"),
+            *RUN,
+            "strategy=auto",
+            "trainer.devices=1",
+            "data.batch_size=64",
+            f"hydra.run.dir={tmp_path / 'one'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(site)},
+        timeout=600,
+    )
     assert one_node.returncode == 0, one_node.stderr[-3000:]
 
     two = tmp_path / "two"

@@ -83,8 +83,10 @@ def test_hydras_could_not_override_says_what_was_meant(cli, tmp_path):
 
 def test_disabling_a_plugin_the_config_switches_on_is_refused_naming_both(tmp_path):
     message = refused(tmp_path, "precision=fp16", "plugins.disable=[precision]")
-    assert ("precision=fp16 switches plugin 'precision' on, but plugins.disable=[precision] "
-            "leaves it out") in message  # fmt: skip
+    assert (
+        "precision=fp16 switches plugin 'precision' on, but plugins.disable=[precision] "
+        "leaves it out"
+    ) in message
 
 
 def test_disabling_an_installed_plugin_switched_on_by_config_is_refused(tmp_path, monkeypatch):
@@ -172,8 +174,10 @@ def test_a_node_mistyped_with_a_plus_gets_the_node_meant(tmp_path):
         "modle is not allowed: modle is not a config group or setting, nothing would read it; "
         "did you mean model.hidden=[32]?"
     )
-    assert "model.hidden is not a setting of model=small_resnet; its settings are: blocks, width; "\
-        "it is a setting of model=mlp" in refused(tmp_path, "+model.hidden=[32]")  # fmt: skip
+    assert (
+        "model.hidden is not a setting of model=small_resnet; its settings are: blocks, width; "
+        "it is a setting of model=mlp" in refused(tmp_path, "+model.hidden=[32]")
+    )
 
 
 def test_a_mistyped_group_is_one_line_on_the_command_line(cli, tmp_path):
@@ -257,8 +261,14 @@ def test_the_recipe_of_an_autotuned_preset_builds_on_that_preset(tmp_path):
 
 
 def test_the_autotunes_own_error_is_shown_not_a_hint_about_valid_keys(tmp_path):
-    own = ["-m", "experiment=autotune", "model=custom", "model._target_=mynet.Net",
-           "data=custom", "data._target_=mynet.data"]  # fmt: skip
+    own = [
+        "-m",
+        "experiment=autotune",
+        "model=custom",
+        "model._target_=mynet.Net",
+        "data=custom",
+        "data._target_=mynet.data",
+    ]
     result = run_cli(*own, "autotune.objective=time_to_targt", cwd=tmp_path, tiny=False)
     assert result.returncode == 1
     assert result.stderr.splitlines() == [

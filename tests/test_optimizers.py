@@ -25,10 +25,19 @@ from zoo.models.small import MLP
 
 #: 32 samples in batches of 4: 8 optimizer steps, one epoch; a two-hidden-layer MLP so that Muon
 #: has hidden matrices. A checkpoint every 3 steps (and at the end): the resumed file is step 3's.
-BASE = ["model=mlp", "model.hidden=[8,8]", "data.image_size=8", "data.train_samples=32",
-        "data.val_samples=8", "data.batch_size=4", "trainer.max_epochs=1",
-        "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
-        "checkpoint.every_n_steps=3", "checkpoint.keep_last=null"]  # fmt: skip
+BASE = [
+    "model=mlp",
+    "model.hidden=[8,8]",
+    "data.image_size=8",
+    "data.train_samples=32",
+    "data.val_samples=8",
+    "data.batch_size=4",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+    "checkpoint.every_n_steps=3",
+    "checkpoint.keep_last=null",
+]
 
 CHOICES = {
     "muon": ["optimizer=muon"],
@@ -82,7 +91,9 @@ def test_trains_and_resumes_bit_exactly(train, tmp_path, choice):
     for index, entries in want_state.items():
         for key, value in entries.items():
             assert torch.equal(torch.as_tensor(got_state[index][key]), torch.as_tensor(value)), (
-                index, key)  # fmt: skip
+                index,
+                key,
+            )
 
 
 # --- schedulefree: the weights validated, checkpointed and exported -------------------------
@@ -105,16 +116,20 @@ class EvalWeightsSpy:
         optimizer = trainer.optimizers[0]
         move = trainer.datamodule.transfer_batch_to_device  # uint8 -> normalised floats
         with torch.no_grad():  # the hand evaluation: the model's forward and loss, by batch
-            losses = [module.compute(module.on_after_batch_transfer(move(b, module.device, 0), 0))[0]
-                      for b in trainer.val_dataloaders]  # fmt: skip
-        self.validations.append({
-            "weights": self.weights(module),
-            "z": [optimizer.state[p]["z"].clone() for p in module.model.parameters()],
-            "train_mode": [g["train_mode"] for g in optimizer.param_groups],
-            "logged": float(trainer.callback_metrics["val/loss"]),
-            "by_hand": float(torch.stack(losses).mean()),
-            "step": trainer.global_step,
-        })  # fmt: skip
+            losses = [
+                module.compute(module.on_after_batch_transfer(move(b, module.device, 0), 0))[0]
+                for b in trainer.val_dataloaders
+            ]
+        self.validations.append(
+            {
+                "weights": self.weights(module),
+                "z": [optimizer.state[p]["z"].clone() for p in module.model.parameters()],
+                "train_mode": [g["train_mode"] for g in optimizer.param_groups],
+                "logged": float(trainer.callback_metrics["val/loss"]),
+                "by_hand": float(torch.stack(losses).mean()),
+                "step": trainer.global_step,
+            }
+        )
 
     @hookimpl(trylast=True)
     def on_train_batch_start(self, module):
@@ -126,8 +141,14 @@ def test_schedulefree_validates_and_saves_the_eval_weights(train, tmp_path, add_
     """Validation runs on x (optimizer.eval()), whose train() point is the y the next step trains
     at, and the final checkpoint and the Hugging Face-style export hold x too."""
     spy = add_plugin(EvalWeightsSpy())
-    _, run_dir = train(*BASE, *CHOICES["schedulefree"], "target.metric=val/loss",
-                       "target.check_every_n_steps=4", "data.val_samples=8", tiny=False)  # fmt: skip
+    _, run_dir = train(
+        *BASE,
+        *CHOICES["schedulefree"],
+        "target.metric=val/loss",
+        "target.check_every_n_steps=4",
+        "data.val_samples=8",
+        tiny=False,
+    )
     middle, final = spy.validations
     assert (middle["step"], final["step"]) == (4, 8)
     beta1 = 0.9
@@ -205,18 +226,31 @@ def test_muon_keeps_the_weight_decay_groups():
     cfg = config("optimizer.weight_decay=0.05", "optimizer.adamw_weight_decay=0.02")
     optimizer = muon.build(cfg, model, param_groups(model, list(model.parameters())))
     names = {id(p): n for n, p in model.named_parameters()}
-    decay = {names[id(p)]: (g["use_muon"], g["weight_decay"])
-             for g in optimizer.param_groups for p in g["params"]}  # fmt: skip
+    decay = {
+        names[id(p)]: (g["use_muon"], g["weight_decay"])
+        for g in optimizer.param_groups
+        for p in g["params"]
+    }
     assert decay == {
-        "body.0.weight": (True, 0.05), "body.2.weight": (True, 0.05),
-        "embed.weight": (False, 0.02), "conv.weight": (False, 0.02), "scale": (False, 0.02),
-        "head.weight": (False, 0.02), "conv.bias": (False, 0.0), "body.0.bias": (False, 0.0),
-        "body.2.bias": (False, 0.0), "norm.weight": (False, 0.0), "norm.bias": (False, 0.0),
+        "body.0.weight": (True, 0.05),
+        "body.2.weight": (True, 0.05),
+        "embed.weight": (False, 0.02),
+        "conv.weight": (False, 0.02),
+        "scale": (False, 0.02),
+        "head.weight": (False, 0.02),
+        "conv.bias": (False, 0.0),
+        "body.0.bias": (False, 0.0),
+        "body.2.bias": (False, 0.0),
+        "norm.weight": (False, 0.0),
+        "norm.bias": (False, 0.0),
         "head.bias": (False, 0.0),
-    }  # fmt: skip
-    assert muon.counts(optimizer) == {"muon_tensors": 2, "muon_elements": 2 * 8 * 16,
-                                      "adamw_tensors": 10, "adamw_elements": 80 + 18 + 2 + 16 + 8
-                                      + 16 + 64 + 24 + 3}  # fmt: skip
+    }
+    assert muon.counts(optimizer) == {
+        "muon_tensors": 2,
+        "muon_elements": 2 * 8 * 16,
+        "adamw_tensors": 10,
+        "adamw_elements": 80 + 18 + 2 + 16 + 8 + 16 + 64 + 24 + 3,
+    }
 
 
 def test_muon_adamw_params_that_match_nothing_is_named():
@@ -233,17 +267,33 @@ def test_nadamw_steps_equal_algoperfs_update_by_hand():
     """Two steps of optimizer=nadamw against AlgoPerf's NAdamW written out in float64; torch's
     NAdam(decoupled_weight_decay=True) is a different update (docs/optimizers.md)."""
     lr, b1, b2, eps, wd = 0.01, 0.9, 0.99, 1e-8, 0.1
-    cfg = OmegaConf.create({"optimizer": {"name": "nadamw", "lr": lr, "betas": [b1, b2],
-                                          "eps": eps, "weight_decay": wd}})  # fmt: skip
+    cfg = OmegaConf.create(
+        {
+            "optimizer": {
+                "name": "nadamw",
+                "lr": lr,
+                "betas": [b1, b2],
+                "eps": eps,
+                "weight_decay": wd,
+            }
+        }
+    )
     from tuneup.trainer.optim import build_optimizer
 
     w = torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64, requires_grad=True)
-    torch_nadam = torch.optim.NAdam([w2 := w.detach().clone().requires_grad_()], lr=lr,
-                                    betas=(b1, b2), eps=eps, weight_decay=wd,
-                                    decoupled_weight_decay=True)  # fmt: skip
+    torch_nadam = torch.optim.NAdam(
+        [w2 := w.detach().clone().requires_grad_()],
+        lr=lr,
+        betas=(b1, b2),
+        eps=eps,
+        weight_decay=wd,
+        decoupled_weight_decay=True,
+    )
     optimizer = build_optimizer(cfg, [w])
-    grads = [torch.tensor([0.3, -0.2, 0.1], dtype=torch.float64),
-             torch.tensor([-0.1, 0.4, 0.2], dtype=torch.float64)]  # fmt: skip
+    grads = [
+        torch.tensor([0.3, -0.2, 0.1], dtype=torch.float64),
+        torch.tensor([-0.1, 0.4, 0.2], dtype=torch.float64),
+    ]
     hand, m, v = [0.5, -1.0, 2.0], [0.0] * 3, [0.0] * 3
     for t, g in enumerate(grads, start=1):
         w.grad, w2.grad = g.clone(), g.clone()
@@ -266,10 +316,22 @@ def test_nadamw_steps_equal_algoperfs_update_by_hand():
 @pytest.mark.parametrize("shape", ["linear", "cosine", "sqrt"])
 def test_wsd_learning_rate_at_known_steps(shape):
     """20 steps, warm-up 4, decay over the last 25% (steps 15-19) to 0.1 x lr."""
-    cfg = OmegaConf.create({"scheduler": {"name": "wsd", "warmup_steps": 4, "decay_fraction": 0.25,
-                                          "min_lr_ratio": 0.1, "decay_shape": shape}})  # fmt: skip
-    fall = {"linear": lambda p: 1 - p, "cosine": lambda p: (1 + math.cos(math.pi * p)) / 2,
-            "sqrt": lambda p: 1 - math.sqrt(p)}[shape]  # fmt: skip
+    cfg = OmegaConf.create(
+        {
+            "scheduler": {
+                "name": "wsd",
+                "warmup_steps": 4,
+                "decay_fraction": 0.25,
+                "min_lr_ratio": 0.1,
+                "decay_shape": shape,
+            }
+        }
+    )
+    fall = {
+        "linear": lambda p: 1 - p,
+        "cosine": lambda p: (1 + math.cos(math.pi * p)) / 2,
+        "sqrt": lambda p: 1 - math.sqrt(p),
+    }[shape]
     optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=2.0)
     scheduler = build_scheduler(cfg, optimizer, total_steps=20)
     got = []

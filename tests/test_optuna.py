@@ -60,7 +60,7 @@ def test_the_search_space_is_hydras_sweep_syntax():
             "optimizer.name=choice(sgd,adamw)",
             "seed=3",
             "data.batch_size=16",
-        ],  # fmt: skip  (the command line wins over the file)
+        ],  # the command line wins over the file
     )
     assert space.distributions == {
         "optimizer.lr": FloatDistribution(1e-4, 0.5, log=True),
@@ -73,7 +73,7 @@ def test_the_search_space_is_hydras_sweep_syntax():
         "optimizer.name='1e-3'",
         "seed=3",
         "data.batch_size=16",
-    ]  # fmt: skip  (a string that would read back as a number stays a string)
+    ]  # a string that would read back as a number stays a string
     assert parse_space({}, ["model.width=range(4, 12, 4)"]).grid() == {"model.width": [4, 8]}
     with pytest.raises(TuneupError, match=r"grid sampler takes choice\(\) and range\(\)"):
         space.grid()
@@ -159,8 +159,9 @@ def test_a_continued_study_is_sampled_from_a_seed_of_its_own():
     again = continued_sampler(node, first, 3)
     assert draws(again) == draws(continued_sampler(node, first, 3))  # the same command: the same
     assert not set(draws(again)) & set(draws(optuna.samplers.RandomSampler(seed=0)))
-    grid = OmegaConf.create({"_target_": "optuna.samplers.GridSampler", "_partial_": True,
-                             "seed": 0})  # fmt: skip
+    grid = OmegaConf.create(
+        {"_target_": "optuna.samplers.GridSampler", "_partial_": True, "seed": 0}
+    )
     made = continued_sampler(
         grid, None, 3
     )  # partial, as Hydra makes it: the sweeper gives the grid
@@ -217,9 +218,17 @@ def sweep_in_process(sweep_dir: Path, launcher, **settings) -> list:
     from tuneup.optuna.study import open_storage
     from tuneup.optuna.sweeper import OptunaSearch, Settings
 
-    node = OmegaConf.create({"objectives": ["val.acc"], "direction": "maximize", "n_jobs": 2,
-                             "study_name": "s", "storage": None,
-                             "params": {"x": "choice(1, 2, 3, 4, 5)"}, **settings})  # fmt: skip
+    node = OmegaConf.create(
+        {
+            "objectives": ["val.acc"],
+            "direction": "maximize",
+            "n_jobs": 2,
+            "study_name": "s",
+            "storage": None,
+            "params": {"x": "choice(1, 2, 3, 4, 5)"},
+            **settings,
+        }
+    )
     grid = functools.partial(optuna.samplers.GridSampler, seed=0)  # as Hydra makes it
     search = OptunaSearch(grid, optuna.pruners.NopPruner(), node)
     search.settings = Settings.from_node(node)
@@ -287,10 +296,16 @@ def test_two_joblib_workers_share_the_study_without_a_batch_barrier(tmp_path):
     asked twice; the sweep's multirun.yaml and reports cover the 3 runs."""
     from tuneup.optuna.study import open_storage
 
-    done, sweep_dir = sweep(tmp_path, *SHORT, "hydra/sweeper/sampler=grid",
-                            "data.train_samples=choice(64,96,2048)", "hydra.sweeper.n_trials=3",
-                            "hydra.sweeper.n_jobs=2", "hydra/launcher=joblib",
-                            "hydra.launcher.n_jobs=2")  # fmt: skip
+    done, sweep_dir = sweep(
+        tmp_path,
+        *SHORT,
+        "hydra/sweeper/sampler=grid",
+        "data.train_samples=choice(64,96,2048)",
+        "hydra.sweeper.n_trials=3",
+        "hydra.sweeper.n_jobs=2",
+        "hydra/launcher=joblib",
+        "hydra.launcher.n_jobs=2",
+    )
     ok(done)
     journal = open_storage(str(sweep_dir / "optuna.journal"))
     trials = optuna.load_study(study_name="tuneup", storage=journal).get_trials()
@@ -321,8 +336,9 @@ def killed_while_running(tmp_path, *args, trial: int = 0, started: str = "") -> 
     runs (once its run directory holds ``started``, when given)."""
     sweep_dir = tmp_path / "sweep"
     command = [*python(), str(ROOT / "run.py"), "-m", f"hydra.sweep.dir={sweep_dir}", *args]
-    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)  # fmt: skip
+    process = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + 240
     while not (sweep_dir / str(trial) / started).exists() and process.poll() is None:
         assert time.monotonic() < deadline, f"the sweep's trial {trial} never started"
@@ -356,8 +372,13 @@ def test_a_killed_sweep_continues_with_new_values_exits_0_and_prunes_hopeless_tr
     from tuneup.optuna.study import INTERRUPTED_ATTR
 
     study_args = ["hydra.sweeper.objectives=[val.loss]", "hydra.sweeper.direction=minimize"]
-    args = [*SHORT, *study_args, "hydra.sweeper.n_trials=4",
-            "optimizer.lr=tag(log,interval(1e-3,0.3))", "optimizer.weight_decay=interval(0,0.1)"]  # fmt: skip
+    args = [
+        *SHORT,
+        *study_args,
+        "hydra.sweeper.n_trials=4",
+        "optimizer.lr=tag(log,interval(1e-3,0.3))",
+        "optimizer.weight_decay=interval(0,0.1)",
+    ]
     killed_while_running(tmp_path, *args, trial=2, started=".hydra/overrides.yaml")  # Hydra's last
     path = tmp_path / "sweep" / "optuna.journal"
     journal = JournalStorage(JournalFileBackend(str(path)))
@@ -383,9 +404,15 @@ def test_a_killed_sweep_continues_with_new_values_exits_0_and_prunes_hopeless_tr
     assert states[2:4] == ["fail (interrupted)", "complete (retry of 2)"]
 
     (tmp_path / "pruned").mkdir()
-    done, sweep_dir = sweep(tmp_path / "pruned", *SHORT, *study_args, "hydra.sweeper.n_trials=6",
-                            f"hydra.sweeper.storage={path}", "hydra.sweeper.pruner.n_startup_trials=1",
-                            "optimizer.lr=tag(log,interval(1e3,1e4))")  # fmt: skip
+    done, sweep_dir = sweep(
+        tmp_path / "pruned",
+        *SHORT,
+        *study_args,
+        "hydra.sweeper.n_trials=6",
+        f"hydra.sweeper.storage={path}",
+        "hydra.sweeper.pruner.n_startup_trials=1",
+        "optimizer.lr=tag(log,interval(1e3,1e4))",
+    )
     ok(done)  # pruned trials are no failures
     study = optuna.load_study(study_name="tuneup", storage=journal)
     assert [t.state.name for t in study.trials[5:]] == ["PRUNED", "PRUNED"]  # 4 finished, then 6
@@ -401,8 +428,9 @@ def test_a_killed_sweep_continues_with_new_values_exits_0_and_prunes_hopeless_tr
     pruned = markdown.split("## Pruned trials")[1]
     assert "| 5 | 2 |" in pruned and "| 6 | 2 |" in pruned  # trial, the step it stopped at
     assert [r["status"] for r in read_table((sweep_dir / "report.md").read_text())] == [
-        "pruned", "pruned"
-    ]  # fmt: skip
+        "pruned",
+        "pruned",
+    ]
 
 
 def test_an_objective_the_runs_never_log_is_refused_before_any_trial(tmp_path):
@@ -432,9 +460,13 @@ def test_a_trial_without_its_objective_fails_and_so_does_the_sweep(tmp_path):
     """A figure the run does not write (time to target, without a target): the trial failed,
     its run's summary says why, the report lists it, and the sweep exits 1 (as for any failed
     trial)."""
-    done, sweep_dir = sweep(tmp_path, *SHORT, "hydra.sweeper.n_trials=1",
-                            "hydra.sweeper.objectives=[time_to_target_s]",
-                            "hydra.sweeper.direction=minimize")  # fmt: skip
+    done, sweep_dir = sweep(
+        tmp_path,
+        *SHORT,
+        "hydra.sweeper.n_trials=1",
+        "hydra.sweeper.objectives=[time_to_target_s]",
+        "hydra.sweeper.direction=minimize",
+    )
     assert done.returncode == 1, done.stderr[-2000:]
     run = summary(sweep_dir / "0")
     assert run["status"] == "failed" and run["steps"] == 4  # it trained, then failed as a trial
@@ -457,12 +489,17 @@ def test_two_objectives_give_a_pareto_front(tmp_path):
     from optuna.storages.journal import JournalFileBackend, JournalStorage
 
     sweep_dir = tmp_path / "sweep"
-    command = [*python(), str(Path(sys.executable).parent / "tuneup"), "-m",
-               f"hydra.sweep.dir={sweep_dir}", *SHORT,
-               "hydra.sweeper.objectives=[val.acc,samples_per_s]",
-               "hydra.sweeper.direction=[maximize,maximize]",
-               "hydra.sweeper.n_trials=3",
-               "model.width=choice(2,4,8)"]  # fmt: skip
+    command = [
+        *python(),
+        str(Path(sys.executable).parent / "tuneup"),
+        "-m",
+        f"hydra.sweep.dir={sweep_dir}",
+        *SHORT,
+        "hydra.sweeper.objectives=[val.acc,samples_per_s]",
+        "hydra.sweeper.direction=[maximize,maximize]",
+        "hydra.sweeper.n_trials=3",
+        "model.width=choice(2,4,8)",
+    ]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     ok(done)
     journal = JournalStorage(JournalFileBackend(str(sweep_dir / "optuna.journal")))  # the default
@@ -495,7 +532,9 @@ def test_a_storage_that_cannot_be_written_is_one_line_before_any_trial(tmp_path,
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [done.stderr.strip()], done.stderr
     assert done.stderr.startswith(f"error: hydra.sweeper.storage={storage}: cannot open or write")
-    hint = {"sqlite": f"the folder {tmp_path / 'missing'} does not exist",
-            "journal": f"{tmp_path / 'a_file'} is not a folder"}[where]  # fmt: skip
+    hint = {
+        "sqlite": f"the folder {tmp_path / 'missing'} does not exist",
+        "journal": f"{tmp_path / 'a_file'} is not a folder",
+    }[where]
     assert hint in done.stderr and "Traceback" not in done.stdout + done.stderr
     assert not (sweep_dir / "0").exists()  # no trial ran

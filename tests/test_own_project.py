@@ -24,9 +24,13 @@ from tuneup.trainer.runner import ConfigError, run
 
 #: fp16 autocast with loss scaling, channels_last, 2 micro-batches per step, checkpointed blocks.
 LEVERS = [
-    "precision=fp16", "memory_format=channels_last", "grad_accum.steps=2",
-    "activation_checkpointing=blocks", "checkpoint.every_n_steps=1", "trainer.max_epochs=2",
-]  # fmt: skip
+    "precision=fp16",
+    "memory_format=channels_last",
+    "grad_accum.steps=2",
+    "activation_checkpointing=blocks",
+    "checkpoint.every_n_steps=1",
+    "trainer.max_epochs=2",
+]
 #: (overrides, the micro-batch the kill comes at): 128 samples / 32 = 4 micro-batches, 2 steps
 #: per epoch; killed in the 2nd epoch at micro-batch 7 (step 4's first), resumed from step 3's
 #: checkpoint: mid-epoch, after an epoch boundary.
@@ -48,8 +52,14 @@ def project(tmp_path_factory) -> Path:
 
 def tuneup(project: Path, *args: str, **environment) -> subprocess.CompletedProcess:
     """``tuneup ARGS`` run in the project, as its user runs it."""
-    return subprocess.run([*python(), tuneup_command(), *args], cwd=project, env=env(project, **environment),
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [*python(), tuneup_command(), *args],
+        cwd=project,
+        env=env(project, **environment),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def newest(folder: Path) -> Path:
@@ -73,8 +83,11 @@ def test_documented_commands_train_and_sweep(project):
     sweep_dir = max((project / "multirun").glob("*/*"), key=lambda p: p.stat().st_mtime)
     runs = [summary(sweep_dir / str(job)) for job in range(4)]
     assert all(r["status"] == "ok" for r in runs)
-    rows = [line.split("|")[1].split()[0] for line in (sweep_dir / "report.md").read_text()
-            .splitlines() if re.match(r"\| \d+ ", line)]  # fmt: skip
+    rows = [
+        line.split("|")[1].split()[0]
+        for line in (sweep_dir / "report.md").read_text().splitlines()
+        if re.match(r"\| \d+ ", line)
+    ]
     assert sorted(rows) == ["0", "1", "2", "3"]  # one row per run
 
 
@@ -92,8 +105,9 @@ def test_every_lever_on_and_exact_resume_after_a_kill(project, kind):
     assert plugins["grad_accum"]["steps"] == 2 and done["micro_batches"] == 2 * done["steps"]
 
     cut = runs / "cut"
-    killed = tuneup(project, *overrides, *LEVERS, f"hydra.run.dir={cut}",
-                    KILL_AT_MICRO_BATCH=str(kill_at))  # fmt: skip
+    killed = tuneup(
+        project, *overrides, *LEVERS, f"hydra.run.dir={cut}", KILL_AT_MICRO_BATCH=str(kill_at)
+    )
     assert killed.returncode == -9, killed.stderr[-2000:]
     resumed = tuneup(project, *overrides, *LEVERS, f"hydra.run.dir={cut}", "resume=auto")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -109,14 +123,27 @@ def test_every_lever_on_and_exact_resume_after_a_kill(project, kind):
 def test_ddp_shards_the_users_data_like_one_process_on_the_whole_batch(project):
     """2 processes of batch 16 train the weights 1 process of batch 32 does (a model without
     BatchNorm, so a batch's gradient does not depend on how it is split)."""
-    common = ["experiment=mine", "model._target_=my_project.extra.Flat", "~model.width",
-              "data._target_=my_project.extra.make_datasets", "trainer.max_epochs=1",
-              "trainer.accelerator=cpu", "optimizer.momentum=0.0", "optimizer.nesterov=false"]  # fmt: skip
+    common = [
+        "experiment=mine",
+        "model._target_=my_project.extra.Flat",
+        "~model.width",
+        "data._target_=my_project.extra.make_datasets",
+        "trainer.max_epochs=1",
+        "trainer.accelerator=cpu",
+        "optimizer.momentum=0.0",
+        "optimizer.nesterov=false",
+    ]
     runs = project / "runs" / "ddp"
     one = tuneup(project, *common, "data.batch_size=32", f"hydra.run.dir={runs / 'one'}")
     assert one.returncode == 0, one.stderr[-3000:]
-    two = tuneup(project, *common, "data.batch_size=16", "strategy=ddp", "trainer.devices=2",
-                 f"hydra.run.dir={runs / 'two'}")  # fmt: skip
+    two = tuneup(
+        project,
+        *common,
+        "data.batch_size=16",
+        "strategy=ddp",
+        "trainer.devices=2",
+        f"hydra.run.dir={runs / 'two'}",
+    )
     assert two.returncode == 0, two.stderr[-3000:]
     assert summary(runs / "two")["world_size"] == 2
     assert summary(runs / "two")["steps"] == summary(runs / "one")["steps"] == 256 // 32
@@ -183,21 +210,37 @@ def test_what_cannot_work_is_refused_naming_both_sides(mine, tmp_path, overrides
 def test_a_data_module_smaller_than_a_batch_is_refused_not_trained_for_0_steps(mine, tmp_path):
     from tuneup import TuneupError
 
-    with pytest.raises(TuneupError, match=r"^data.batch_size=32 is larger than the 20 training "
-                       r"samples: training batches are full, so an epoch would train nothing"):  # fmt: skip
+    with pytest.raises(
+        TuneupError,
+        match=r"^data.batch_size=32 is larger than the 20 training "
+        r"samples: training batches are full, so an epoch would train nothing",
+    ):
         run(mine("data.train_samples=20", "checkpoint=off"), run_dir=tmp_path)
 
 
 def test_kernels_swap_the_named_head_and_model_loss_trains(mine, tmp_path):
-    run(mine("kernels=[linear_cross_entropy]", "kernels.ops.linear_cross_entropy.head=head",
-             "trainer.max_epochs=1"), run_dir=tmp_path / "fused")  # fmt: skip
+    run(
+        mine(
+            "kernels=[linear_cross_entropy]",
+            "kernels.ops.linear_cross_entropy.head=head",
+            "trainer.max_epochs=1",
+        ),
+        run_dir=tmp_path / "fused",
+    )
     fused = summary(tmp_path / "fused")
     assert fused["plugins"]["kernels"]["swapped"] == "head (Linear 16 -> 4)"
     assert fused["kernels"]["linear_cross_entropy"] == ["reference"]
     assert fused["val"]["acc"] > 0.25
 
-    run(mine("model._target_=my_project.extra.OwnLoss", "~model.width", "task=model_loss",
-             "trainer.max_epochs=1"), run_dir=tmp_path / "own")  # fmt: skip
+    run(
+        mine(
+            "model._target_=my_project.extra.OwnLoss",
+            "~model.width",
+            "task=model_loss",
+            "trainer.max_epochs=1",
+        ),
+        run_dir=tmp_path / "own",
+    )
     own = summary(tmp_path / "own")
     assert own["status"] == "ok" and own["val"]["loss"] < 1.4 and "acc" not in own["val"]
     assert own["flops_per_sample"] == 2 * 2 * (3 * 16 * 16) * 4  # fc forward + weight gradient
@@ -209,12 +252,16 @@ LIT = ["model=lightning", "model._target_=my_project.lit.LitNet"]
 #: (command-line overrides, the start of the one line they get): what would train as without them.
 OWNED = [
     (["optimizer=nadamw"], "optimizer=nadamw does nothing"),
-    (["optimizer=adamw", "optimizer.weight_decay=0.3"],
-     "optimizer=adamw optimizer.weight_decay=0.3 do nothing"),
+    (
+        ["optimizer=adamw", "optimizer.weight_decay=0.3"],
+        "optimizer=adamw optimizer.weight_decay=0.3 do nothing",
+    ),
     (["optimizer.lr=0.5"], "optimizer.lr=0.5 does nothing"),
-    (["scheduler=wsd", "scheduler.decay_fraction=0.9"],
-     "scheduler=wsd scheduler.decay_fraction=0.9 do nothing"),
-]  # fmt: skip
+    (
+        ["scheduler=wsd", "scheduler.decay_fraction=0.9"],
+        "scheduler=wsd scheduler.decay_fraction=0.9 do nothing",
+    ),
+]
 
 
 def test_tuneups_optimizer_settings_for_a_lightningmodule_are_refused_naming_its_own(mine):
@@ -229,9 +276,11 @@ def test_tuneups_optimizer_settings_for_a_lightningmodule_are_refused_naming_its
     for given, start in OWNED:
         (problem,) = own_settings_problems(cfg, plan, given)
         lr = "0.5" if given == ["optimizer.lr=0.5"] else "..."
-        assert problem == (f"{start} with model=lightning: my_project.lit.LitNet builds its own "
-                           "optimizer and schedule in its configure_optimizers; set its own "
-                           f"arguments instead (it takes: width, lr), e.g. model.lr={lr}")  # fmt: skip
+        assert problem == (
+            f"{start} with model=lightning: my_project.lit.LitNet builds its own "
+            "optimizer and schedule in its configure_optimizers; set its own "
+            f"arguments instead (it takes: width, lr), e.g. model.lr={lr}"
+        )
     assert own_settings_problems(cfg, plan, ["optimizer.clip_grad_norm=1.0", "seed=3"]) == []
     muon = mine(*LIT, "optimizer=muon")
     assert own_settings_problems(muon, Plan(muon), ["optimizer=muon", "scheduler=wsd"]) == [
@@ -254,16 +303,24 @@ def test_the_command_line_refuses_them_before_anything_is_built(project):
     run_dir = project / "runs" / "owned"
     done = tuneup(project, "experiment=mine", *LIT, "optimizer.lr=0.5", f"hydra.run.dir={run_dir}")
     assert done.returncode == 1
-    assert "  - optimizer.lr=0.5 does nothing with model=lightning: my_project.lit.LitNet builds " \
-           "its own optimizer and schedule" in done.stderr  # fmt: skip
+    assert (
+        "  - optimizer.lr=0.5 does nothing with model=lightning: my_project.lit.LitNet builds "
+        "its own optimizer and schedule" in done.stderr
+    )
     assert not (run_dir / "checkpoints").exists()
 
 
 def test_a_sweep_of_them_is_refused_before_its_first_job(project):
     """Every job would train the same; where the model is swept too, the others read them."""
     sweep_dir = project / "runs" / "owned-sweep"
-    done = tuneup(project, "-m", "experiment=mine", *LIT, "optimizer.lr=0.1,0.5",
-                  f"hydra.sweep.dir={sweep_dir}")  # fmt: skip
+    done = tuneup(
+        project,
+        "-m",
+        "experiment=mine",
+        *LIT,
+        "optimizer.lr=0.1,0.5",
+        f"hydra.sweep.dir={sweep_dir}",
+    )
     assert done.returncode == 1
     assert done.stderr.strip() == (
         "error: optimizer.lr=0.1,0.5 does nothing with model=lightning: my_project.lit.LitNet "
@@ -285,8 +342,9 @@ def test_a_search_samples_the_lightningmodules_own_lr_not_tuneups(mine):
     def fitted(arguments, *overrides):
         params = default_params()
         cfg = mine(*overrides)
-        space = fit_space(parse_space(params, arguments), given_lines(params, arguments), cfg,
-                          Plan(cfg))  # fmt: skip
+        space = fit_space(
+            parse_space(params, arguments), given_lines(params, arguments), cfg, Plan(cfg)
+        )
         return {k: repr(d) for k, d in space.distributions.items()}
 
     defaults = fitted([])  # an nn.Module: tuneup's optimizer, searched
@@ -294,9 +352,15 @@ def test_a_search_samples_the_lightningmodules_own_lr_not_tuneups(mine):
     own = fitted([], *LIT)
     assert set(own) == {"model.lr", "data.batch_size"}
     assert own["model.lr"] == defaults["optimizer.lr"]  # log-uniform over the same interval
-    with pytest.raises(TuneupError, match=r"^optimizer.lr=choice\(0.1, 0.2\) does nothing with "
-                       r"model=lightning: .* e.g. model.lr=choice\(0.1, 0.2\)$"):  # fmt: skip
+    with pytest.raises(
+        TuneupError,
+        match=r"^optimizer.lr=choice\(0.1, 0.2\) does nothing with "
+        r"model=lightning: .* e.g. model.lr=choice\(0.1, 0.2\)$",
+    ):
         fitted(["optimizer.lr=choice(0.1, 0.2)"], *LIT)
-    with pytest.raises(TuneupError, match=r"^model.lr is not an argument of model "
-                       r"my_project.nets.Net \(it takes: width, depth, num_classes\)"):  # fmt: skip
+    with pytest.raises(
+        TuneupError,
+        match=r"^model.lr is not an argument of model "
+        r"my_project.nets.Net \(it takes: width, depth, num_classes\)",
+    ):
         fitted(["model.lr=choice(0.1, 0.2)"])

@@ -35,8 +35,11 @@ def test_every_built_in_plugin_is_an_entry_point_and_the_install_is_current():
     modules |= {p.parent.name for p in (ROOT / "plugins").glob("*/__init__.py")}
     assert sorted(declared) == sorted(modules)
     assert all(target == f"tuneup.plugins.{name}:Plugin" for name, target in declared.items())
-    installed = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="tuneup")
-                 if ep.dist and ep.dist.name == "tuneup"}  # fmt: skip
+    installed = {
+        ep.name: ep.value
+        for ep in importlib.metadata.entry_points(group="tuneup")
+        if ep.dist and ep.dist.name == "tuneup"
+    }
     assert installed == declared, "reinstall: pip install -e ."
 
 

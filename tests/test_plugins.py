@@ -76,8 +76,12 @@ def test_unknown_builtin_plugin_is_named_with_the_known_ones():
 
 
 def test_plugin_that_fails_to_import_is_named(site):
-    make_distribution(site, "tuneup-broken", {"tuneup_broken": "import no_such_module\n"},
-                      {"broken": "tuneup_broken:Plugin"})  # fmt: skip
+    make_distribution(
+        site,
+        "tuneup-broken",
+        {"tuneup_broken": "import no_such_module\n"},
+        {"broken": "tuneup_broken:Plugin"},
+    )
     with pytest.raises(
         PluginError, match=r"plugin 'broken' .*failed to import: ModuleNotFoundError"
     ):
@@ -109,8 +113,11 @@ def test_plugin_raising_in_a_loop_hook_is_named_and_the_summary_kept(site, tmp_p
                     raise RuntimeError("boom at batch 3")
     """
     make_distribution(site, "tuneup-bomb", {"tuneup_bomb": source}, {"bomb": "tuneup_bomb:Plugin"})
-    with pytest.raises(PluginError, match=r"plugin 'bomb' failed in hook 'on_train_batch_end': "
-                       r"RuntimeError: boom at batch 3"):  # fmt: skip
+    with pytest.raises(
+        PluginError,
+        match=r"plugin 'bomb' failed in hook 'on_train_batch_end': "
+        r"RuntimeError: boom at batch 3",
+    ):
         run(compose_config(), run_dir=tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "failed" and "boom at batch 3" in summary["error"]
@@ -126,8 +133,9 @@ def test_plugin_raising_in_cli_run_exits_1_naming_it(cli, tmp_path):
             def check(self):
                 raise ValueError("cannot check")
     """
-    site = make_distribution(tmp_path / "site", "tuneup-bad", {"tuneup_bad": source},
-                             {"bad": "tuneup_bad:Plugin"})  # fmt: skip
+    site = make_distribution(
+        tmp_path / "site", "tuneup-bad", {"tuneup_bad": source}, {"bad": "tuneup_bad:Plugin"}
+    )
     result = cli(env={"PYTHONPATH": str(site)})
     assert result.returncode == 1
     assert "plugin 'bad' failed in hook 'check': ValueError: cannot check" in result.stderr
@@ -154,9 +162,16 @@ def test_configure_model_order_is_declared_not_registration_order(site):
                 model.order = getattr(model, "order", []) + ["middle"]
     """
     # registration order deliberately opposite to the declared order
-    make_distribution(site, "tuneup-order", {"tuneup_order": source},
-                      {"z_last": "tuneup_order:Last", "m": "tuneup_order:Middle",
-                       "a_first": "tuneup_order:First"})  # fmt: skip
+    make_distribution(
+        site,
+        "tuneup-order",
+        {"tuneup_order": source},
+        {
+            "z_last": "tuneup_order:Last",
+            "m": "tuneup_order:Middle",
+            "a_first": "tuneup_order:First",
+        },
+    )
     pm = PluginManager.from_config(compose_config())
     order = [i.plugin_name for i in pm.call_order("configure_model")]
     assert order[0] == "a_first" and order[-1] == "z_last"
@@ -209,8 +224,12 @@ def test_a_plugin_failing_in_report_is_named_and_the_other_figures_kept(site, tm
     """
     # a module name of its own: test_newcomer.py installs a `tuneup_probe` package with a conf/
     # folder, which an imported one of the same name would hide in the same worker
-    make_distribution(site, "tuneup-report-probe", {"tuneup_report_probe": source},
-                      {"probe": "tuneup_report_probe:Plugin"})  # fmt: skip
+    make_distribution(
+        site,
+        "tuneup-report-probe",
+        {"tuneup_report_probe": source},
+        {"probe": "tuneup_report_probe:Plugin"},
+    )
     assert run(compose_config(), run_dir=tmp_path) is not None  # the run's val acc, as always
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["report_errors"] == {"probe": "TypeError: can't convert a DTensor to numpy"}

@@ -40,11 +40,17 @@ def test_a_study_of_two_workers_on_postgresql_is_read_back_by_optuna(tmp_path, p
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OMP_NUM_THREADS", "1")  # a thread per worker on 2 cores
         done, sweep_dir = sweep(
-            tmp_path, *SHORT, f"hydra.sweeper.storage={postgres.url}",
-            "hydra.sweeper.study_name=pg", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
-            "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "optimizer.lr=interval(0.01,0.3)",
+            tmp_path,
+            *SHORT,
+            f"hydra.sweeper.storage={postgres.url}",
+            "hydra.sweeper.study_name=pg",
+            "hydra.sweeper.n_trials=4",
+            "hydra.sweeper.n_jobs=2",
+            "hydra/launcher=joblib",
+            "hydra.launcher.n_jobs=2",
+            "optimizer.lr=interval(0.01,0.3)",
             "~hydra.callbacks.sweep_report",  # report.md and its plots: not this test's
-        )  # fmt: skip
+        )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:] + postgres.log()
     study = optuna.load_study(study_name="pg", storage=postgres.url)
     trials = study.get_trials()

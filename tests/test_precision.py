@@ -223,8 +223,10 @@ def test_tf32_flags_are_restored_when_the_run_fails(tf32_flags, train, probe):
 def test_unknown_choice_exits_1_naming_the_choices(cli):
     result = cli("precision=fp64")
     assert result.returncode == 1
-    assert result.stderr.startswith("error: precision=fp64 is not an option of precision; its "
-                                    f"options are: {', '.join(sorted(CHOICES))}")  # fmt: skip
+    assert result.stderr.startswith(
+        "error: precision=fp64 is not an option of precision; its "
+        f"options are: {', '.join(sorted(CHOICES))}"
+    )
 
 
 def test_bad_scaler_settings_are_all_reported(make_config):

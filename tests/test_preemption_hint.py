@@ -30,21 +30,30 @@ TERM = """
 
 
 def test_the_hint_after_a_preemption_continues_the_run_as_printed(tmp_path):
-    site = make_distribution(tmp_path / "site", "tuneup-term", {"tuneup_term": TERM},
-                             {"term": "tuneup_term:Plugin"})  # fmt: skip
+    site = make_distribution(
+        tmp_path / "site", "tuneup-term", {"tuneup_term": TERM}, {"term": "tuneup_term:Plugin"}
+    )
     env = {**os.environ, "PYTHONPATH": str(site), "PYTHONUNBUFFERED": "1"}
     # no hydra.run.dir: the run gets a fresh default directory under the current one
-    first = subprocess.run([*python(), str(ROOT / "run.py"), *TINY, "optimizer.lr=0.02"],
-                           cwd=tmp_path, env={**env, "TERM_AT": "3"}, capture_output=True,
-                           text=True, timeout=300)  # fmt: skip
+    first = subprocess.run(
+        [*python(), str(ROOT / "run.py"), *TINY, "optimizer.lr=0.02"],
+        cwd=tmp_path,
+        env={**env, "TERM_AT": "3"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert first.returncode == EXIT_CODE, first.stderr[-3000:]
     hint = first.stderr.split("continue with: ", 1)[1].strip()
     (run_dir,) = (tmp_path / "outputs").glob("*/*")
-    assert hint == (f"python {ROOT / 'run.py'} {' '.join(TINY)} optimizer.lr=0.02 resume=auto "
-                    f"hydra.run.dir={run_dir}")  # fmt: skip
+    assert hint == (
+        f"python {ROOT / 'run.py'} {' '.join(TINY)} optimizer.lr=0.02 resume=auto "
+        f"hydra.run.dir={run_dir}"
+    )
     words = shlex.split(hint)
-    again = subprocess.run([*python(), *words[1:]], cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    again = subprocess.run(
+        [*python(), *words[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["resumed_from"].endswith("step00000003.ckpt")
@@ -84,13 +93,31 @@ def test_a_preempted_run_of_two_processes_says_so_once_in_rank_0s_words(tmp_path
     rank 0) prints, not the rank it started on the same console (on main each rank printed its
     own line: rank 1's said 'received a stop signal on another rank'). One command per node:
     tests/test_multinode.py."""
-    site = make_distribution(tmp_path / "site", "tuneup-term0", {"tuneup_term0": TERM_RANK_0},
-                             {"term0": "tuneup_term0:Plugin"})  # fmt: skip
+    site = make_distribution(
+        tmp_path / "site",
+        "tuneup-term0",
+        {"tuneup_term0": TERM_RANK_0},
+        {"term0": "tuneup_term0:Plugin"},
+    )
     env = {**os.environ, "PYTHONPATH": str(site), "PYTHONUNBUFFERED": "1"}
-    run = subprocess.run([*python(), str(ROOT / "run.py"), *TINY, TINY_IMAGES, "strategy=ddp",
-                          "trainer.accelerator=cpu", "trainer.devices=2", "data.batch_size=16",
-                          f"hydra.run.dir={tmp_path / 'run'}"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    run = subprocess.run(
+        [
+            *python(),
+            str(ROOT / "run.py"),
+            *TINY,
+            TINY_IMAGES,
+            "strategy=ddp",
+            "trainer.accelerator=cpu",
+            "trainer.devices=2",
+            "data.batch_size=16",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == EXIT_CODE, run.stderr[-3000:]
     (line,) = [x for x in run.stderr.splitlines() if x.startswith("preempted:")]
     assert line.startswith("preempted: received SIGTERM: stopped after step 2 and saved ")

@@ -26,19 +26,33 @@ from tuneup.zoo.models import huggingface
 
 #: One optimizer step of a learning rate too small to change an fp32 weight: the weights after
 #: it are those loaded, for the per-shard comparison.
-ONE_STEP = ["trainer.max_steps=1", "optimizer.lr=1e-30", "trainer.accelerator=cpu",
-            "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
-            "data.train_samples=32", "data.val_samples=16", "+trainer.limit_val_batches=0"]  # fmt: skip
+ONE_STEP = [
+    "trainer.max_steps=1",
+    "optimizer.lr=1e-30",
+    "trainer.accelerator=cpu",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+    "data.train_samples=32",
+    "data.val_samples=16",
+    "+trainer.limit_val_batches=0",
+]
 #: The model's own loss: batches of input ids alone, labels = input ids (transformers shifts them).
-OWN_LOSS = ["data=custom", "data._target_=tests.hf_models.token_data", "data.kind=inputs",
-            "task=model_loss", "data.batch_size=16"]  # fmt: skip
+OWN_LOSS = [
+    "data=custom",
+    "data._target_=tests.hf_models.token_data",
+    "data.kind=inputs",
+    "task=model_loss",
+    "data.batch_size=16",
+]
 TOKENS = ["data=synthetic_tokens", "data.vocab_size=32", "data.context=16"]
 #: Llama's tensor-parallel plan (transformers' own base_model_tp_plan): attention heads and the
 #: MLP's hidden features split over the tensor-parallel group.
-LLAMA_PLAN = ("strategy.tp_plan={model.layers.*.self_attn.q_proj: colwise, "
-              "model.layers.*.self_attn.k_proj: colwise, model.layers.*.self_attn.v_proj: colwise, "
-              "model.layers.*.self_attn.o_proj: rowwise, model.layers.*.mlp.gate_proj: colwise, "
-              "model.layers.*.mlp.up_proj: colwise, model.layers.*.mlp.down_proj: rowwise}")  # fmt: skip
+LLAMA_PLAN = (
+    "strategy.tp_plan={model.layers.*.self_attn.q_proj: colwise, "
+    "model.layers.*.self_attn.k_proj: colwise, model.layers.*.self_attn.v_proj: colwise, "
+    "model.layers.*.self_attn.o_proj: rowwise, model.layers.*.mlp.gate_proj: colwise, "
+    "model.layers.*.mlp.up_proj: colwise, model.layers.*.mlp.down_proj: rowwise}"
+)
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +88,10 @@ def gpt2_runs(saved, tmp_path_factory):
     runs, environment = {}, dict(os.environ)
     for name, extra in (("one", []), ("fsdp", ["strategy=fsdp", "trainer.devices=1"])):
         runs[name] = tmp_path_factory.mktemp(f"gpt2-{name}")
-        run(compose_config([*hf(saved / "gpt2"), *OWN_LOSS, *ONE_STEP, *extra], tiny=False),
-            run_dir=runs[name])  # fmt: skip
+        run(
+            compose_config([*hf(saved / "gpt2"), *OWN_LOSS, *ONE_STEP, *extra], tiny=False),
+            run_dir=runs[name],
+        )
     os.environ.clear()
     os.environ.update(environment)
     return runs
@@ -103,14 +119,23 @@ def test_llama_on_a_2x2_mesh_reads_its_shards_and_starts_at_from_pretrained_s_lo
     from tuneup.consolidate import consolidate
 
     args = [*hf(saved / "llama"), *TOKENS, *ONE_STEP]
-    result = run_cli(f"hydra.run.dir={tmp_path / 'run'}", *args, "strategy=fsdp",
-                     "trainer.devices=4", "strategy.tensor_parallel_size=2", LLAMA_PLAN,
-                     "data.batch_size=8", tiny=False, env={"OMP_NUM_THREADS": "1"})  # fmt: skip
+    result = run_cli(
+        f"hydra.run.dir={tmp_path / 'run'}",
+        *args,
+        "strategy=fsdp",
+        "trainer.devices=4",
+        "strategy.tensor_parallel_size=2",
+        LLAMA_PLAN,
+        "data.batch_size=8",
+        tiny=False,
+        env={"OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     x, y = first_batch([*args, "data.batch_size=16"])
     model = AutoModelForCausalLM.from_pretrained(saved / "llama")
-    shards = [tasks.next_token_loss(model(input_ids=x[r::2]).logits, y[r::2]).item()
-              for r in (0, 1)]  # fmt: skip
+    shards = [
+        tasks.next_token_loss(model(input_ids=x[r::2]).logits, y[r::2]).item() for r in (0, 1)
+    ]
     expected = tasks.next_token_loss(model(input_ids=x).logits, y).item()
     assert expected == pytest.approx(sum(shards) / 2, abs=1e-6)  # equal shards: the mean
     assert abs(shards[0] - expected) > 1e-4  # rank 0's own would not do
@@ -132,20 +157,25 @@ def problems(path, *extra) -> list[str]:
 
 def test_a_missing_directory_or_files_are_one_line_naming_model_path(saved, tmp_path):
     (missing,) = problems(tmp_path / "nowhere")
-    assert missing.startswith(f"model.path='{tmp_path / 'nowhere'}' is neither a directory nor "
-                              "a hub model in the local cache: expected a directory written by "
-                              "save_pretrained")  # fmt: skip
+    assert missing.startswith(
+        f"model.path='{tmp_path / 'nowhere'}' is neither a directory nor "
+        "a hub model in the local cache: expected a directory written by "
+        "save_pretrained"
+    )
     (no_config,) = problems(tmp_path)
     assert no_config.startswith(f"model.path='{tmp_path}' has no config.json")
     (tmp_path / "config.json").write_text((saved / "gpt2" / "config.json").read_text())
     (no_weights,) = problems(tmp_path)
     assert no_weights.startswith(f"model.path='{tmp_path}' has no *.safetensors file")
     (auto,) = problems(saved / "gpt2", "model.auto_class=AutoTokenizer")
-    assert auto.startswith("model.auto_class='AutoTokenizer' is not allowed: expected a "
-                           "transformers AutoModel class")  # fmt: skip
+    assert auto.startswith(
+        "model.auto_class='AutoTokenizer' is not allowed: expected a transformers AutoModel class"
+    )
     (architecture,) = problems(saved / "gpt2", "model.auto_class=AutoModelForSpeechSeq2Seq")
-    assert architecture.startswith(f"model.path='{saved / 'gpt2'}': AutoModelForSpeechSeq2Seq "
-                                   "cannot build the model of its config.json: ValueError: ")  # fmt: skip
+    assert architecture.startswith(
+        f"model.path='{saved / 'gpt2'}': AutoModelForSpeechSeq2Seq "
+        "cannot build the model of its config.json: ValueError: "
+    )
     with pytest.raises(ConfigError, match=r"model.path is not set: model=huggingface needs"):
         run(compose_config(["model=huggingface", *TOKENS], tiny=False), run_dir=tmp_path / "r")
 
@@ -156,16 +186,19 @@ def test_key_and_shape_mismatches_are_one_line_naming_the_first_keys(saved, tmp_
     renamed = {k.replace("mlp.up_proj", "mlp.upper"): v for k, v in stored.items()}
     save_file(renamed, tmp_path / "model.safetensors")
     (keys,) = problems(tmp_path)
-    assert keys == (f"model.path='{tmp_path}' does not fit LlamaForCausalLM "
-                    "(AutoModelForCausalLM of its config.json): not in the checkpoint: "
-                    "model.layers.0.mlp.up_proj.weight, model.layers.1.mlp.up_proj.weight; "
-                    "not in the model: model.layers.0.mlp.upper.weight, "
-                    "model.layers.1.mlp.upper.weight")  # fmt: skip
+    assert keys == (
+        f"model.path='{tmp_path}' does not fit LlamaForCausalLM "
+        "(AutoModelForCausalLM of its config.json): not in the checkpoint: "
+        "model.layers.0.mlp.up_proj.weight, model.layers.1.mlp.up_proj.weight; "
+        "not in the model: model.layers.0.mlp.upper.weight, "
+        "model.layers.1.mlp.upper.weight"
+    )
     stored["lm_head.weight"] = stored["lm_head.weight"][:, :16].contiguous()
     save_file(stored, tmp_path / "model.safetensors")
     (shapes,) = problems(tmp_path)
-    assert shapes.endswith("shapes differ: lm_head.weight [32, 16] in the checkpoint, [32, 32] "
-                           "in the model")  # fmt: skip
+    assert shapes.endswith(
+        "shapes differ: lm_head.weight [32, 16] in the checkpoint, [32, 32] in the model"
+    )
     with pytest.raises(ConfigError, match=r"shapes differ: lm_head.weight"):
         run(compose_config([*hf(tmp_path), *TOKENS], tiny=False), run_dir=tmp_path / "r")
 
@@ -179,8 +212,9 @@ def test_a_base_model_checkpoint_loads_into_its_causal_lm_as_from_pretrained_doe
     (tmp_path / "config.json").write_text((saved / "gpt2" / "config.json").read_text())
     save_file(bare, tmp_path / "model.safetensors")
     assert problems(tmp_path) == []
-    settings = OmegaConf.create({"path": str(tmp_path), "auto_class": "AutoModelForCausalLM",
-                                 "dtype": "float32"})  # fmt: skip
+    settings = OmegaConf.create(
+        {"path": str(tmp_path), "auto_class": "AutoModelForCausalLM", "dtype": "float32"}
+    )
     with torch.device("meta"):
         model = huggingface.build(settings)
     model.to_empty(device="cpu").tie_weights()
@@ -204,8 +238,9 @@ def test_a_hub_name_in_the_local_cache_saved_in_several_files_loads(saved, tmp_p
     assert len(list((repo / "snapshots" / "abc123").glob("*.safetensors"))) > 1
     assert problems("tiny/llama") == []
     assert huggingface.resolve("tiny/llama") == repo / "snapshots" / "abc123"
-    settings = OmegaConf.create({"path": "tiny/llama", "auto_class": "AutoModelForCausalLM",
-                                 "dtype": "float32"})  # fmt: skip
+    settings = OmegaConf.create(
+        {"path": "tiny/llama", "auto_class": "AutoModelForCausalLM", "dtype": "float32"}
+    )
     with torch.device("meta"):
         model = huggingface.build(settings)
     huggingface.load_shards(model.to_empty(device="cpu"), "tiny/llama")
@@ -217,7 +252,9 @@ def test_a_hub_name_in_the_local_cache_saved_in_several_files_loads(saved, tmp_p
 def test_data_that_does_not_fit_the_pretrained_model_is_refused_as_for_a_model_of_ones_own(saved):
     """The model's vocabulary against the data's, and its own loss on targets already shifted."""
     (vocab,) = problems(saved / "llama", "data.vocab_size=64")
-    assert vocab == ("model huggingface and data synthetic_tokens do not fit: the model outputs "
-                     "32 classes, the data has 64")  # fmt: skip
+    assert vocab == (
+        "model huggingface and data synthetic_tokens do not fit: the model outputs "
+        "32 classes, the data has 64"
+    )
     (shifted,) = problems(saved / "llama", "task=model_loss")
     assert shifted.startswith("task=model_loss: model huggingface is a transformers causal LM")

@@ -6,14 +6,28 @@ import json
 
 import pytest
 
-MLP = ["model=mlp", "model.hidden=[32]", "data.train_samples=256", "data.val_samples=64",
-       "data.batch_size=32", "trainer.max_epochs=1", "trainer.enable_progress_bar=false"]  # fmt: skip
+MLP = [
+    "model=mlp",
+    "model.hidden=[32]",
+    "data.train_samples=256",
+    "data.val_samples=64",
+    "data.batch_size=32",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+]
 
 
 def test_trace_of_the_active_steps_and_top_operators(train):
-    summary, run_dir = train(*MLP, "profiler=on", "profiler.wait=2", "profiler.warmup=1",
-                             "profiler.active=2", "profiler.top_k=5", "trainer.accelerator=cpu",
-                             tiny=False)  # fmt: skip
+    summary, run_dir = train(
+        *MLP,
+        "profiler=on",
+        "profiler.wait=2",
+        "profiler.warmup=1",
+        "profiler.active=2",
+        "profiler.top_k=5",
+        "trainer.accelerator=cpu",
+        tiny=False,
+    )
     report = summary["profiler"]
     assert report["trace"] == str(run_dir / "profiler" / "trace.json")
     trace = json.loads((run_dir / "profiler" / "trace.json").read_text())
@@ -41,8 +55,14 @@ def test_training_shorter_than_the_window_says_so(train):
 
 
 def test_training_ending_inside_the_window_keeps_what_was_recorded(train):
-    summary, run_dir = train(*MLP, "profiler=on", "profiler.wait=5", "profiler.warmup=1",
-                             "profiler.active=10", tiny=False)  # fmt: skip
+    summary, run_dir = train(
+        *MLP,
+        "profiler=on",
+        "profiler.wait=5",
+        "profiler.warmup=1",
+        "profiler.active=10",
+        tiny=False,
+    )
     assert summary["profiler"]["profiled_steps"] == 2  # steps 7 and 8 of 8
     assert (run_dir / "profiler" / "trace.json").is_file()
 

@@ -39,8 +39,13 @@ def test_label_smoothing_in_training_only(loss_fn):
 
 def test_norms_and_biases_get_no_weight_decay_with_any_optimizer():
     # LayerNorm over [C, H, W]: a 3-D weight, a norm by its module type, not its shape
-    model = nn.Sequential(nn.Conv2d(3, 4, 3, bias=False), nn.BatchNorm2d(4),
-                          nn.LayerNorm([4, 6, 6]), nn.Flatten(), nn.Linear(4 * 6 * 6, 2))  # fmt: skip
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3, bias=False),
+        nn.BatchNorm2d(4),
+        nn.LayerNorm([4, 6, 6]),
+        nn.Flatten(),
+        nn.Linear(4 * 6 * 6, 2),
+    )
     groups = param_groups(model, list(model.parameters()))
     conv, linear = model[0], model[-1]
     decayed = {id(p) for p in (conv.weight, linear.weight)}

@@ -12,9 +12,16 @@ from tests.conftest import compose_config
 from tuneup.zoo.data import digits as digits_module
 from tuneup.zoo.data.python_source import PythonSource, source_files, stdlib
 
-DIGITS = ["data=digits", "data.image_size=16", "data.batch_size=32", "model.width=8",
-          "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "checkpoint=off",
-          "optimizer.lr=0.2"]  # fmt: skip
+DIGITS = [
+    "data=digits",
+    "data.image_size=16",
+    "data.batch_size=32",
+    "model.width=8",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "checkpoint=off",
+    "optimizer.lr=0.2",
+]
 
 
 def test_digits_train_well_above_chance(train):
@@ -42,8 +49,9 @@ def test_digits_without_scikit_learn_names_the_extra(monkeypatch):
 
 
 def test_python_source_windows_are_the_standard_library():
-    cfg = compose_config(["data=python_source", "data.max_bytes=65536", "data.context=64"],
-                         tiny=False)  # fmt: skip
+    cfg = compose_config(
+        ["data=python_source", "data.max_bytes=65536", "data.context=64"], tiny=False
+    )
     assert PythonSource.problems(cfg) == []
     data = PythonSource(cfg.data)
     data.setup()

@@ -71,7 +71,13 @@ def sweep(tmp_path):
         ["precision=bf16", "memory_format=channels_last", *common],
         **ok(250.0, 550, 0.70),
     )
-    make_run(tmp_path, "4", ["precision=fp16", "memory_format=contiguous", *common], status="failed", error=CONFIG_ERROR)  # fmt: skip
+    make_run(
+        tmp_path,
+        "4",
+        ["precision=fp16", "memory_format=contiguous", *common],
+        status="failed",
+        error=CONFIG_ERROR,
+    )
     return tmp_path
 
 
@@ -193,10 +199,20 @@ def test_rows_show_the_spread_and_mark_a_speed_up_within_noise(tmp_path):
     # Run 2 is 2x with tight windows: a speed-up the interval shows.
     base = [98.0, 100.0, 102.0, 99.0, 101.0, 100.0]
     make_run(tmp_path, "0", ["precision=fp32"], **ok(100.0, 1000, 0.8), samples_per_s_windows=base)
-    make_run(tmp_path, "1", ["precision=bf16"], **ok(103.0, 1000, 0.8),
-             samples_per_s_windows=[90.0, 115.0, 100.0, 108.0, 95.0, 110.0])  # fmt: skip
-    make_run(tmp_path, "2", ["precision=fp16"], **ok(200.0, 1000, 0.5),
-             samples_per_s_windows=[199.0, 201.0, 200.0, 198.0, 202.0, 200.0])  # fmt: skip
+    make_run(
+        tmp_path,
+        "1",
+        ["precision=bf16"],
+        **ok(103.0, 1000, 0.8),
+        samples_per_s_windows=[90.0, 115.0, 100.0, 108.0, 95.0, 110.0],
+    )
+    make_run(
+        tmp_path,
+        "2",
+        ["precision=fp16"],
+        **ok(200.0, 1000, 0.5),
+        samples_per_s_windows=[199.0, 201.0, 200.0, 198.0, 202.0, 200.0],
+    )
     markdown = write_report(build_report(tmp_path))[0].read_text()
     rows = {run_name(r): r for r in read_table(markdown)}
     assert rows["0"]["spread"] == "98.0-102.0" and rows["0"]["speed-up interval"] == "-"

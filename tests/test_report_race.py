@@ -29,10 +29,15 @@ def make_run(directory, name, overrides, **summary):
 def raced(accs: list[float], seconds_per_validation: float, batch: int = 256) -> dict:
     """A run that validated after each 10 steps of ``batch`` samples with these accuracies."""
     history = [
-        {"step": 10 * i, "samples": 10 * i * batch, "time_s": seconds_per_validation * i,
-         "train_time_s": 0.9 * seconds_per_validation * i, "value": acc}
+        {
+            "step": 10 * i,
+            "samples": 10 * i * batch,
+            "time_s": seconds_per_validation * i,
+            "train_time_s": 0.9 * seconds_per_validation * i,
+            "value": acc,
+        }
         for i, acc in enumerate(accs, start=1)
-    ]  # fmt: skip
+    ]
     cross = next((e for e in history if e["value"] >= TARGET), None)
     best = max(accs)
     return {
@@ -100,7 +105,10 @@ def test_the_time_to_target_table_has_a_row_per_configuration_over_its_seeds(rac
     assert fast["target"] == "val/acc >= 0.9"
     # one seed of three missed: the figures are over the two that reached it
     assert (slow["reached"], slow["time to target"], slow["min-max"]) == (
-        "2 of 3", "35.0 s", "30.0 s-40.0 s")  # fmt: skip
+        "2 of 3",
+        "35.0 s",
+        "30.0 s-40.0 s",
+    )
     assert slow["mean, 95% interval"] == "35.0 s (0.00 s-98.5 s)"  # a time is not negative
 
 
@@ -172,9 +180,11 @@ def test_one_seed_each_is_ranked_by_steps_not_by_its_wall_clock(tmp_path):
     markdown = render_markdown(build_report(tmp_path))  # no figures: cheaper
     assert best_line(markdown).startswith("**Best: `model.lr=0.1`**: val/acc >= 0.9 in 1.27 s")
     assert list(race_rows(markdown)) == ["model.lr=0.1", "model.lr=0.03", "model.lr=0.001"]
-    assert ("Decided here by steps to target: `model.lr=0.1`, `model.lr=0.03`, `model.lr=0.001`: "
-            "their times to target are within noise of the fastest (one seed on a side gives no "
-            "interval)") in markdown  # fmt: skip
+    assert (
+        "Decided here by steps to target: `model.lr=0.1`, `model.lr=0.03`, `model.lr=0.001`: "
+        "their times to target are within noise of the fastest (one seed on a side gives no "
+        "interval)"
+    ) in markdown
     assert "- steps to target: `model.lr=0.1`, `model.lr=0.03`, `model.lr=0.001`: " in markdown
 
 
@@ -185,19 +195,22 @@ def test_times_apart_beyond_the_noise_over_paired_seeds_rank_by_time(tmp_path):
     noise (0.9x to 1.17x seed by seed): steps rank them, lr=0.05 first though its median time
     is longer."""
     for i, seed in enumerate((1, 2, 3)):
-        for lr, validations, seconds in (("0.3", 3, 3.0 + 0.1 * i), ("0.1", 2, 10.0 + 0.3 * i),
-                                         ("0.05", 1, (18.0, 24.0, 23.0)[i])):  # fmt: skip
+        for lr, validations, seconds in (
+            ("0.3", 3, 3.0 + 0.1 * i),
+            ("0.1", 2, 10.0 + 0.3 * i),
+            ("0.05", 1, (18.0, 24.0, 23.0)[i]),
+        ):
             summary = raced([0.5] * (validations - 1) + [0.95], seconds)
             make_run(tmp_path, f"{lr}-{seed}", [f"model.lr={lr}", f"seed={seed}"], **summary)
     report = build_report(tmp_path)
     markdown = render_markdown(report)
     # median times: lr=0.3 9.3 s, lr=0.1 20.6 s, lr=0.05 23.0 s
     assert list(race_rows(markdown)) == ["model.lr=0.3", "model.lr=0.05", "model.lr=0.1"]
-    assert [block.decided for block in report.race.blocks] == ["time to target",
-                                                                 "steps to target"]  # fmt: skip
+    assert [block.decided for block in report.race.blocks] == ["time to target", "steps to target"]
     assert best_line(markdown).startswith("**Best: `model.lr=0.3`**")
     assert "Decided here by time to target: `model.lr=0.3`: faster to the target, beyond the" in (
-        markdown)  # fmt: skip
+        markdown
+    )
 
 
 @pytest.mark.parametrize("objective", ["throughput", "time_to_target"])
@@ -207,14 +220,25 @@ def test_an_autotunes_report_lists_its_trials_and_points_to_its_answer(tmp_path,
     autotune.md and its full run, and runs a trial again, not the search."""
     from tests.report_tables import read_table
 
-    command = ["experiment=autotune", f"autotune.objective={objective}", "model.width=4",
-               "autotune.trial_steps=4", "+autotune.space.x=['a=1']"]  # fmt: skip
+    command = [
+        "experiment=autotune",
+        f"autotune.objective={objective}",
+        "model.width=4",
+        "autotune.trial_steps=4",
+        "+autotune.space.x=['a=1']",
+    ]
     trials = {"0": ["seed=0"], "1": ["seed=0", "model.lr=0.3"], "2": ["seed=1", "model.lr=0.3"]}
     for name, own in trials.items():
         accs = [0.5, 0.95] if name == "0" else [0.95]  # trial 1 and 2: faster than trial 0
         summary = raced(accs, 10.0) if objective == "time_to_target" else {}
-        make_run(tmp_path, name, [*command, *own], command="tuneup",
-                 samples_per_s=1000.0 * (1 + int(name)), samples_per_s_windows=[900.0, 1100.0])  # fmt: skip
+        make_run(
+            tmp_path,
+            name,
+            [*command, *own],
+            command="tuneup",
+            samples_per_s=1000.0 * (1 + int(name)),
+            samples_per_s_windows=[900.0, 1100.0],
+        )
         if summary:
             run_summary.write({"status": "ok", "command": "tuneup", **summary}, tmp_path / name)
         sweeper = {"hydra": {"sweeper": {"_target_": AUTOTUNE_SWEEPER}}}
@@ -226,8 +250,10 @@ def test_an_autotunes_report_lists_its_trials_and_points_to_its_answer(tmp_path,
 
     lines = markdown.splitlines()
     assert lines[0] == f"# Trials of an autotune: {tmp_path.name}"
-    assert lines[2] == (f"**The answer is [autotune.md](autotune.md)**: the recipe "
-                        f"`model.lr=0.3`; the full run: `{full}`.")  # fmt: skip
+    assert lines[2] == (
+        f"**The answer is [autotune.md](autotune.md)**: the recipe "
+        f"`model.lr=0.3`; the full run: `{full}`."
+    )
     assert "**Best" not in markdown and "Rule:" not in markdown
     rows = read_table(markdown.split("## ")[0])
     assert [run_name(r) for r in rows] == ["0", "1", "2"]  # job order, not a ranking

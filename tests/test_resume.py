@@ -32,11 +32,19 @@ from tuneup.trainer.state.preemption import EXIT_CODE
 from tuneup.trainer.state.resume import resolve
 
 RUN = [
-    "model=gpt", "model.layers=1", "model.width=8", "model.dropout=0.1",
-    "data=synthetic_tokens", "data.context=8", "data.train_samples=96", "data.val_samples=16",
-    "data.batch_size=8", "trainer.max_epochs=3", "trainer.enable_progress_bar=false",
+    "model=gpt",
+    "model.layers=1",
+    "model.width=8",
+    "model.dropout=0.1",
+    "data=synthetic_tokens",
+    "data.context=8",
+    "data.train_samples=96",
+    "data.val_samples=16",
+    "data.batch_size=8",
+    "trainer.max_epochs=3",
+    "trainer.enable_progress_bar=false",
     "checkpoint.every_n_steps=1",
-]  # fmt: skip
+]
 #: One thread everywhere: the same reduction order in every run, and no thread contention.
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
@@ -215,8 +223,9 @@ def test_sigusr1_from_outside_saves_and_exits_75_then_resumes_exactly(tmp_path, 
     """k=1, as a scheduler does it: the signal comes from another process, at no chosen step."""
     command = [*python(), str(ROOT / "run.py"), f"hydra.run.dir={tmp_path}", *RUN]
     env = {**os.environ, **ONE_THREAD}
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 120
     while not list((tmp_path / "checkpoints").glob("*.ckpt")) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -322,6 +331,9 @@ def test_another_dataset_size_mid_epoch_is_an_error(tmp_path, reference, train):
     """Another batch size or number of processes mid-epoch resumes (tests/test_elastic_resume.py);
     other data cannot continue the epoch's order."""
     copy_checkpoints(reference(1), tmp_path / "run", [34])  # 10 batches into epoch 2
-    with pytest.raises(TuneupError, match="cannot resume mid-epoch: the checkpoint stopped 80 "
-                       "samples into epoch 2 of a dataset of 96 samples; this run has 48"):  # fmt: skip
+    with pytest.raises(
+        TuneupError,
+        match="cannot resume mid-epoch: the checkpoint stopped 80 "
+        "samples into epoch 2 of a dataset of 96 samples; this run has 48",
+    ):
         train(*RUN, "resume=auto", "data.train_samples=48", tiny=False)

@@ -20,10 +20,19 @@ from tuneup.trainer.state.checkpoint_read import load
 from tuneup.trainer.state.checkpoints import checkpoint_name
 
 #: 10 micro-batches per epoch, 10 steps; sgd (lr 0.05) and cosine unless a test says otherwise.
-RUN = ["model=mlp", "model.hidden=[8]", "data.image_size=8", "data.train_samples=40",
-       "data.val_samples=8", "data.batch_size=4", "trainer.max_epochs=3", "trainer.max_steps=10",
-       "checkpoint.every_n_steps=5", "checkpoint.keep_last=null",
-       "trainer.enable_progress_bar=false"]  # fmt: skip
+RUN = [
+    "model=mlp",
+    "model.hidden=[8]",
+    "data.image_size=8",
+    "data.train_samples=40",
+    "data.val_samples=8",
+    "data.batch_size=4",
+    "trainer.max_epochs=3",
+    "trainer.max_steps=10",
+    "checkpoint.every_n_steps=5",
+    "checkpoint.keep_last=null",
+    "trainer.enable_progress_bar=false",
+]
 STEP = 5
 
 
@@ -120,8 +129,14 @@ def test_a_new_schedule_takes_effect_at_the_resumed_step(checkpoint, resume, add
 def test_every_changed_key_is_listed_with_what_it_does(checkpoint, resume, caplog):
     caplog.set_level(logging.WARNING)
     path = checkpoint()
-    summary = resume(path, "optimizer.momentum=0.5", "scheduler.warmup_steps=2", "seed=7",
-                     "checkpoint.every_n_steps=4", "trainer.max_steps=12")  # fmt: skip
+    summary = resume(
+        path,
+        "optimizer.momentum=0.5",
+        "scheduler.warmup_steps=2",
+        "seed=7",
+        "checkpoint.every_n_steps=4",
+        "trainer.max_steps=12",
+    )
     assert summary["status"] == "ok" and summary["steps"] == 12
     lines = changed_lines(caplog)
     for expected in (
@@ -184,8 +199,14 @@ def test_weights_only_starts_a_new_run_from_the_checkpoints_weights(
 ):
     path = checkpoint()
     probe = add_plugin(StartingWeights())
-    summary, _ = train(*RUN, f"resume={path}", "resume_weights_only=true", "optimizer=adamw",
-                       tiny=False, run_dir=tmp_path / "new")  # fmt: skip
+    summary, _ = train(
+        *RUN,
+        f"resume={path}",
+        "resume_weights_only=true",
+        "optimizer=adamw",
+        tiny=False,
+        run_dir=tmp_path / "new",
+    )
     assert summary["status"] == "ok" and summary["resumed_weights_only"] is True
     assert summary["steps"] == 10  # a new run: its own 10 steps, from step 0
     saved = load(path)["state_dict"]
@@ -204,8 +225,14 @@ def test_weights_only_starts_a_new_run_from_the_checkpoints_weights(
 def test_weights_only_refusals(checkpoint, train, tmp_path, overrides, expected):
     path = checkpoint()
     with pytest.raises(TuneupError, match=expected):
-        train(*RUN, f"resume={path}", "resume_weights_only=true", *overrides, tiny=False,
-              run_dir=tmp_path / "new")  # fmt: skip
+        train(
+            *RUN,
+            f"resume={path}",
+            "resume_weights_only=true",
+            *overrides,
+            tiny=False,
+            run_dir=tmp_path / "new",
+        )
 
 
 def test_weights_only_needs_a_directory_without_checkpoints(checkpoint, train, tmp_path):
@@ -213,5 +240,10 @@ def test_weights_only_needs_a_directory_without_checkpoints(checkpoint, train, t
     path.parent.mkdir(parents=True)
     shutil.copy(checkpoint(), path)
     with pytest.raises(TuneupError, match=r"already holds .* continue that run with resume=auto"):
-        train(*RUN, f"resume={path}", "resume_weights_only=true", tiny=False,
-              run_dir=tmp_path / "first")  # fmt: skip
+        train(
+            *RUN,
+            f"resume={path}",
+            "resume_weights_only=true",
+            tiny=False,
+            run_dir=tmp_path / "first",
+        )

@@ -29,10 +29,19 @@ from tuneup.trainer.state.checkpoint_read import load
 from tuneup.trainer.state.checkpoints import BEST, list_checkpoints, prune
 
 #: 40 samples in batches of 4: 10 micro-batches per epoch. A tiny MLP: ~0.5 s a run.
-BASE = ["model=mlp", "model.hidden=[8]", "data.image_size=8", "data.train_samples=40",
-        "data.val_samples=8", "data.batch_size=4", "trainer.enable_progress_bar=false",
-        "trainer.log_every_n_steps=1", "checkpoint.keep_last=null",
-        "checkpoint.monitor=val/loss", "checkpoint.mode=min"]  # fmt: skip
+BASE = [
+    "model=mlp",
+    "model.hidden=[8]",
+    "data.image_size=8",
+    "data.train_samples=40",
+    "data.val_samples=8",
+    "data.batch_size=4",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+    "checkpoint.keep_last=null",
+    "checkpoint.monitor=val/loss",
+    "checkpoint.mode=min",
+]
 
 SHAPES = {
     # k=3 does not divide 10: steps of 3+3+3+1 micro-batches, 4 per epoch; max_steps set, so
@@ -114,8 +123,9 @@ def test_a_copied_run_resumes_and_prunes_by_progress_whatever_the_file_times(tra
     assert [load(p)["global_step"] for p in files] == [9, 8, 6, 4, 3]
     make_times_backwards(files)
 
-    resumed, _ = train(*overrides, "trainer.max_steps=10", "resume=auto", tiny=False,
-                       run_dir=run_dir)  # fmt: skip
+    resumed, _ = train(
+        *overrides, "trainer.max_steps=10", "resume=auto", tiny=False, run_dir=run_dir
+    )
     assert resumed["resumed_from"] == str(files[0])  # step 9, not step 3 (the newest time)
     assert resumed["steps"] == 10
 
@@ -130,13 +140,15 @@ def test_a_chain_of_resumes_across_epoch_ends_matches_one_run(train, tmp_path):
     and the next resumes the file it left: the progress a settled checkpoint gives Lightning
     must hold up for the resumes after it. A constant schedule, so the limit alone changes."""
     overrides = [*BASE, *K3, "scheduler=constant"]
-    whole, whole_dir = train(*overrides, "trainer.max_steps=12", tiny=False,
-                             run_dir=tmp_path / "whole")  # fmt: skip
+    whole, whole_dir = train(
+        *overrides, "trainer.max_steps=12", tiny=False, run_dir=tmp_path / "whole"
+    )
     run_dir = tmp_path / "legs"
     train(*overrides, "trainer.max_steps=4", tiny=False, run_dir=run_dir)
     for limit in (6, 8, 9, 12):
-        leg, _ = train(*overrides, f"trainer.max_steps={limit}", "resume=auto", tiny=False,
-                       run_dir=run_dir)  # fmt: skip
+        leg, _ = train(
+            *overrides, f"trainer.max_steps={limit}", "resume=auto", tiny=False, run_dir=run_dir
+        )
         assert leg["steps"] == limit and "short_of_limits" not in leg
     got, expected = final(run_dir), final(whole_dir)
     assert got["global_step"] == expected["global_step"] == whole["steps"] == 12

@@ -12,9 +12,18 @@ from tuneup.trainer.runner import ConfigError, run
 from tuneup.trainer.validation import problems
 
 REQUIRED_KEYS = {
-    "samples_per_s", "step_time_ms", "data_wait_fraction", "peak_memory_bytes", "device",
-    "world_size", "steps", "epochs", "train_loss", "val", "plugins",
-}  # fmt: skip
+    "samples_per_s",
+    "step_time_ms",
+    "data_wait_fraction",
+    "peak_memory_bytes",
+    "device",
+    "world_size",
+    "steps",
+    "epochs",
+    "train_loss",
+    "val",
+    "plugins",
+}
 
 
 def test_default_run_trains_to_twice_chance_and_writes_summary(cli, tmp_path):
@@ -142,9 +151,12 @@ def test_training_does_not_synchronise_every_step(train, monkeypatch, tmp_path):
     def count(steps: int) -> tuple[int, int, int]:
         calls["n"] = hooks["n"] = scopes["n"] = 0
         summary, _ = train(
-            f"data.train_samples={8 * steps}", "data.val_samples=8", "data.batch_size=8",
-            "trainer.log_every_n_steps=1000", run_dir=tmp_path / str(steps),
-        )  # fmt: skip
+            f"data.train_samples={8 * steps}",
+            "data.val_samples=8",
+            "data.batch_size=8",
+            "trainer.log_every_n_steps=1000",
+            run_dir=tmp_path / str(steps),
+        )
         assert summary["steps"] == steps
         return calls["n"], hooks["n"], scopes["n"]
 

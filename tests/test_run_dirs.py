@@ -49,17 +49,27 @@ BARRIER = """
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    return make_distribution(tmp_path_factory.mktemp("site"), "tuneup-barrier",
-                             {"tuneup_barrier": BARRIER}, {"barrier": "tuneup_barrier:Plugin"})  # fmt: skip
+    return make_distribution(
+        tmp_path_factory.mktemp("site"),
+        "tuneup-barrier",
+        {"tuneup_barrier": BARRIER},
+        {"barrier": "tuneup_barrier:Plugin"},
+    )
 
 
 def start(site: Path, cwd: Path, *args: str, **environment) -> subprocess.Popen:
     """``run.py ARGS`` as a shell at a terminal starts it: with Ctrl-C's SIGINT at its default,
     also where this pytest runs as a background job (which starts with SIGINT ignored)."""
     env = {**os.environ, "PYTHONPATH": str(site), "PYTHONUNBUFFERED": "1", **environment}
-    return subprocess.Popen([*python(), str(ROOT / "run.py"), *TINY, *args], cwd=cwd,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # fmt: skip
+    return subprocess.Popen(
+        [*python(), str(ROOT / "run.py"), *TINY, *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def finish(process: subprocess.Popen, timeout: float = 300) -> tuple[str, str]:
@@ -74,8 +84,10 @@ def finish(process: subprocess.Popen, timeout: float = 300) -> tuple[str, str]:
         )
         process.kill()
         out, err = process.communicate()
-        pytest.fail(f"the run did not end in {timeout} s; threads waiting in {where}\n"
-                    f"stdout: {out[-3000:]}\nstderr: {err[-5000:]}")  # fmt: skip
+        pytest.fail(
+            f"the run did not end in {timeout} s; threads waiting in {where}\n"
+            f"stdout: {out[-3000:]}\nstderr: {err[-5000:]}"
+        )
 
 
 def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
@@ -92,8 +104,13 @@ def snapshot(run_dir: Path) -> dict[str, bytes]:
 
 def test_one_run_per_directory_and_a_refused_run_or_resume_touches_nothing(site, tmp_path):
     run_dir, barrier = tmp_path / "run", tmp_path / "go"
-    first = start(site, tmp_path, f"hydra.run.dir={run_dir}", "checkpoint.every_n_steps=3",
-                  BARRIER=str(barrier))  # fmt: skip
+    first = start(
+        site,
+        tmp_path,
+        f"hydra.run.dir={run_dir}",
+        "checkpoint.every_n_steps=3",
+        BARRIER=str(barrier),
+    )
     wait_for(Path(f"{barrier}.waiting"), first)  # it holds the directory, training not begun
     holder = Path(f"{barrier}.waiting").read_text()  # the run's pid (first.pid under tests/warm.py)
 
@@ -145,8 +162,12 @@ def test_one_run_per_directory_and_a_refused_run_or_resume_touches_nothing(site,
 
 
 def test_runs_started_together_get_their_own_directories(site, tmp_path):
-    runs = [start(site, tmp_path, "trainer.max_steps=1", "+trainer.limit_val_batches=0",
-                  "checkpoint=off") for _ in range(2)]  # fmt: skip
+    runs = [
+        start(
+            site, tmp_path, "trainer.max_steps=1", "+trainer.limit_val_batches=0", "checkpoint=off"
+        )
+        for _ in range(2)
+    ]
     for run in runs:
         _, err = finish(run)
         assert run.returncode == 0, err[-3000:]
@@ -212,8 +233,10 @@ def test_a_run_directory_that_cannot_be_made_is_one_line(site, tmp_path):
     run = start(site, tmp_path, f"hydra.run.dir={blocker / 'run'}")
     _, err = finish(run)
     assert run.returncode == 1
-    assert err.strip() == (f"error: cannot create the run directory {blocker / 'run'} (Not a "
-                           "directory); give one where you can write: hydra.run.dir=<directory>")  # fmt: skip
+    assert err.strip() == (
+        f"error: cannot create the run directory {blocker / 'run'} (Not a "
+        "directory); give one where you can write: hydra.run.dir=<directory>"
+    )
 
 
 @pytest.fixture
@@ -225,8 +248,9 @@ def mount(tmp_path):
     def _mount(options: str) -> Path:
         point = tmp_path / f"mnt{len(mounted)}"
         point.mkdir()
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
-                              capture_output=True)  # fmt: skip
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(point)], capture_output=True
+        )
         if done.returncode != 0:
             pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
         mounted.append(point)

@@ -45,8 +45,9 @@ def net() -> nn.Module:
 def built(cfg, model: nn.Module) -> torch.optim.Optimizer:
     """The optimizer a run builds for ``model`` (trainer/module.py ``configure_optimizers``)."""
     plugins = PluginManager.from_config(cfg)
-    params = plugins.pipeline("configure_param_groups", "params", list(model.parameters()),
-                              cfg=cfg, model=model)  # fmt: skip
+    params = plugins.pipeline(
+        "configure_param_groups", "params", list(model.parameters()), cfg=cfg, model=model
+    )
     trainer = SimpleNamespace(world_size=1, datamodule=None)
     made = plugins.call("configure_optimizer", cfg=cfg, params=params, trainer=trainer)
     return made if made is not None else build_optimizer(cfg, params)
@@ -98,10 +99,20 @@ def test_an_optimizer_s_sharded_state_is_read_back_whole_and_continues(name, tmp
 
 # -- one real run: plain SGD under strategy=fsdp ------------------------------------------------
 
-RUN = ["model=mlp", "model.hidden=[8]", "data.image_size=8", "data.train_samples=32",
-       "data.val_samples=8", "data.batch_size=8", "trainer.accelerator=cpu",
-       "trainer.max_steps=2", "trainer.enable_progress_bar=false", "optimizer=sgd",
-       "optimizer.momentum=0.0", "optimizer.nesterov=false"]  # fmt: skip
+RUN = [
+    "model=mlp",
+    "model.hidden=[8]",
+    "data.image_size=8",
+    "data.train_samples=32",
+    "data.val_samples=8",
+    "data.batch_size=8",
+    "trainer.accelerator=cpu",
+    "trainer.max_steps=2",
+    "trainer.enable_progress_bar=false",
+    "optimizer=sgd",
+    "optimizer.momentum=0.0",
+    "optimizer.nesterov=false",
+]
 
 
 def test_plain_sgd_under_fsdp_consolidates_and_resumes_on_one_process(train, tmp_path, capsys):
@@ -114,7 +125,8 @@ def test_plain_sgd_under_fsdp_consolidates_and_resumes_on_one_process(train, tmp
         k.removeprefix("model.") for k in sharded.load_meta(newest)["state_dict"]
     }
 
-    summary, _ = train(*RUN, "trainer.max_steps=3", "resume=auto", "strategy=auto", tiny=False,
-                       run_dir=run_dir)  # fmt: skip
+    summary, _ = train(
+        *RUN, "trainer.max_steps=3", "resume=auto", "strategy=auto", tiny=False, run_dir=run_dir
+    )
     assert summary["status"] == "ok" and summary["steps"] == 3
     assert json.loads((run_dir / "summary.json").read_text())["resumed_from"].endswith(newest.name)

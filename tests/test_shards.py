@@ -34,14 +34,25 @@ from tuneup.zoo.data.tokens import Windows
 
 RECORD = 16  # bytes per record of the text file: one window of data.context=16
 TEXT_RUN = [
-    "model=gpt", "model.layers=1", "model.width=8", "data=shards", "data.train_samples=96",
-    "data.val_samples=16", "data.batch_size=8", "trainer.enable_progress_bar=false",
-]  # fmt: skip
+    "model=gpt",
+    "model.layers=1",
+    "model.width=8",
+    "data=shards",
+    "data.train_samples=96",
+    "data.val_samples=16",
+    "data.batch_size=8",
+    "trainer.enable_progress_bar=false",
+]
 IMAGE_RUN = [
-    "model=mlp", "model.hidden=[16]", "data.image_size=16", "data.batch_size=4",
-    "trainer.max_epochs=2", "trainer.enable_progress_bar=false", "dataloader=workers",
+    "model=mlp",
+    "model.hidden=[16]",
+    "data.image_size=16",
+    "data.batch_size=4",
+    "trainer.max_epochs=2",
+    "trainer.enable_progress_bar=false",
+    "dataloader=workers",
     "dataloader.num_workers=1",
-]  # fmt: skip
+]
 
 #: A plugin that writes, per rank, the epoch and the record numbers of every training batch.
 SEEN = """
@@ -70,8 +81,9 @@ def images(tmp_path_factory) -> tuple[Path, Path]:
     """(an image folder of 24 + 8 images, its shards: several, 3 images at most each)."""
     root = tmp_path_factory.mktemp("shards")
     folder = make_image_folder(root / "folder", per_class=(12, 4))
-    code = convert([str(folder), str(root / "shards"), "--shard-size", "5KB", "--workers", "2",
-                    "--quiet"])  # fmt: skip
+    code = convert(
+        [str(folder), str(root / "shards"), "--shard-size", "5KB", "--workers", "2", "--quiet"]
+    )
     assert code == 0
     return folder, root / "shards"
 
@@ -81,8 +93,19 @@ def text(tmp_path_factory) -> tuple[Path, Path]:
     """(a text file of 160 records, its shards of 16-token windows, 25% for validation)."""
     root = tmp_path_factory.mktemp("text")
     source = write_text(root / "records.txt")
-    code = convert([str(source), str(root / "shards"), "--context", str(RECORD),
-                    "--val-fraction", "0.25", "--shard-size", "20KB", "--quiet"])  # fmt: skip
+    code = convert(
+        [
+            str(source),
+            str(root / "shards"),
+            "--context",
+            str(RECORD),
+            "--val-fraction",
+            "0.25",
+            "--shard-size",
+            "20KB",
+            "--quiet",
+        ]
+    )
     assert code == 0
     return source, root / "shards"
 
@@ -90,9 +113,12 @@ def text(tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     """Plugins for the subprocess runs: the batch recorder above, and test_resume's killer."""
-    return make_distribution(tmp_path_factory.mktemp("site"), "tuneup-shards-probes",
-                             {"shards_seen": SEEN, "shards_crash": CRASH},
-                             {"seen": "shards_seen:Plugin", "crash": "shards_crash:Plugin"})  # fmt: skip
+    return make_distribution(
+        tmp_path_factory.mktemp("site"),
+        "tuneup-shards-probes",
+        {"shards_seen": SEEN, "shards_crash": CRASH},
+        {"seen": "shards_seen:Plugin", "crash": "shards_crash:Plugin"},
+    )
 
 
 def image_data(overrides: list[str]):
@@ -141,8 +167,10 @@ def test_resize_re_encodes_jpegs_with_the_shorter_side_at_most_the_size(images, 
     assert convert([str(folder), str(tmp_path / "small"), "--resize", "20", "--quiet"]) == 0
     info = read_descriptor(tmp_path / "small", "train")["tuneup"]
     assert info["resize"] == 20 and info["formats"] == {"jpg": 24}
-    labels = [label for _, label in image_data(["data=imagefolder", f"data.root={folder}"]
-                                               ).train_set.samples]  # fmt: skip
+    labels = [
+        label
+        for _, label in image_data(["data=imagefolder", f"data.root={folder}"]).train_set.samples
+    ]
     stored = image_data(["data=shards", f"data.path={tmp_path / 'small'}"]).train_set.samples
     for (image, label), expected in zip(stored, labels, strict=True):
         decoded = Image.open(io.BytesIO(image.data))
@@ -195,16 +223,28 @@ def weights(run_dir: Path) -> dict[str, torch.Tensor]:
 
 def test_training_from_shards_equals_training_from_the_folder(images, train, tmp_path):
     folder, shards = images
-    _, from_folder = train(*IMAGE_RUN, "data=imagefolder", f"data.root={folder}", tiny=False,
-                           run_dir=tmp_path / "folder")  # fmt: skip
-    summary, from_shards = train(*IMAGE_RUN, "data=shards", f"data.path={shards}", tiny=False,
-                                 run_dir=tmp_path / "shards")  # fmt: skip
+    _, from_folder = train(
+        *IMAGE_RUN,
+        "data=imagefolder",
+        f"data.root={folder}",
+        tiny=False,
+        run_dir=tmp_path / "folder",
+    )
+    summary, from_shards = train(
+        *IMAGE_RUN, "data=shards", f"data.path={shards}", tiny=False, run_dir=tmp_path / "shards"
+    )
     assert summary["steps"] == 12 and summary["data_path"]["batches"] == "uint8"
     assert summary["data_path"]["worker"].startswith("read from shard, decode (pillow")
     expected, got = weights(from_folder), weights(from_shards)
     assert all(torch.equal(got[k], expected[k]) for k in expected)
-    _, reordered = train(*IMAGE_RUN, "data=shards", f"data.path={shards}", "seed=7", tiny=False,
-                         run_dir=tmp_path / "seed7")  # fmt: skip
+    _, reordered = train(
+        *IMAGE_RUN,
+        "data=shards",
+        f"data.path={shards}",
+        "seed=7",
+        tiny=False,
+        run_dir=tmp_path / "seed7",
+    )
     other = weights(reordered)  # another seed, another order: other weights
     assert not all(torch.equal(other[k], expected[k]) for k in expected)
 
@@ -212,8 +252,15 @@ def test_training_from_shards_equals_training_from_the_folder(images, train, tmp
 def test_gpt_trains_on_token_shards_as_on_the_text_file(text, train, tmp_path):
     source, shards = text
     run = [*TEXT_RUN, "trainer.max_epochs=1", "data.train_samples=32"]
-    _, from_text = train(*run, "data=textfile", f"data.path={source}", "data.context=16",
-                         "data.val_fraction=0.25", tiny=False, run_dir=tmp_path / "text")  # fmt: skip
+    _, from_text = train(
+        *run,
+        "data=textfile",
+        f"data.path={source}",
+        "data.context=16",
+        "data.val_fraction=0.25",
+        tiny=False,
+        run_dir=tmp_path / "text",
+    )
     _, from_shards = train(*run, f"data.path={shards}", tiny=False, run_dir=tmp_path / "shards")
     expected, got = weights(from_text), weights(from_shards)
     assert all(torch.equal(got[k], expected[k]) for k in expected)
@@ -232,9 +279,16 @@ class ByteBigram(torch.nn.Module):
 
 def test_a_user_s_own_model_trains_on_token_shards(text, train):
     _, shards = text
-    summary, _ = train("model=custom", "model._target_=tests.test_shards.ByteBigram",
-                       *TEXT_RUN[3:], f"data.path={shards}", "trainer.max_steps=3",
-                       "optimizer=adamw", "optimizer.lr=0.1", tiny=False)  # fmt: skip
+    summary, _ = train(
+        "model=custom",
+        "model._target_=tests.test_shards.ByteBigram",
+        *TEXT_RUN[3:],
+        f"data.path={shards}",
+        "trainer.max_steps=3",
+        "optimizer=adamw",
+        "optimizer.lr=0.1",
+        tiny=False,
+    )
     assert summary["status"] == "ok" and summary["steps"] == 3
     assert summary["data_path"]["batches"] == "int64 tokens"
 
@@ -243,8 +297,9 @@ def shard_run(run_dir: Path, shards: Path, site: Path, *args: str, env: dict | N
     """``python run.py`` on the token shards, with the probes installed; must exit 0 unless
     ``env`` asks the crash plugin to kill it."""
     env = {**ONE_THREAD, "PYTHONPATH": str(site), **(env or {})}
-    return run_cli(f"hydra.run.dir={run_dir}", *TEXT_RUN, f"data.path={shards}", *args,
-                   tiny=False, env=env)  # fmt: skip
+    return run_cli(
+        f"hydra.run.dir={run_dir}", *TEXT_RUN, f"data.path={shards}", *args, tiny=False, env=env
+    )
 
 
 def test_kill_9_mid_epoch_resumes_exactly_reading_shards_in_a_worker(text, site, tmp_path):
@@ -252,8 +307,13 @@ def test_kill_9_mid_epoch_resumes_exactly_reading_shards_in_a_worker(text, site,
     micro-batch 18 (epoch 2), resumed from step 15 (3 batches into epoch 2), the final weights
     are the uninterrupted run's."""
     _, shards = text
-    run = ["model.dropout=0.1", "trainer.max_epochs=2", "checkpoint.every_n_steps=5",
-           "dataloader=workers", "dataloader.num_workers=1"]  # fmt: skip
+    run = [
+        "model.dropout=0.1",
+        "trainer.max_epochs=2",
+        "checkpoint.every_n_steps=5",
+        "dataloader=workers",
+        "dataloader.num_workers=1",
+    ]
     reference = shard_run(tmp_path / "reference", shards, site, *run)
     assert reference.returncode == 0, reference.stderr[-3000:]
     killed = shard_run(tmp_path / "run", shards, site, *run, env={"CRASH_AT_MICRO_BATCH": "18"})
@@ -285,8 +345,14 @@ def test_ddp_ranks_share_each_epoch_without_a_sample_twice_and_resume_on_one_pro
     _, shards = text
     two = tmp_path / "two"
     (two / "seen").mkdir(parents=True)
-    ddp = ["strategy=ddp", "trainer.devices=2", "trainer.accelerator=cpu", "trainer.max_epochs=2",
-           "checkpoint.every_n_steps=1", "checkpoint.keep_last=null"]  # fmt: skip
+    ddp = [
+        "strategy=ddp",
+        "trainer.devices=2",
+        "trainer.accelerator=cpu",
+        "trainer.max_epochs=2",
+        "checkpoint.every_n_steps=1",
+        "checkpoint.keep_last=null",
+    ]
     result = shard_run(two, shards, site, *ddp, env={"SEEN_DIR": str(two / "seen")})
     assert result.returncode == 0, result.stderr[-3000:]
     by_rank = seen(two / "seen")
@@ -304,15 +370,27 @@ def test_ddp_ranks_share_each_epoch_without_a_sample_twice_and_resume_on_one_pro
 
     one = tmp_path / "one"
     (one / "seen").mkdir(parents=True)
-    result = shard_run(one, shards, site, "trainer.max_epochs=2", f"resume={saved_at(6)}",
-                       env={"SEEN_DIR": str(one / "seen")})  # fmt: skip
+    result = shard_run(
+        one,
+        shards,
+        site,
+        "trainer.max_epochs=2",
+        f"resume={saved_at(6)}",
+        env={"SEEN_DIR": str(one / "seen")},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert seen(one / "seen") == {0: {1: order}}  # the ranks' epoch 2, interleaved as dealt
 
     middle = tmp_path / "middle"  # mid-epoch: the rest of epoch 1 resharded, each sample once
     (middle / "seen").mkdir(parents=True)
-    result = shard_run(middle, shards, site, "trainer.max_epochs=1", f"resume={saved_at(3)}",
-                       env={"SEEN_DIR": str(middle / "seen")})  # fmt: skip
+    result = shard_run(
+        middle,
+        shards,
+        site,
+        "trainer.max_epochs=1",
+        f"resume={saved_at(3)}",
+        env={"SEEN_DIR": str(middle / "seen")},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     first = ResumableSampler(96, seed=compose_config([], tiny=False).seed).permutation(0)
     assert seen(middle / "seen") == {0: {0: first[48:]}}
@@ -328,8 +406,10 @@ def test_a_missing_folder_or_a_half_written_shard_is_named_in_one_line(images, t
     _, shards = images
     nowhere = tmp_path / "nowhere"
     (found,) = check_data(compose_config(["data=shards", f"data.path={nowhere}"], tiny=False))
-    assert found == (f"data.path='{nowhere}': {nowhere} does not exist; convert an image folder "
-                     f"or a text file into it first: tuneup-shards SRC {nowhere}")  # fmt: skip
+    assert found == (
+        f"data.path='{nowhere}': {nowhere} does not exist; convert an image folder "
+        f"or a text file into it first: tuneup-shards SRC {nowhere}"
+    )
     (found,) = check_data(compose_config(["data=shards", f"data.path={tmp_path}"], tiny=False))
     assert f"{tmp_path / 'train.json'} does not exist: not a folder of shards" in found
 
@@ -369,8 +449,9 @@ def test_an_open_shard_keeps_wids_s_index_in_arrays_and_reads_what_wids_reads(im
     _, shards = images
     path = str(shards / "train" / "000000.tar")
     plain = IndexedTarSamples(path=path)
-    expected = [{k: v.getvalue() for k, v in plain[i].items() if k != "__key__"}
-                for i in range(len(plain))]  # fmt: skip
+    expected = [
+        {k: v.getvalue() for k, v in plain[i].items() if k != "__key__"} for i in range(len(plain))
+    ]
     slim = OpenShard(IndexedTarSamples(path=path))
     assert slim.offsets is not None and slim.samples.reader.by_index == []  # objects freed
     assert [slim[i] for i in range(len(expected))] == expected
@@ -386,8 +467,11 @@ def test_an_open_shard_keeps_wids_s_index_in_arrays_and_reads_what_wids_reads(im
 def test_without_the_extra_the_check_and_the_converter_name_it(images, monkeypatch, capsys):
     folder, shards = images
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name in ("wids", "webdataset") else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("wids", "webdataset") else real(name, *a),
+    )
     assert check_data(compose_config(["data=shards", f"data.path={shards}"], tiny=False)) == [
         "data=shards reads WebDataset shards through wids, wids not installed: "
         "pip install 'tuneup[shards]'"
@@ -404,8 +488,12 @@ def test_the_console_script_is_installed_and_says_what_is_wrong_in_one_line(tmp_
     shown = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0 and "--shard-size" in shown.stdout and "--resize" in shown.stdout
     nowhere = tmp_path / "nowhere"
-    failed = subprocess.run([str(script), str(nowhere), str(tmp_path / "out")],
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    failed = subprocess.run(
+        [str(script), str(nowhere), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert failed.returncode == 1
     assert (
         failed.stderr == f"error: {nowhere} does not exist: give an image folder or a text file\n"

@@ -25,10 +25,19 @@ from tests.slurm.cluster import running_cluster, unavailable
 pytestmark = pytest.mark.slow
 
 RUN = [
-    "-m", "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "strategy=ddp",
-    "trainer.devices=2", "trainer.accelerator=cpu", "model=mlp", "data.val_samples=64",
-    "data.batch_size=16", "trainer.max_epochs=1", "trainer.enable_progress_bar=false", "resume=auto",
-]  # fmt: skip
+    "-m",
+    "hydra/launcher=slurm",
+    "hydra.launcher.cpus_per_task=1",
+    "strategy=ddp",
+    "trainer.devices=2",
+    "trainer.accelerator=cpu",
+    "model=mlp",
+    "data.val_samples=64",
+    "data.batch_size=16",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "resume=auto",
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +56,12 @@ def submit(slurm, sweep: Path, *overrides: str, env=None, run=RUN) -> subprocess
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path]), **(env or {})}
     return subprocess.Popen(
         [*python(), str(ROOT / "run.py"), *run, f"hydra.sweep.dir={sweep}", *overrides],
-        cwd=sweep.parent, env={**slurm.env, **env}, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        cwd=sweep.parent,
+        env={**slurm.env, **env},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
 
 
 def finish(process: subprocess.Popen, slurm, timeout: float = 400) -> str:
@@ -88,8 +100,12 @@ def test_a_two_task_ddp_job_gets_the_preemption_signal_is_requeued_and_resumes(s
     """A 2-task DDP job through the launcher (one test, for both: each Slurm job costs two fresh
     interpreters) that gets Slurm's early-warning signal mid-run, saves, asks for a requeue,
     and finishes in the same directory from its checkpoint when Slurm runs it again."""
-    site = make_distribution(tmp_path / "site", "tuneup-slow", {"slow_steps": SLOW_STEPS},
-                             {"slow_steps": "slow_steps:Plugin"})  # fmt: skip
+    site = make_distribution(
+        tmp_path / "site",
+        "tuneup-slow",
+        {"slow_steps": SLOW_STEPS},
+        {"slow_steps": "slow_steps:Plugin"},
+    )
     marks = tmp_path / "marks"
     marks.mkdir()
     env = {"PYTHONPATH": os.pathsep.join([str(site), str(ROOT), *sys.path]), "MARK_DIR": str(marks)}
@@ -128,12 +144,26 @@ def test_a_two_task_ddp_job_gets_the_preemption_signal_is_requeued_and_resumes(s
 
 #: model=gpt (tests/test_model_parallel.py) on 2 nodes x 2 tasks: 2 steps of 4 x 4 samples.
 FSDP = [
-    "-m", "hydra/launcher=slurm", "hydra.launcher.cpus_per_task=1", "strategy=fsdp",
-    "trainer.devices=2", "trainer.num_nodes=2", "trainer.accelerator=cpu", "model=gpt",
-    "model.layers=2", "model.width=16", "model.heads=4", "data=synthetic_tokens",
-    "data.context=8", "data.train_samples=32", "data.val_samples=16", "data.vocab_size=64",
-    "data.batch_size=4", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
-]  # fmt: skip
+    "-m",
+    "hydra/launcher=slurm",
+    "hydra.launcher.cpus_per_task=1",
+    "strategy=fsdp",
+    "trainer.devices=2",
+    "trainer.num_nodes=2",
+    "trainer.accelerator=cpu",
+    "model=gpt",
+    "model.layers=2",
+    "model.width=16",
+    "model.heads=4",
+    "data=synthetic_tokens",
+    "data.context=8",
+    "data.train_samples=32",
+    "data.val_samples=16",
+    "data.vocab_size=64",
+    "data.batch_size=4",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+]
 
 
 def test_an_fsdp_job_of_two_nodes_of_two_tasks_shards_over_all_four(slurm, tmp_path):
@@ -170,16 +200,30 @@ def test_autotune_launches_its_trials_as_slurm_jobs(slurm, tmp_path):
     search decided from their summaries (channels_last made 3x faster by a test plugin)."""
     from tests.test_autotune import KNOWN_SPEEDS, ONE_DIMENSION
 
-    site = make_distribution(tmp_path / "site", "known-speeds", {"known_speeds": KNOWN_SPEEDS},
-                             {"known_speeds": "known_speeds:Plugin"})  # fmt: skip
+    site = make_distribution(
+        tmp_path / "site",
+        "known-speeds",
+        {"known_speeds": KNOWN_SPEEDS},
+        {"known_speeds": "known_speeds:Plugin"},
+    )
     env = {"PYTHONPATH": os.pathsep.join([str(site), str(ROOT), *sys.path])}
     sweep = tmp_path / "sweep"
     process = subprocess.Popen(
-        [*python(), str(ROOT / "run.py"), *ONE_DIMENSION, "hydra/launcher=slurm",
-         "hydra.launcher.cpus_per_task=1", "trainer.accelerator=cpu", f"hydra.sweep.dir={sweep}"],
-        cwd=tmp_path, env={**slurm.env, **env}, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            *python(),
+            str(ROOT / "run.py"),
+            *ONE_DIMENSION,
+            "hydra/launcher=slurm",
+            "hydra.launcher.cpus_per_task=1",
+            "trainer.accelerator=cpu",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        env={**slurm.env, **env},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     finish(process, slurm)
     record = json.loads((sweep / "autotune.json").read_text())
     assert record["recipe"]["found"] == ["memory_format=channels_last"]

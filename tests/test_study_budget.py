@@ -14,8 +14,17 @@ from tuneup.autotune.settings import Settings
 from tuneup.autotune.study_search import StudySearch
 
 
-def simulate(minutes: float, baseline_s: float, trial_s: float, seeds=3, confirm=3, rounds=2,
-             most_rounds=4, trials=100, first_hit=1) -> dict:  # fmt: skip
+def simulate(
+    minutes: float,
+    baseline_s: float,
+    trial_s: float,
+    seeds=3,
+    confirm=3,
+    rounds=2,
+    most_rounds=4,
+    trials=100,
+    first_hit=1,
+) -> dict:
     """The search's stages on a made-up clock, sharing the minutes as study_search.py does:
     the baseline, study trials while explore_limit allows, then as many candidates as fit
     on the paired seeds, then the speed stage's rounds while they fit."""
@@ -27,8 +36,13 @@ def simulate(minutes: float, baseline_s: float, trial_s: float, seeds=3, confirm
     while done < trials:
         found = done >= first_hit  # a trial has reached the target: something to confirm
         room, released = study_budget.explore_reserve(
-            budget - clock, trial_s, reserve, study_budget.confirm_seconds(1, seeds, run_s, rounds),
-            found, released)  # fmt: skip
+            budget - clock,
+            trial_s,
+            reserve,
+            study_budget.confirm_seconds(1, seeds, run_s, rounds),
+            found,
+            released,
+        )
         if not study_budget.explore_limit(budget - clock, room, trial_s):
             break
         clock, done = clock + trial_s, done + 1
@@ -102,8 +116,14 @@ def test_the_least_budget_is_one_trial_and_one_confirmation():
 def search_after_baseline(minutes: float, baseline_s: float) -> StudySearch:
     settings = Settings(objective="time_to_target", budget_minutes=minutes, seeds=3)
     now = [0.0]
-    search = StudySearch(settings, SimpleNamespace(trials=[]), None,
-                         Budget(settings.budget_seconds, clock=lambda: now[0]), 0, "unused")  # fmt: skip
+    search = StudySearch(
+        settings,
+        SimpleNamespace(trials=[]),
+        None,
+        Budget(settings.budget_seconds, clock=lambda: now[0]),
+        0,
+        "unused",
+    )
     search.baseline = {"seconds": baseline_s}
     search.explored = lambda: []
     now[0] = baseline_s  # the baseline has run

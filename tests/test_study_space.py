@@ -15,8 +15,15 @@ from tuneup.autotune.study_trials import config_value
 
 optuna = pytest.importorskip("optuna")
 
-MLP = ["trainer.accelerator=cpu", "data=digits", "model=mlp", "model.hidden=[32]",
-       "data.image_size=8", "data.channels=1", "optimizer=adamw"]  # fmt: skip
+MLP = [
+    "trainer.accelerator=cpu",
+    "data=digits",
+    "model=mlp",
+    "model.hidden=[32]",
+    "data.image_size=8",
+    "data.channels=1",
+    "optimizer=adamw",
+]
 
 
 def checks(*extra: str) -> Checks:
@@ -29,8 +36,11 @@ def test_the_default_space_holds_the_optimizer_family_each_with_its_own_learning
     params = {**default_params(yours, 40), "scheduler": "choice(constant, cosine)"}  # 2: cheaper
     space = build_space(params, [], found, lambda key: key in ("optimizer", "scheduler"))
     assert space.distributions["optimizer"].choices == ("adamw", "muon", "schedulefree", "nadamw")
-    ranges = {name.split("@")[1]: (d.low, d.high) for name, d in space.distributions.items()
-              if name.startswith("optimizer.lr@")}  # fmt: skip
+    ranges = {
+        name.split("@")[1]: (d.low, d.high)
+        for name, d in space.distributions.items()
+        if name.startswith("optimizer.lr@")
+    }
     assert ranges["adamw"] == pytest.approx((1e-4, 0.03))  # yours: lr / 10 to lr x 30
     assert ranges["nadamw"] == pytest.approx((1e-4, 0.03))  # Adam's scale: as yours
     assert ranges["schedulefree"] == pytest.approx((2.5e-4, 0.075))  # 2.5x (its default)
@@ -64,15 +74,17 @@ def test_the_default_space_holds_the_optimizer_family_each_with_its_own_learning
     assert rows["optimizer.lr@muon"]["condition"] == "where optimizer=muon"
     assert rows["optimizer.lr@muon"]["distribution"] == "log-uniform [0.002, 0.6]"
     assert rows["scheduler"]["condition"] == (
-        "not where optimizer=schedulefree (it runs with scheduler=constant)")  # fmt: skip
+        "not where optimizer=schedulefree (it runs with scheduler=constant)"
+    )
     # a LightningModule's own loop: no optimizer keys (its code builds its optimizer)
     assert not any(k.startswith("optimizer") for k in default_params(yours, 40, own_loop=True))
 
 
 def test_muon_under_fsdp_is_left_out_with_its_checks_reason():
     found = checks("strategy=fsdp")
-    space = build_space(default_params(found.inspect(()).config), [], found,
-                        lambda key: key == "optimizer")  # fmt: skip
+    space = build_space(
+        default_params(found.inspect(()).config), [], found, lambda key: key == "optimizer"
+    )
     assert space.distributions["optimizer"].choices == ("adamw", "nadamw")
     assert "optimizer.lr@muon" not in space.distributions
     why = dict(space.dropped)
@@ -82,16 +94,25 @@ def test_muon_under_fsdp_is_left_out_with_its_checks_reason():
         "scheduler=cosine cannot be used with optimizer=schedulefree"
         in why["optimizer=schedulefree"]
     )
-    text = "\n".join(_space_lines({"searched": searched(space), "left_out": [
-        {"override": o, "reason": r} for o, r in space.dropped]}))  # fmt: skip
+    text = "\n".join(
+        _space_lines(
+            {
+                "searched": searched(space),
+                "left_out": [{"override": o, "reason": r} for o, r in space.dropped],
+            }
+        )
+    )
     assert "## Left out" in text and "- `optimizer=muon`: [muon] optimizer=muon cannot" in text
 
 
 def test_a_family_of_one_searches_your_learning_rate_on_every_trial():
     """Where only your optimizer applies, its range is the plain key, on every trial."""
     found = checks("strategy=fsdp")
-    params = {"optimizer": "choice(adamw, muon)", "optimizer.lr@adamw": "tag(log, interval(1e-4, 0.03))",
-              "optimizer.lr@muon": "tag(log, interval(0.002, 0.6))"}  # fmt: skip
+    params = {
+        "optimizer": "choice(adamw, muon)",
+        "optimizer.lr@adamw": "tag(log, interval(1e-4, 0.03))",
+        "optimizer.lr@muon": "tag(log, interval(0.002, 0.6))",
+    }
     space = build_space(params, [], found, lambda key: key == "optimizer")
     assert list(space.distributions) == ["optimizer.lr"] and space.fixed == {"optimizer": "adamw"}
 

@@ -139,11 +139,21 @@ def run_cli_report(directory):
 #: model=gpt, 2 steps of a global batch of 16 on 2 ranks (tests/test_model_parallel.py); the
 #: strategy (ddp or fsdp) given by the sweep.
 FSDP = [
-    "model=gpt", "model.layers=2", "model.width=16", "model.heads=4", "data=synthetic_tokens",
-    "data.context=8", "data.train_samples=32", "data.val_samples=16", "data.vocab_size=64",
-    "data.batch_size=8", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
-    "trainer.accelerator=cpu", "trainer.devices=2",
-]  # fmt: skip
+    "model=gpt",
+    "model.layers=2",
+    "model.width=16",
+    "model.heads=4",
+    "data=synthetic_tokens",
+    "data.context=8",
+    "data.train_samples=32",
+    "data.val_samples=16",
+    "data.vocab_size=64",
+    "data.batch_size=8",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.accelerator=cpu",
+    "trainer.devices=2",
+]
 
 
 def test_a_sweep_of_a_ddp_and_an_fsdp_job_runs_each_on_two_ranks_in_its_own_directory(tmp_path):

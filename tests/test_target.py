@@ -21,12 +21,23 @@ from tuneup.trainer.state.checkpoint_read import load as load_checkpoint
 
 #: 4 steps an epoch, validation every 2 steps; the easy data reach val/acc 0.55 in epoch 2.
 RUN = [
-    "data.train_samples=128", "data.val_samples=64", "data.batch_size=32", "data.signal=0.3",
-    "model=mlp", "model.hidden=[16]", "trainer.max_epochs=4", "trainer.enable_progress_bar=false",
-    "measure.console_table=false", "target.metric=val/acc", "target.value=0.55",
-    "target.check_every_n_steps=2", "target.stop=true", "label_smoothing=on",
-    "weight_decay=skip_norms_biases", "tta=flip",
-]  # fmt: skip
+    "data.train_samples=128",
+    "data.val_samples=64",
+    "data.batch_size=32",
+    "data.signal=0.3",
+    "model=mlp",
+    "model.hidden=[16]",
+    "trainer.max_epochs=4",
+    "trainer.enable_progress_bar=false",
+    "measure.console_table=false",
+    "target.metric=val/acc",
+    "target.value=0.55",
+    "target.check_every_n_steps=2",
+    "target.stop=true",
+    "label_smoothing=on",
+    "weight_decay=skip_norms_biases",
+    "tta=flip",
+]
 
 CRASH = """
 import os, signal
@@ -74,8 +85,12 @@ def test_the_run_stops_at_the_target_with_its_figures(reference):
 
 
 def test_figures_survive_a_kill_9_and_resume(tmp_path, reference):
-    site = make_distribution(tmp_path / "site", "tuneup-crash-target", {"crash_target": CRASH},
-                             {"crash_target": "crash_target:Plugin"})  # fmt: skip
+    site = make_distribution(
+        tmp_path / "site",
+        "tuneup-crash-target",
+        {"crash_target": CRASH},
+        {"crash_target": "crash_target:Plugin"},
+    )
     run_dir = tmp_path / "run"
     env = {"PYTHONPATH": str(site), "CRASH_AT_MICRO_BATCH": "5"}  # epoch 2, before the target
     result = run_cli(f"hydra.run.dir={run_dir}", *RUN, tiny=False, env=env)
@@ -147,8 +162,14 @@ def test_race_record_and_resume_with_a_fake_clock():
     assert figures["time_to_target_s"] == 12.0 + 6.0 and figures["validation_time_s"] == 3.0
     assert figures["time_to_target_train_s"] == 15.0 and figures["steps_to_target"] == 4
     assert figures["gpu_hours_to_target"] == 18.0 * 2 / 3600
-    assert figures["target"] == {"metric": "val/loss", "value": 1.0, "mode": "min",
-                                 "reached": True, "best": 0.8, "best_step": 4}  # fmt: skip
+    assert figures["target"] == {
+        "metric": "val/loss",
+        "value": 1.0,
+        "mode": "min",
+        "reached": True,
+        "best": 0.8,
+        "best_step": 4,
+    }
 
     budget = Race("val/loss", None, "min")  # a budget run: the best within it, no target
     budget.load_state_dict(saved)
@@ -159,18 +180,29 @@ def test_race_record_and_resume_with_a_fake_clock():
 def test_bad_settings_are_one_line_each(make_config, tmp_path):
     from tuneup.trainer.runner import ConfigError
 
-    bad = ["model=gpt", "data=synthetic_tokens", "target.metric=val/acc_top9",
-           "target.mode=sideways", "target.check_every_n_steps=0", "target.stop=yes",
-           "target.max_samples=0", "tta=flip", "label_smoothing=on", "label_smoothing.amount=1.5"]  # fmt: skip
+    bad = [
+        "model=gpt",
+        "data=synthetic_tokens",
+        "target.metric=val/acc_top9",
+        "target.mode=sideways",
+        "target.check_every_n_steps=0",
+        "target.stop=yes",
+        "target.max_samples=0",
+        "tta=flip",
+        "label_smoothing=on",
+        "label_smoothing.amount=1.5",
+    ]
     with pytest.raises(ConfigError) as error:
         tuneup.run(make_config(bad), run_dir=tmp_path)
     text = str(error.value)
-    for expected in ("target.mode='sideways' is not allowed: expected one of 'auto', 'max'",
-                     "target.check_every_n_steps=0 is not allowed",
-                     "target.stop='yes' is not allowed",
-                     "target.max_samples=0 is not allowed",
-                     "label_smoothing.amount=1.5 is not allowed",
-                     "tta=flip flips images left to right, but data synthetic_tokens"):  # fmt: skip
+    for expected in (
+        "target.mode='sideways' is not allowed: expected one of 'auto', 'max'",
+        "target.check_every_n_steps=0 is not allowed",
+        "target.stop='yes' is not allowed",
+        "target.max_samples=0 is not allowed",
+        "label_smoothing.amount=1.5 is not allowed",
+        "tta=flip flips images left to right, but data synthetic_tokens",
+    ):
         assert expected in text, text
     with pytest.raises(ConfigError) as error:
         tuneup.run(make_config(["target.metric=val/f1"]), run_dir=tmp_path / "f1")
@@ -186,8 +218,11 @@ def test_the_cadence_counts_optimizer_steps_under_accumulation(make_config):
     plugin = Plugin(make_config(["target.metric=val/loss", "target.check_every_n_steps=5"]))
     kwargs = {"accumulate_grad_batches": 3}  # as grad_accum's configure_trainer left them
     plugin.configure_trainer(kwargs)
-    assert kwargs == {"accumulate_grad_batches": 3, "val_check_interval": 15,
-                      "check_val_every_n_epoch": None}  # fmt: skip
+    assert kwargs == {
+        "accumulate_grad_batches": 3,
+        "val_check_interval": 15,
+        "check_val_every_n_epoch": None,
+    }
 
 
 def test_a_long_runs_history_stays_within_its_limit_spanning_the_run():

@@ -27,8 +27,7 @@ def test_two_factors_each_within_the_noise_are_faster_together():
     step_s = [0.8 * math.exp(e) for e in NOISE_LOGS]  # 0.8x the seconds per step, likewise
     alone = paired([100.0] * 3, steps, 0.95), paired([1.0] * 3, step_s, 0.95)
     assert all(i.low < 1 < i.high for i in alone)  # neither factor is significant by itself
-    found = time_ratio([Seed(100)] * 3, [Seed(s) for s in steps], [(1.0, s) for s in step_s],
-                       0.95)  # fmt: skip
+    found = time_ratio([Seed(100)] * 3, [Seed(s) for s in steps], [(1.0, s) for s in step_s], 0.95)
     # log 0.64 +- t(0.975, 4) x sqrt(0.01/3 + 0.01/3): df 4 by Welch-Satterthwaite
     assert found["estimate"] == pytest.approx(0.64)
     assert found["df"] == pytest.approx(4)
@@ -43,8 +42,9 @@ def test_two_factors_each_within_the_noise_are_faster_together():
 def test_counts_that_repeat_on_the_lattice_still_give_an_interval_with_width():
     # 30 and 40 steps on every seed, validations every 5 steps, equal round ratios: the
     # spread is 0, the lattice's is not: var = ((5/30)^2 + (5/40)^2) / 12 per seed
-    found = time_ratio([Seed(40, quantum=5)] * 3, [Seed(30, quantum=5)] * 3,
-                       [(1.0, 0.9), (1.0, 0.9)], 0.95)  # fmt: skip
+    found = time_ratio(
+        [Seed(40, quantum=5)] * 3, [Seed(30, quantum=5)] * 3, [(1.0, 0.9), (1.0, 0.9)], 0.95
+    )
     se = math.sqrt(((5 / 30) ** 2 + (5 / 40) ** 2) / 12 / 3)
     assert found["df"] == pytest.approx(2)
     assert found["low"] == pytest.approx(0.675 * math.exp(-4.3026527 * se), rel=1e-6)
@@ -55,8 +55,12 @@ def test_counts_that_repeat_on_the_lattice_still_give_an_interval_with_width():
 def test_validations_count_and_do_not_speed_up_with_the_step():
     # the command: 100 steps of 1 s + 50 s of validation; the pick: 50 steps + 50 s, at the
     # same speed give or take 10 % a round: 100 s / 150 s, the rounds' noise at half weight
-    found = time_ratio([Seed(100, 50.0)] * 2, [Seed(50, 50.0)] * 2,
-                       [(1.0, math.exp(-0.1)), (1.0, math.exp(0.1))], 0.95)  # fmt: skip
+    found = time_ratio(
+        [Seed(100, 50.0)] * 2,
+        [Seed(50, 50.0)] * 2,
+        [(1.0, math.exp(-0.1)), (1.0, math.exp(0.1))],
+        0.95,
+    )
     assert found["estimate"] == pytest.approx(2 / 3, rel=1e-3)
     half = 12.7062047 * 0.5 * math.sqrt(0.02 / 2)  # t(0.975, 1) x w x se(log r), w = 1/2
     assert found["high"] == pytest.approx(2 / 3 * math.exp(half), rel=1e-3)
@@ -78,19 +82,34 @@ def test_the_lattice_step_of_a_runs_history():
 # -- a trial's cost and the decision on it ----------------------------------------------------
 
 
-def race_trial(steps: int, batch: int, step_s: float, validation_s: float = 1.0, reached=True,
-               value: float = 0.8) -> Trial:  # fmt: skip
+def race_trial(
+    steps: int,
+    batch: int,
+    step_s: float,
+    validation_s: float = 1.0,
+    reached=True,
+    value: float = 0.8,
+) -> Trial:
     """A race run's summary: ``steps`` of ``batch`` at ``step_s`` a step (its fastest window),
     validated every 5 steps."""
     history = [{"step": k, "samples": k * batch, "value": value} for k in range(5, steps + 1, 5)]
     train = steps * step_s * 1.5  # the run's clock: slower windows than its fastest
-    summary = {"status": "ok", "effective_batch_size": batch, "target_history": history,
-               "samples_per_s_windows": [batch / step_s / 2, batch / step_s],
-               "target": {"reached": reached, "value": 0.9, "mode": "max"},
-               "validation_time_s": validation_s, "fit_seconds": train + validation_s}  # fmt: skip
+    summary = {
+        "status": "ok",
+        "effective_batch_size": batch,
+        "target_history": history,
+        "samples_per_s_windows": [batch / step_s / 2, batch / step_s],
+        "target": {"reached": reached, "value": 0.9, "mode": "max"},
+        "validation_time_s": validation_s,
+        "fit_seconds": train + validation_s,
+    }
     if reached:
-        summary.update(steps_to_target=steps, samples_to_target=steps * batch,
-                       time_to_target_s=train + validation_s, time_to_target_train_s=train)  # fmt: skip
+        summary.update(
+            steps_to_target=steps,
+            samples_to_target=steps * batch,
+            time_to_target_s=train + validation_s,
+            time_to_target_train_s=train,
+        )
     return Trial("t", (), "0", Path("."), summary, 1.0)
 
 
@@ -116,8 +135,14 @@ class FakeLab:
 
     def run(self, name, overrides, settings):
         step_s = self.pick_s if "optimizer.lr=0.3" in overrides else 0.1
-        trial = Trial(name, overrides, str(len(self.trials)), Path("."),
-                      {"status": "ok", "samples_per_s_windows": [10 / step_s]}, 1.0)  # fmt: skip
+        trial = Trial(
+            name,
+            overrides,
+            str(len(self.trials)),
+            Path("."),
+            {"status": "ok", "samples_per_s_windows": [10 / step_s]},
+            1.0,
+        )
         self.trials.append(trial)
         return trial
 
@@ -127,17 +152,28 @@ def decided(cost: str, steps: int = 30, step_s: float = 0.14, base_seeds: int = 
     ``step_s`` a step (the command: 0.1)."""
     search = SimpleNamespace(
         settings=Settings(objective="time_to_target", cost=cost, min_rounds=2, max_rounds=2),
-        lab=FakeLab(step_s), recipe=(), verdict="", speed=None, notes=[],
-        _left=lambda: 600.0, _typical_seconds=lambda: 1.0, batch=lambda overrides: 10,
-        seed=0, _speed_reserve=lambda: 600.0, _confirm_seconds=lambda: 1.0,  # no held-out run
-    )  # fmt: skip
+        lab=FakeLab(step_s),
+        recipe=(),
+        verdict="",
+        speed=None,
+        notes=[],
+        _left=lambda: 600.0,
+        _typical_seconds=lambda: 1.0,
+        batch=lambda overrides: 10,
+        seed=0,
+        _speed_reserve=lambda: 600.0,
+        _confirm_seconds=lambda: 1.0,  # no held-out run
+    )
     base = [race_trial(40, 10, 0.1, validation_s=0.0) for _ in range(base_seeds)]
     pick = [race_trial(steps, 10, step_s, validation_s=0.0) for _ in range(3)]
     search.confirmed = {
         BASELINE: {"overrides": (), "trials": base},
-        "optimizer.lr=0.3": {"overrides": ("optimizer.lr=0.3",), "trials": pick,
-                             "decision": {"verdict": BETTER}},
-    }  # fmt: skip
+        "optimizer.lr=0.3": {
+            "overrides": ("optimizer.lr=0.3",),
+            "trials": pick,
+            "decision": {"verdict": BETTER},
+        },
+    }
     decide(search)
     return search
 
@@ -168,13 +204,20 @@ def test_your_command_enters_the_study_at_its_cost_with_steps_and_samples_beside
     from tuneup.autotune.study_search import StudySearch
 
     lab = SimpleNamespace(run=lambda *a, **k: race_trial(40, 16, 0.05, validation_s=2.0))
-    search = StudySearch(Settings(objective="time_to_target"), lab, None,
-                         SimpleNamespace(seconds=600.0, elapsed=0.0), 0, "")  # fmt: skip
+    search = StudySearch(
+        Settings(objective="time_to_target"),
+        lab,
+        None,
+        SimpleNamespace(seconds=600.0, elapsed=0.0),
+        0,
+        "",
+    )
     search.study = optuna.create_study()
     with caplog.at_level(logging.INFO, logger="tuneup.autotune.study_search"):
         search.baseline_run(None)
     assert "your command: 4 s to the target (40 steps, 640 samples; autotune.cost=time)" in (
-        caplog.text)  # fmt: skip
+        caplog.text
+    )
     lr = FloatDistribution(1e-3, 1.0, log=True)
     search.space = SimpleNamespace(
         distributions={"optimizer.lr": lr},

@@ -14,8 +14,10 @@ import pytest
 
 from tests.conftest import python
 
-pytestmark = pytest.mark.skipif(bool(os.environ.get("TUNEUP_TEST_COLD")),
-                                reason="TUNEUP_TEST_COLD=1: no zygote, every command is cold")  # fmt: skip
+pytestmark = pytest.mark.skipif(
+    bool(os.environ.get("TUNEUP_TEST_COLD")),
+    reason="TUNEUP_TEST_COLD=1: no zygote, every command is cold",
+)
 
 SCRIPT = """
     import json, os, signal, sys
@@ -44,12 +46,24 @@ SCRIPT = """
 def start(prefix, script, tmp_path, how):
     """``PREFIX SCRIPT HOW`` on CPU 0 only (as under taskset or a Slurm task's binding), with
     umask 027."""
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "lib"), "ASKED": "yes",
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tmp_path / "lib"),
+        "ASKED": "yes",
+        "OMP_NUM_THREADS": "1",
+    }
     env.pop("PYTHONUNBUFFERED", None)  # buffered unless -u
-    return subprocess.run([*prefix, str(script), how], cwd=tmp_path, env=env, input="fed",
-                          capture_output=True, text=True, timeout=120, umask=0o027,
-                          preexec_fn=lambda: os.sched_setaffinity(0, {0}))  # fmt: skip
+    return subprocess.run(
+        [*prefix, str(script), how],
+        cwd=tmp_path,
+        env=env,
+        input="fed",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        umask=0o027,
+        preexec_fn=lambda: os.sched_setaffinity(0, {0}),
+    )
 
 
 def test_a_warm_start_is_the_script_run_by_a_fresh_interpreter(tmp_path):
@@ -61,11 +75,22 @@ def test_a_warm_start_is_the_script_run_by_a_fresh_interpreter(tmp_path):
     cold = start([sys.executable], script, tmp_path, "3")
     warm = start(python(), script, tmp_path, "3")
     assert cold.returncode == warm.returncode == 3, warm.stderr
-    assert json.loads(warm.stdout) == json.loads(cold.stdout) == {
-        "name": "__main__", "argv": [str(script), "3"], "cwd": str(tmp_path),
-        "path0": str(script.parent), "helper": str(tmp_path / "lib" / "helper.py"),
-        "asked": "yes", "threads": 1, "stdin": "fed", "cpus": [0], "umask": 0o027,
-    }  # fmt: skip
+    assert (
+        json.loads(warm.stdout)
+        == json.loads(cold.stdout)
+        == {
+            "name": "__main__",
+            "argv": [str(script), "3"],
+            "cwd": str(tmp_path),
+            "path0": str(script.parent),
+            "helper": str(tmp_path / "lib" / "helper.py"),
+            "asked": "yes",
+            "threads": 1,
+            "stdin": "fed",
+            "cpus": [0],
+            "umask": 0o027,
+        }
+    )
     assert warm.stderr == cold.stderr == "to stderr\n"
     killed = start(python(), script, tmp_path, "signal")
     assert killed.returncode == -signal.SIGTERM and killed.stderr == "to stderr\n"
@@ -77,16 +102,21 @@ def test_a_warm_start_is_the_script_run_by_a_fresh_interpreter(tmp_path):
 def test_commands_a_warm_start_cannot_be_run_cold(tmp_path):
     """``-c``, other interpreter options and modules, and an environment the zygote's imports
     did not see (Triton's interpreter) are real interpreters."""
-    done = subprocess.run([*python(), "-c", "import sys; print(sys.argv)"], capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [*python(), "-c", "import sys; print(sys.argv)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and done.stdout == "['-c']\n"
     script = tmp_path / "which.py"
     script.write_text("import os, sys; print('torch' in sys.modules)\n")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     cold = subprocess.run([*python(), str(script)], env=env, capture_output=True, text=True)
     warm = subprocess.run([*python(), str(script)], capture_output=True, text=True)
-    warm_options = subprocess.run([*python(), "-u", "-B", str(script)], capture_output=True,
-                                  text=True)  # fmt: skip
+    warm_options = subprocess.run(
+        [*python(), "-u", "-B", str(script)], capture_output=True, text=True
+    )
     assert (cold.stdout, warm.stdout, warm_options.stdout) == ("False\n", "True\n", "True\n")
 
 
@@ -107,9 +137,16 @@ def test_signals_ignored_by_the_starting_process_stay_ignored(tmp_path, sigint):
         signal.signal(signal.SIGINT, handler)
         signal.signal(signal.SIGQUIT, handler)
 
-    cold, warm = [subprocess.run([*prefix, str(script)], capture_output=True, text=True,
-                                 timeout=120, preexec_fn=as_started)
-                  for prefix in ([sys.executable], python())]  # fmt: skip
+    cold, warm = [
+        subprocess.run(
+            [*prefix, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            preexec_fn=as_started,
+        )
+        for prefix in ([sys.executable], python())
+    ]
     ignored = "<Handlers.SIG_IGN: 1>"
     first = ignored if sigint == "ignored" else "<built-in function default_int_handler>"
     second = ignored if sigint == "ignored" else "<Handlers.SIG_DFL: 0>"
@@ -132,8 +169,13 @@ def test_descriptors_arrive_under_their_numbers_and_only_those(tmp_path):
     )
     read, write = os.pipe()
     try:
-        done = subprocess.run([*python(), str(script), str(write)], pass_fds=(write,),
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        done = subprocess.run(
+            [*python(), str(script), str(write)],
+            pass_fds=(write,),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         assert os.read(read, 100) == b"through the pipe"
         assert done.stdout == f"{[0, 1, 2, write]}\n"

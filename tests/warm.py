@@ -50,8 +50,12 @@ PRELOAD_IF_INSTALLED = ("transformers.modeling_utils",)
 #: Modules a warm start may run with ``-m``: tuneup's own, and what the launchers start with
 #: ``sys.executable``: loky's process workers (Hydra's joblib launcher), and submitit's job
 #: (``python -u -m submitit.core._submit FOLDER`` under srun: hydra/launcher=slurm).
-MODULES = ("tuneup", "tuneup.consolidate", "joblib.externals.loky.backend.popen_loky_posix",
-           "submitit.core._submit")  # fmt: skip
+MODULES = (
+    "tuneup",
+    "tuneup.consolidate",
+    "joblib.externals.loky.backend.popen_loky_posix",
+    "submitit.core._submit",
+)
 
 #: Interpreter options a warm start can honour: unbuffered streams, no bytecode written.
 OPTIONS = ("-u", "-B")
@@ -60,8 +64,16 @@ OPTIONS = ("-u", "-B")
 MAX_FDS = 253
 
 #: Signals a client passes on to its child (SIGKILL and SIGSTOP cannot be caught).
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, signal.SIGHUP,
-             signal.SIGQUIT, signal.SIGALRM, signal.SIGCONT)  # fmt: skip
+FORWARDED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGALRM,
+    signal.SIGCONT,
+)
 
 #: Environment read when the preloaded libraries are imported (Triton's interpreter switch,
 #: torch's and Inductor's settings, Hugging Face's hub and cache, the interpreter's options):
@@ -71,10 +83,25 @@ FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2, sign
 #: (torch.set_num_threads from OMP_NUM_THREADS sets MKL's too; joblib sets both for its
 #: workers), and KMP_INIT_AT_FORK (joblib's import sets it; Intel's OpenMP reads it when the
 #: process forks, and a child of the zygote has it before it can fork).
-IMPORT_TIME = ("TRITON_", "TORCH", "PYTORCH_", "CUDA_", "NCCL_", "MKL_", "KMP_", "PYTHON", "HF_",
-               "TRANSFORMERS_")  # fmt: skip
-HONOURED = ("PYTHONPATH", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "MKL_NUM_THREADS",
-            "KMP_INIT_AT_FORK")  # fmt: skip
+IMPORT_TIME = (
+    "TRITON_",
+    "TORCH",
+    "PYTORCH_",
+    "CUDA_",
+    "NCCL_",
+    "MKL_",
+    "KMP_",
+    "PYTHON",
+    "HF_",
+    "TRANSFORMERS_",
+)
+HONOURED = (
+    "PYTHONPATH",
+    "PYTHONUNBUFFERED",
+    "PYTHONDONTWRITEBYTECODE",
+    "MKL_NUM_THREADS",
+    "KMP_INIT_AT_FORK",
+)
 
 _LEN = struct.Struct("!I")
 
@@ -97,9 +124,16 @@ def client(path: str, argv: list[str]) -> None:
     if len(fds) > MAX_FDS:
         conn.close()
         _cold(argv, f"more than {MAX_FDS} descriptors")
-    request = {"options": options, "argv": command, "cwd": os.getcwd(), "env": dict(os.environ), "fds": fds,
-               "cpus": sorted(os.sched_getaffinity(0)), "umask": _umask(),
-               "ignored": _ignored_signals()}  # fmt: skip
+    request = {
+        "options": options,
+        "argv": command,
+        "cwd": os.getcwd(),
+        "env": dict(os.environ),
+        "fds": fds,
+        "cpus": sorted(os.sched_getaffinity(0)),
+        "umask": _umask(),
+        "ignored": _ignored_signals(),
+    }
     data = json.dumps(request).encode()
     socket.send_fds(conn, [_LEN.pack(len(data)) + data], fds)
     reader = conn.makefile("r")
@@ -242,9 +276,11 @@ class Zygote:
 
     def read_by_imports(self, environment: dict) -> dict:
         """The part of ``environment`` the preloaded imports read (:data:`IMPORT_TIME`)."""
-        return {k: v for k, v in environment.items()
-                if k.startswith(IMPORT_TIME) and k not in HONOURED
-                and self.set_by_imports.get(k) != v}  # fmt: skip
+        return {
+            k: v
+            for k, v in environment.items()
+            if k.startswith(IMPORT_TIME) and k not in HONOURED and self.set_by_imports.get(k) != v
+        }
 
     def misfit(self, env: dict) -> str:
         """Why the imports would not have gone the same way under the command's ``env``

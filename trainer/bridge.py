@@ -17,8 +17,13 @@ CHECKPOINT_KEY = "tuneup"
 
 
 #: The hooks called on every micro-batch.
-PER_STEP = ("on_train_batch_start", "on_before_backward", "on_after_backward",
-            "on_before_optimizer_step", "on_train_batch_end")  # fmt: skip
+PER_STEP = (
+    "on_train_batch_start",
+    "on_before_backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+    "on_train_batch_end",
+)
 
 #: The hooks Lightning calls on every micro-batch, on each callback and on the LightningModule.
 LIGHTNING_PER_STEP = (*PER_STEP, "on_before_zero_grad")

@@ -39,8 +39,10 @@ def problems(cfg) -> list[str]:
     for key, node in nodes(cfg):
         target = node.get("_target_") if OmegaConf.is_dict(node) else None
         if not isinstance(target, str):
-            found.append(f"{key}={node!r} is not allowed: expected a node with a _target_ "
-                         "(a Lightning Callback class path) and its arguments")  # fmt: skip
+            found.append(
+                f"{key}={node!r} is not allowed: expected a node with a _target_ "
+                "(a Lightning Callback class path) and its arguments"
+            )
             continue
         try:
             cls = locate(target, f"{key}._target_")
@@ -48,8 +50,10 @@ def problems(cfg) -> list[str]:
             found.append(str(exc))
             continue
         if not (isinstance(cls, type) and issubclass(cls, pl.Callback)):
-            found.append(f"{key}._target_={target} is not allowed: expected a subclass of "
-                         "pytorch_lightning.Callback")  # fmt: skip
+            found.append(
+                f"{key}._target_={target} is not allowed: expected a subclass of "
+                "pytorch_lightning.Callback"
+            )
     return found
 
 

@@ -53,8 +53,10 @@ def clip_problems(cfg, plan) -> list[str]:
     its own (Lightning's ``trainer.gradient_clip_val`` clips there)."""
     clip = cfg.optimizer.get("clip_grad_norm")
     if clip is not None and plan.lightning:
-        return [f"optimizer.clip_grad_norm={clip} with model=lightning: your LightningModule "
-                f"trains itself; use +trainer.gradient_clip_val={clip} (Lightning's clipping)"]  # fmt: skip
+        return [
+            f"optimizer.clip_grad_norm={clip} with model=lightning: your LightningModule "
+            f"trains itself; use +trainer.gradient_clip_val={clip} (Lightning's clipping)"
+        ]
     return []
 
 
@@ -64,30 +66,39 @@ def mode_problems(cfg) -> list[str]:
     mode = cfg.get("mode", "fit")
     if mode not in MODES:
         meant = did_you_mean(str(mode), MODES)
-        return [problem("mode", mode, OneOf(MODES)) + (f"; did you mean mode={meant}?" if meant
-                                                       else "")]  # fmt: skip
+        return [
+            problem("mode", mode, OneOf(MODES)) + (f"; did you mean mode={meant}?" if meant else "")
+        ]
     if mode == "fit":
         return []
     found = []
     if cfg.get("resume") in (None, "auto"):
-        found.append(f"mode={mode} needs resume=<checkpoint> (a .ckpt file or a sharded "
-                     f"checkpoint directory): the weights it {USES[mode]}")  # fmt: skip
+        found.append(
+            f"mode={mode} needs resume=<checkpoint> (a .ckpt file or a sharded "
+            f"checkpoint directory): the weights it {USES[mode]}"
+        )
     if cfg.get("resume_weights_only"):
-        found.append(f"resume_weights_only=true with mode={mode}: mode={mode} reads the "
-                     "checkpoint's weights only already; leave resume_weights_only out")  # fmt: skip
+        found.append(
+            f"resume_weights_only=true with mode={mode}: mode={mode} reads the "
+            "checkpoint's weights only already; leave resume_weights_only out"
+        )
     target = (cfg.get("target") or {}).get("metric")
     if target is not None:
-        found.append(f"target.metric={target} with mode={mode}: a target is raced to while "
-                     "training, and this mode trains nothing; leave target.metric out")  # fmt: skip
+        found.append(
+            f"target.metric={target} with mode={mode}: a target is raced to while "
+            "training, and this mode trains nothing; leave target.metric out"
+        )
     return found
 
 
 def world_problems(cfg, env) -> list[str]:
     """``mode=predict`` writes one file of outputs in the data's order: from one process."""
     if cfg.get("mode") == "predict" and env.world_size > 1:
-        return [f"mode=predict runs in one process, but this run has {env.world_size} "
-                f"(strategy={(cfg.get('strategy') or {}).get('name')}, trainer.devices="
-                f"{cfg.trainer.get('devices')}): use strategy=auto trainer.devices=1"]  # fmt: skip
+        return [
+            f"mode=predict runs in one process, but this run has {env.world_size} "
+            f"(strategy={(cfg.get('strategy') or {}).get('name')}, trainer.devices="
+            f"{cfg.trainer.get('devices')}): use strategy=auto trainer.devices=1"
+        ]
     return []
 
 
@@ -129,8 +140,10 @@ def _unknown_keys(cfg) -> list[str]:
             for key in sorted(set(node) - allowed):
                 match = did_you_mean(key, allowed)
                 hint = f"; did you mean {name}.{match}?" if match else ""
-                found.append(f"{name}.{key} is not a setting of {name}; its settings are: "
-                             f"{', '.join(sorted(allowed))}{hint}")  # fmt: skip
+                found.append(
+                    f"{name}.{key} is not a setting of {name}; its settings are: "
+                    f"{', '.join(sorted(allowed))}{hint}"
+                )
     for group in CLOSED_GROUPS:
         node = cfg.get(group)
         if node is None or "_target_" in node or not isinstance(node.get("name"), str):
@@ -143,8 +156,10 @@ def _unknown_keys(cfg) -> list[str]:
         for key in sorted(set(node) - allowed):
             match = did_you_mean(key, allowed - {"name", "plugin"})
             hint = f"; did you mean {group}.{match}?" if match else _other_options(group, key)
-            found.append(f"{group}.{key} is not a setting of {group}={node.name}; its settings "
-                         f"are: {settings}{hint}")  # fmt: skip
+            found.append(
+                f"{group}.{key} is not a setting of {group}={node.name}; its settings "
+                f"are: {settings}{hint}"
+            )
     return found + _unknown_feature_keys(cfg)
 
 
@@ -180,10 +195,12 @@ def inert_problems(cfg, given: list[str] | None = None) -> list[str]:
         if f"{group}.{key}" not in named:
             continue
         on = " or ".join(f"{group}={o}" for o in options_switching_on(group))
-        found.append(f"{group}.{key}={value} does nothing: {group}=off leaves the plugin out, "
-                     f"nothing reads its settings; switch it on with {on}, or leave "
-                     f"{group}.{key} out (in a sweep, -m {group}=off,... {group}.{key}={value} "
-                     "sets it where the plugin is on)")  # fmt: skip
+        found.append(
+            f"{group}.{key}={value} does nothing: {group}=off leaves the plugin out, "
+            f"nothing reads its settings; switch it on with {on}, or leave "
+            f"{group}.{key} out (in a sweep, -m {group}=off,... {group}.{key}={value} "
+            "sets it where the plugin is on)"
+        )
     return found
 
 
@@ -220,8 +237,10 @@ def _unknown_feature_keys(cfg) -> list[str]:
             match = did_you_mean(key, allowed - {"name", "plugin"})
             hint = f"; did you mean {group}.{match}?" if match else ""
             settings = ", ".join(sorted(allowed - {"name", "plugin"})) or "none"
-            found.append(f"{group}.{key} is not a setting of any {group} option; their settings "
-                         f"are: {settings}{hint}")  # fmt: skip
+            found.append(
+                f"{group}.{key} is not a setting of any {group} option; their settings "
+                f"are: {settings}{hint}"
+            )
     return found
 
 
@@ -259,8 +278,11 @@ def _unknown_top_level(cfg) -> list[str]:
 
     builtin = builtin_dir()
     common = set(_yaml(builtin / "config.yaml")) | {p.name for p in builtin.iterdir()}
-    unknown = [k for k in cfg if k not in common
-               and not (isinstance(cfg.get(k), DictConfig) and "plugin" in cfg[k])]  # fmt: skip
+    unknown = [
+        k
+        for k in cfg
+        if k not in common and not (isinstance(cfg.get(k), DictConfig) and "plugin" in cfg[k])
+    ]
     if not unknown:
         return []  # the usual case, without reading every config file
     known = top_level_keys(searched_dirs())
@@ -276,8 +298,10 @@ def _unknown_top_level(cfg) -> list[str]:
         shown = key if isinstance(value, DictConfig) else f"{key}={value}"
         match = did_you_mean(key, known, prefer=_is_node(cfg) if shown == key else None)
         hint = f"; did you mean {_meant(match, value)}?" if match else ""
-        found.append(f"{shown} is not allowed: {key} is not a config group or setting, nothing "
-                     f"would read it{hint}")  # fmt: skip
+        found.append(
+            f"{shown} is not allowed: {key} is not a config group or setting, nothing "
+            f"would read it{hint}"
+        )
     return found
 
 
@@ -316,9 +340,17 @@ def _length_problems(cfg, plan) -> list[str]:
 
 
 #: Trainer arguments conf/config.yaml sets; others are looked up in Lightning's signature.
-KNOWN_ARGUMENTS = {"accelerator", "devices", "num_nodes", "max_epochs", "max_steps",
-                   "log_every_n_steps", "num_sanity_val_steps", "enable_model_summary",
-                   "enable_progress_bar"}  # fmt: skip
+KNOWN_ARGUMENTS = {
+    "accelerator",
+    "devices",
+    "num_nodes",
+    "max_epochs",
+    "max_steps",
+    "log_every_n_steps",
+    "num_sanity_val_steps",
+    "enable_model_summary",
+    "enable_progress_bar",
+}
 
 
 def _trainer_argument_problems(cfg) -> list[str]:
@@ -331,8 +363,10 @@ def _trainer_argument_problems(cfg) -> list[str]:
             if key not in allowed:
                 match = did_you_mean(key, allowed)
                 hint = f"did you mean trainer.{match}? " if match else ""
-                found.append(f"trainer.{key} is not a Lightning Trainer argument; {hint}"
-                             f"allowed: {', '.join(sorted(allowed))}")  # fmt: skip
+                found.append(
+                    f"trainer.{key} is not a Lightning Trainer argument; {hint}"
+                    f"allowed: {', '.join(sorted(allowed))}"
+                )
     devices = cfg.trainer.get("devices", "auto")
     if not (devices == "auto" or (Integer(low=-1)(devices) and devices != 0) or _is_list(devices)):
         found.append(

@@ -150,8 +150,9 @@ class Plan:
             source = instantiate({TARGET: node[TARGET], **arguments(node, drop)})
         except Exception as exc:
             cause = exc.__cause__ or exc
-            raise TuneupError(f"data._target_={self.data_name} could not be made: "
-                              f"{type(cause).__name__}: {cause}") from exc  # fmt: skip
+            raise TuneupError(
+                f"data._target_={self.data_name} could not be made: {type(cause).__name__}: {cause}"
+            ) from exc
         return UserData(source, node, configure, self.data_name)
 
     @cached_property
@@ -164,8 +165,10 @@ class Plan:
         except TuneupError:
             raise
         except Exception as exc:
-            raise TuneupError(f"data._target_={self.data_name}: its training samples could not "
-                              f"be read: {type(exc).__name__}: {exc}") from exc  # fmt: skip
+            raise TuneupError(
+                f"data._target_={self.data_name}: its training samples could not "
+                f"be read: {type(exc).__name__}: {exc}"
+            ) from exc
 
     @property
     def inputs(self) -> str | None:
@@ -285,12 +288,16 @@ def component_problems(plan: Plan) -> list[str]:
     data_side = _user_problems(lambda: plan.sample) if plan.user_data else check_data(cfg)
     found += model_side + data_side
     if plan.user_data and not data_side:
-        found += problems(cfg, {"data.batch_size": Integer(low=1, also=(None,),
-                                                           note="null: the data module's own")})  # fmt: skip
+        found += problems(
+            cfg,
+            {"data.batch_size": Integer(low=1, also=(None,), note="null: the data module's own")},
+        )
         if plan.data.source is None and plan.data.batch_size is None:
-            found.append(f"data.batch_size is not set: data._target_={plan.data_name} returns "
-                         "Datasets, so tuneup makes the DataLoaders; give the batch size per "
-                         "process, e.g. data.batch_size=64")  # fmt: skip
+            found.append(
+                f"data.batch_size is not set: data._target_={plan.data_name} returns "
+                "Datasets, so tuneup makes the DataLoaders; give the batch size per "
+                "process, e.g. data.batch_size=64"
+            )
     if found:
         return found
     if not plan.user_model:  # a zoo model: its inputs against the data's first
@@ -318,8 +325,11 @@ def _zoo_input_problems(plan: Plan) -> list[str]:
 
     spec, given = MODELS[plan.cfg.model.name], plan.inputs
     wanted = spec.inputs
-    if plan.user_data and not spec.own_config and (plan.num_classes is None
-                                                    or plan.input_shape is None):  # fmt: skip
+    if (
+        plan.user_data
+        and not spec.own_config
+        and (plan.num_classes is None or plan.input_shape is None)
+    ):
         return [plan._zoo_needs()]
     if given is None or given == wanted:
         return []

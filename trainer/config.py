@@ -160,8 +160,12 @@ def register() -> None:
     OmegaConf.register_new_resolver(f"{PROJECT}.searchpath", searchpath, replace=True)
     OmegaConf.register_new_resolver(f"{PROJECT}.tasks_per_node", tasks_per_node, replace=True)
     store = ConfigStore.instance()
-    store.store(group="_tuneup", name="installed_plugins", package="_global_",
-                node={"defaults": installed_defaults()})  # fmt: skip
+    store.store(
+        group="_tuneup",
+        name="installed_plugins",
+        package="_global_",
+        node={"defaults": installed_defaults()},
+    )
     store.store(group="_tuneup", name="open", node=OmegaConf.create({}, flags={"struct": False}))
 
 
@@ -209,8 +213,11 @@ def warn_shadowed(argv: list[str]) -> None:
         if label.startswith("plugin"):
             continue
         for name in shadowed(folder):
-            print(f"warning: {folder / name} is not used: tuneup's built-in {name} has the same "
-                  "name and is found first; rename yours", file=sys.stderr)  # fmt: skip
+            print(
+                f"warning: {folder / name} is not used: tuneup's built-in {name} has the same "
+                "name and is found first; rename yours",
+                file=sys.stderr,
+            )
 
 
 # -- keys nothing reads: a typo that would train the default (trainer/checks.py, tuneup/cli.py) --

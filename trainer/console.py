@@ -124,14 +124,20 @@ def file_only(what: str):
     finally:
         logging.setLogRecordFactory(made)
         if text := printed.getvalue().strip():
-            logging.getLogger(__name__).info("%s printed:\n%s", what, text,
-                                             extra={"file_only": True})  # fmt: skip
+            logging.getLogger(__name__).info(
+                "%s printed:\n%s", what, text, extra={"file_only": True}
+            )
 
 
 def traceback_to_file(logger: logging.Logger, exc: BaseException) -> None:
     """The whole traceback of ``exc`` into the log file only (the console has its one line)."""
-    logger.error("the run ended with %s: %s", type(exc).__name__, exc,
-                 exc_info=(type(exc), exc, exc.__traceback__), extra={"file_only": True})  # fmt: skip
+    logger.error(
+        "the run ended with %s: %s",
+        type(exc).__name__,
+        exc,
+        exc_info=(type(exc), exc, exc.__traceback__),
+        extra={"file_only": True},
+    )
 
 
 def process_rank() -> str:

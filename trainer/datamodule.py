@@ -118,8 +118,11 @@ class DataModule(pl.LightningDataModule):
     def predict_split(self) -> tuple[str, Dataset | None]:
         """What ``mode=predict`` runs the model on: its own split where the data give one, else
         the test split, else the validation split; (its name, the data set)."""
-        for name, dataset in (("predict", self.predict_set), ("test", self.test_split()),
-                              ("val", self.val_set)):  # fmt: skip
+        for name, dataset in (
+            ("predict", self.predict_set),
+            ("test", self.test_split()),
+            ("val", self.val_set),
+        ):
             if dataset is not None:
                 return name, dataset
         return "none", None
@@ -130,15 +133,18 @@ class DataModule(pl.LightningDataModule):
     def test_dataloader(self) -> DataLoader:
         dataset = self.test_split()
         if dataset is None:
-            raise TuneupError(f"mode=test: data={self.settings.get('name')} has no test split: "
-                              f"{self.test_hint}")  # fmt: skip
+            raise TuneupError(
+                f"mode=test: data={self.settings.get('name')} has no test split: {self.test_hint}"
+            )
         return self.loader(dataset, train=False)
 
     def predict_dataloader(self) -> DataLoader:
         dataset = self.predict_split()[1]
         if dataset is None:
-            raise TuneupError(f"mode=predict: data={self.settings.get('name')} has no predict, "
-                              f"test or validation split: {self.test_hint}")  # fmt: skip
+            raise TuneupError(
+                f"mode=predict: data={self.settings.get('name')} has no predict, "
+                f"test or validation split: {self.test_hint}"
+            )
         return self.loader(dataset, train=False)
 
     def loader(self, dataset: Dataset, train: bool) -> DataLoader:
@@ -148,9 +154,12 @@ class DataModule(pl.LightningDataModule):
             "batch_size": self.batch_size,
             "drop_last": train,
             **self.loader_options,
-            **(train_loader_kwargs(dataset, self.order_seed, self.trainer) if train
-               else eval_loader_kwargs(self.order_seed)),
-        }  # fmt: skip
+            **(
+                train_loader_kwargs(dataset, self.order_seed, self.trainer)
+                if train
+                else eval_loader_kwargs(self.order_seed)
+            ),
+        }
         if self.configure_loader is not None:
             self.configure_loader(kwargs)
         if train and isinstance(kwargs.get("sampler"), ResumableSampler) and kwargs["drop_last"]:
@@ -162,9 +171,11 @@ class DataModule(pl.LightningDataModule):
             kwargs.pop("persistent_workers", None)
             kwargs.pop("prefetch_factor", None)
         if train:
-            self.loading = {"num_workers": kwargs.get("num_workers", 0),
-                            "pin_memory": kwargs.get("pin_memory", False),
-                            "prefetch": refused or PREFETCHING}  # fmt: skip
+            self.loading = {
+                "num_workers": kwargs.get("num_workers", 0),
+                "pin_memory": kwargs.get("pin_memory", False),
+                "prefetch": refused or PREFETCHING,
+            }
         stage = None if refused else self.stage
         return (ResumablePrefetchLoader if train else PrefetchLoader)(stage=stage, **kwargs)
 
@@ -205,8 +216,9 @@ class DataModule(pl.LightningDataModule):
         """Copy and device work on the current stream; then the precision's input dtype (the
         device work may have made float32 from uint8 after Lightning converted the batch)."""
         module = self.trainer.lightning_module if self.trainer is not None else None
-        if module is not None and is_overridden("transfer_batch_to_device", module,
-                                                pl.LightningModule):  # fmt: skip
+        if module is not None and is_overridden(
+            "transfer_batch_to_device", module, pl.LightningModule
+        ):
             return module.transfer_batch_to_device(batch, device, dataloader_idx)
         batch = self.device_batch(batch, device)
         if self.trainer is not None:
@@ -232,8 +244,16 @@ class DataModule(pl.LightningDataModule):
 
 
 #: DataLoader settings of a user's loader that tuneup keeps when it remakes the loader.
-KEPT_LOADER_OPTIONS = ("collate_fn", "num_workers", "pin_memory", "timeout", "worker_init_fn",
-                       "persistent_workers", "prefetch_factor", "multiprocessing_context")  # fmt: skip
+KEPT_LOADER_OPTIONS = (
+    "collate_fn",
+    "num_workers",
+    "pin_memory",
+    "timeout",
+    "worker_init_fn",
+    "persistent_workers",
+    "prefetch_factor",
+    "multiprocessing_context",
+)
 #: LightningDataModule hooks that act on batches: the user's run as theirs.
 BATCH_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device")
 
@@ -249,8 +269,10 @@ class UserData(DataModule):
     """
 
     inputs = None
-    test_hint = ("return (train, val, test) or {'train': ..., 'val': ..., 'test': ...} from "
-                 "data._target_, or give your LightningDataModule a test_dataloader")  # fmt: skip
+    test_hint = (
+        "return (train, val, test) or {'train': ..., 'val': ..., 'test': ...} from "
+        "data._target_, or give your LightningDataModule a test_dataloader"
+    )
 
     def __init__(self, source, settings, configure_loader=None, name: str = "custom") -> None:
         super().__init__(settings, configure_loader)
@@ -280,10 +302,13 @@ class UserData(DataModule):
         self.source.setup("fit")
         train = self.source.train_dataloader()
         if not isinstance(train, DataLoader):
-            raise TuneupError(f"data._target_={self.name}: train_dataloader() returned "
-                              f"{type(train).__name__}, expected a torch DataLoader")  # fmt: skip
-        self.loader_options = {k: getattr(train, k) for k in KEPT_LOADER_OPTIONS
-                               if hasattr(train, k)}  # fmt: skip
+            raise TuneupError(
+                f"data._target_={self.name}: train_dataloader() returned "
+                f"{type(train).__name__}, expected a torch DataLoader"
+            )
+        self.loader_options = {
+            k: getattr(train, k) for k in KEPT_LOADER_OPTIONS if hasattr(train, k)
+        }
         if not self.loader_options.get("num_workers"):
             self.loader_options.pop("multiprocessing_context", None)
         own = train.batch_size
@@ -300,7 +325,9 @@ class UserData(DataModule):
             log.warning(
                 "%s.train_dataloader() uses its own sampler or an iterable data set: it is used "
                 "as it is, so a mid-epoch resume starts that epoch again and DDP sharding is "
-                "the data module's own", self.name)  # fmt: skip
+                "the data module's own",
+                self.name,
+            )
             self.own_loader = train
         self.val_set = _own_set(self.source, "val_dataloader")
 
@@ -331,8 +358,12 @@ class UserData(DataModule):
             self.source.teardown(stage)
 
     def describe(self) -> dict:
-        return {"data": self.name, "batches": "as your data set gives them", "device": "copy",
-                **self.loading}  # fmt: skip
+        return {
+            "data": self.name,
+            "batches": "as your data set gives them",
+            "device": "copy",
+            **self.loading,
+        }
 
     def sample(self, count: int = 2):
         """A collated batch of the first ``count`` training samples (for checks and FLOPs)."""
@@ -359,8 +390,11 @@ def remakeable(loader: DataLoader) -> bool:
     """Whether tuneup can remake ``loader`` with its own sampler: a map-style data set read in
     order or shuffled, in batches of a fixed size (not a custom sampler or batch sampler)."""
     sampler_ok = type(loader.sampler) in (RandomSampler, SequentialSampler)
-    return (not isinstance(loader.dataset, IterableDataset) and sampler_ok
-            and loader.batch_size is not None)  # fmt: skip
+    return (
+        not isinstance(loader.dataset, IterableDataset)
+        and sampler_ok
+        and loader.batch_size is not None
+    )
 
 
 def _own_set(source, hook: str) -> Dataset | None:
@@ -385,8 +419,10 @@ def datasets_of(returned, name: str) -> tuple[Dataset | None, ...]:
     if isinstance(returned, Mapping) and "train" in returned:
         unknown = sorted(set(returned) - set(SPLITS))
         if unknown:
-            raise TuneupError(f"data._target_={name} returned a dict with {unknown}; its keys "
-                              f"are the splits: {', '.join(SPLITS)}")  # fmt: skip
+            raise TuneupError(
+                f"data._target_={name} returned a dict with {unknown}; its keys "
+                f"are the splits: {', '.join(SPLITS)}"
+            )
         return tuple(returned.get(split) for split in SPLITS)
     if isinstance(returned, (tuple, list)) and len(returned) in (2, 3):
         return (*returned, *(None,) * (len(SPLITS) - len(returned)))

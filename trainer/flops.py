@@ -141,15 +141,19 @@ def count_flops_once(plan) -> tuple[float | None, str | None]:
         meta_failure = f"{type(exc).__name__}: {exc}".splitlines()[0]
     size = sum(p.numel() for p in model.parameters()) * 4
     if size > REAL_COPY_LIMIT:
-        return None, (f"the model does not run on the meta device ({meta_failure}), and at "
-                      f"{size / 2**30:.1f} GiB is too large to count on a CPU copy")  # fmt: skip
+        return None, (
+            f"the model does not run on the meta device ({meta_failure}), and at "
+            f"{size / 2**30:.1f} GiB is too large to count on a CPU copy"
+        )
     try:  # the math attention: FlopCounterMode does not count the CPU's fused kernel
         with torch.random.fork_rng(devices=[]), sdpa_kernel(SDPBackend.MATH):
             real = plan.build_model()
             return _count(plan, real, first_samples(plan.example_batch(device="cpu"), 1)), None
     except Exception as exc:
-        return None, (f"the model does not run on the meta device ({meta_failure}), nor on "
-                      f"the CPU: {type(exc).__name__}: {exc}".splitlines()[0])  # fmt: skip
+        return None, (
+            f"the model does not run on the meta device ({meta_failure}), nor on "
+            f"the CPU: {type(exc).__name__}: {exc}".splitlines()[0]
+        )
 
 
 def first_samples(batch, n: int):
@@ -228,13 +232,18 @@ def throughput(
     the FLOPs could not be counted, from :func:`count_flops`)."""
     achieved = flops * samples_per_s / 1e12 if flops and samples_per_s else None
     peak = peak_tflops(device_name or "")
-    figures = {"flops_per_sample": flops, "achieved_tflops": achieved, "peak_tflops": peak,
-               "mfu": achieved / (peak * devices) if achieved and peak else None}  # fmt: skip
+    figures = {
+        "flops_per_sample": flops,
+        "achieved_tflops": achieved,
+        "peak_tflops": peak,
+        "mfu": achieved / (peak * devices) if achieved and peak else None,
+    }
     if figures["mfu"] is None:
         figures["mfu_note"] = (
             f"FLOPs could not be counted: {flops_note or 'the model cannot run on the meta device'}"
             if not flops
-            else "no measured samples/s" if not samples_per_s
+            else "no measured samples/s"
+            if not samples_per_s
             else f"no known peak for device {device_name!r} (trainer/flops.py PEAK_TFLOPS)"
-        )  # fmt: skip
+        )
     return figures

@@ -134,10 +134,16 @@ def override_hints(argv: list[str]) -> list[str]:
     if parsed is None:
         return []
     args, overrides = parsed
-    ours = [o for o in overrides if o.package is None
-            and not o.key_or_group.startswith(f"{config.HYDRA_GROUP}.")]  # fmt: skip
-    chosen = [o.input_line for o in ours if o.type == OverrideType.CHANGE
-              and "." not in o.key_or_group and not o.is_sweep_override()]  # fmt: skip
+    ours = [
+        o
+        for o in overrides
+        if o.package is None and not o.key_or_group.startswith(f"{config.HYDRA_GROUP}.")
+    ]
+    chosen = [
+        o.input_line
+        for o in ours
+        if o.type == OverrideType.CHANGE and "." not in o.key_or_group and not o.is_sweep_override()
+    ]
     cfg = None
     for attempt in (chosen, []):  # the groups as chosen, else the defaults
         try:
@@ -172,15 +178,19 @@ def _unknown_key_hint(cfg, key: str, value: str, folders: list[Path]) -> str | N
         match = suggest_root(cfg, key, folders)
         if match is None:
             return None
-        return f"did you mean {_with_option(cfg, match, value, folders)}? ({root} is not a " \
-               "config group or setting)"  # fmt: skip
+        return (
+            f"did you mean {_with_option(cfg, match, value, folders)}? ({root} is not a "
+            "config group or setting)"
+        )
     match = suggest_key(cfg, key)
     if match is None and key.startswith("trainer."):  # Lightning's others, with a +
         match = suggest_key(cfg, key, {"trainer": trainer_arguments()})
     if match is not None:
         plus = "" if has(cfg, match) else "+"
-        return (f"did you mean {plus}{match}={value}? ({key} is not a setting; +{key}={value} "
-                "would be refused: nothing reads it)")  # fmt: skip
+        return (
+            f"did you mean {plus}{match}={value}? ({key} is not a setting; +{key}={value} "
+            "would be refused: nothing reads it)"
+        )
     node = OmegaConf.select(cfg, root, default=None)
     if not rest or "." in rest or not isinstance(node, DictConfig):
         return None
@@ -189,8 +199,10 @@ def _unknown_key_hint(cfg, key: str, value: str, folders: list[Path]) -> str | N
     match = did_you_mean(rest, _group_keys(root, folders))  # another option's (model.hidden)
     others = options_with(root, match, folders) if match is not None else []
     if match == rest and len(others) > 1:  # as typed, but a setting of other options
-        return (f"{key} is not a setting of {chosen} (its settings are: {settings}); it is one "
-                f"of {', '.join(f'{root}={o}' for o in others)}")  # fmt: skip
+        return (
+            f"{key} is not a setting of {chosen} (its settings are: {settings}); it is one "
+            f"of {', '.join(f'{root}={o}' for o in others)}"
+        )
     if match is not None:
         meant = _with_option(cfg, f"{root}.{match}", value, folders)
         return f"did you mean {meant}? ({chosen} has no {rest})"
@@ -240,12 +252,17 @@ def repeated_presets(argv: list[str]) -> list[str]:
     from hydra.core.override_parser.types import OverrideType
 
     parsed = _parsed(argv)
-    given = [o for o in (parsed[1] if parsed else []) if o.key_or_group == PRESETS
-             and o.type == OverrideType.CHANGE and o.package is None]  # fmt: skip
+    given = [
+        o
+        for o in (parsed[1] if parsed else [])
+        if o.key_or_group == PRESETS and o.type == OverrideType.CHANGE and o.package is None
+    ]
     if len(given) < 2:
         return []
-    text = (f"{PRESETS} is given {len(given)} times ({' '.join(o.input_line for o in given)}): "
-            "Hydra would use the last one alone; presets combine as one list")  # fmt: skip
+    text = (
+        f"{PRESETS} is given {len(given)} times ({' '.join(o.input_line for o in given)}): "
+        "Hydra would use the last one alone; presets combine as one list"
+    )
     if any(o.is_sweep_override() for o in given):
         return [text + f", {PRESETS}=[a,b] (a sweep of lists: {PRESETS}=[a,b],[a,c])"]
     names = [n for o in given for n in (o.value() if isinstance(o.value(), list) else [o.value()])]
@@ -282,8 +299,10 @@ def choice_hints(argv: list[str]) -> list[str]:
             known = sorted(options[group])
             match = did_you_mean(value, known)
             meant = f"; did you mean {group}={match}?" if match else ""
-            hints.append(f"{group}={value} is not an option of {group}; its options are: "
-                         f"{', '.join(known)}{meant}")  # fmt: skip
+            hints.append(
+                f"{group}={value} is not an option of {group}; its options are: "
+                f"{', '.join(known)}{meant}"
+            )
     return hints
 
 

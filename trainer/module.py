@@ -100,8 +100,12 @@ class TrainingModule(pl.LightningModule):
             return
         mean = torch.stack(self._window).mean() if len(self._window) > 1 else self._window[0]
         self._window = []
-        self.log("train/loss", mean, sync_dist=trainer.world_size > 1,
-                 sync_dist_group=data_group(trainer))  # fmt: skip
+        self.log(
+            "train/loss",
+            mean,
+            sync_dist=trainer.world_size > 1,
+            sync_dist_group=data_group(trainer),
+        )
 
     def validation_step(self, batch, batch_idx):
         self.evaluate(batch, "val")
@@ -125,8 +129,9 @@ class TrainingModule(pl.LightningModule):
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
         return self.logits_fn(tasks.logits_of(tasks.forward(self.model, x)))
 
-    def configure_gradient_clipping(self, optimizer, gradient_clip_val=None,
-                                    gradient_clip_algorithm=None):  # fmt: skip
+    def configure_gradient_clipping(
+        self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None
+    ):
         """``optimizer.clip_grad_norm``: every step, across meshes (trainer/clip.py). The norm
         goes to metrics.csv at logging steps, measured there when nothing is clipped."""
         logging = self.trainer._logger_connector.should_update_logs

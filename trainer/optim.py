@@ -68,8 +68,12 @@ def build_scheduler(cfg, optimizer, total_steps: int):
     s = cfg.scheduler  # read once: the factor runs every optimizer step
     warmup, floor, name = s.get("warmup_steps", 0), s.get("min_lr_ratio", 0.0), s.name
     if name == "wsd":
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, wsd_factor(
-            warmup, s.decay_fraction, floor, s.get("decay_shape", "linear"), total_steps))  # fmt: skip
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            wsd_factor(
+                warmup, s.decay_fraction, floor, s.get("decay_shape", "linear"), total_steps
+            ),
+        )
 
     def factor(step: int) -> float:
         if step < warmup:
@@ -91,8 +95,11 @@ def wsd_factor(warmup: int, decay_fraction: float, floor: float, shape: str, tot
     ``cosine`` (1 + cos(pi p)) / 2, ``sqrt`` 1 - sqrt(p) (Hägele et al. 2024's "1-sqrt")."""
     start = max(warmup, total_steps - round(decay_fraction * total_steps))
     length = total_steps - start
-    shapes = {"linear": lambda p: 1 - p, "sqrt": lambda p: 1 - math.sqrt(p),
-              "cosine": lambda p: 0.5 * (1 + math.cos(math.pi * p))}  # fmt: skip
+    shapes = {
+        "linear": lambda p: 1 - p,
+        "sqrt": lambda p: 1 - math.sqrt(p),
+        "cosine": lambda p: 0.5 * (1 + math.cos(math.pi * p)),
+    }
     fall = shapes[shape]
 
     def factor(step: int) -> float:

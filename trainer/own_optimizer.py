@@ -43,9 +43,11 @@ def own_settings_problems(cfg, plan, given: list[str]) -> list[str]:
     if not found:
         return []
     verb = "does" if len(found) == 1 else "do"
-    return [f"{' '.join(found)} {verb} nothing with model=lightning: {plan.model_name} builds "
-            f"its own optimizer and schedule in its configure_optimizers; "
-            f"{where_settings_go(plan, found)}"]  # fmt: skip
+    return [
+        f"{' '.join(found)} {verb} nothing with model=lightning: {plan.model_name} builds "
+        f"its own optimizer and schedule in its configure_optimizers; "
+        f"{where_settings_go(plan, found)}"
+    ]
 
 
 #: What Lightning needs a LightningModule to define to train it (its configuration validator).
@@ -67,21 +69,26 @@ def missing_hook_problems(cfg, plan) -> list[str]:
     ]
     if not missing:
         return []
-    return [f"model=lightning: {plan.model_name} defines no {' and no '.join(missing)}, which "
-            "Lightning needs to train it (configure_optimizers builds its optimizer from its "
-            "own arguments, e.g. torch.optim.AdamW(self.parameters(), lr=self.lr)); define "
-            "it, or evaluate a checkpoint without training: mode=validate resume=<checkpoint>"]  # fmt: skip
+    return [
+        f"model=lightning: {plan.model_name} defines no {' and no '.join(missing)}, which "
+        "Lightning needs to train it (configure_optimizers builds its optimizer from its "
+        "own arguments, e.g. torch.optim.AdamW(self.parameters(), lr=self.lr)); define "
+        "it, or evaluate a checkpoint without training: mode=validate resume=<checkpoint>"
+    ]
 
 
 def where_settings_go(plan, overrides: list[str]) -> str:
     """Where the module's own settings go: ``model.lr=<the value given>`` where it takes
     ``lr``, else its arguments by name."""
     names = argument_names(plan.model_target)
-    lr = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+~").startswith("optimizer.lr=")),
-              None)  # fmt: skip
+    lr = next(
+        (o.split("=", 1)[1] for o in overrides if o.lstrip("+~").startswith("optimizer.lr=")), None
+    )
     if "lr" in names:
-        return (f"set its own arguments instead (it takes: {', '.join(names)}), e.g. "
-                f"model.lr={lr if lr is not None else '...'}")  # fmt: skip
+        return (
+            f"set its own arguments instead (it takes: {', '.join(names)}), e.g. "
+            f"model.lr={lr if lr is not None else '...'}"
+        )
     if names:
         return f"set its own arguments instead (it takes: {', '.join(names)}), model.<argument>=..."
     return "its __init__ takes no arguments: change its configure_optimizers"

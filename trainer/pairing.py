@@ -33,29 +33,37 @@ def pairing_problems(plan: Plan) -> list[str]:
     cfg = plan.cfg
     if plan.user_model and plan._meta_model is None and not about_meta(plan.meta_error):
         args = ", ".join(f"{k}={v!r}" for k, v in arguments(cfg.model).items())
-        return [f"model {plan.model_name} cannot be built with ({args}): "
-                f"{type(plan.meta_error).__name__}: {plan.meta_error}"]  # fmt: skip
+        return [
+            f"model {plan.model_name} cannot be built with ({args}): "
+            f"{type(plan.meta_error).__name__}: {plan.meta_error}"
+        ]
     if plan.lightning:
         if cfg.get("task", "auto") != "auto":
-            return [f"task={cfg.task} does not apply to model=lightning: the LightningModule "
-                    f"{plan.model_name} computes its own loss in training_step; remove task="]  # fmt: skip
+            return [
+                f"task={cfg.task} does not apply to model=lightning: the LightningModule "
+                f"{plan.model_name} computes its own loss in training_step; remove task="
+            ]
         return []
     both = f"model {plan.model_name} and data {plan.data_name}"
     if plan.task.model_loss and (found := _shifted_labels_problems(plan)):
         return found
     batch = plan.example_batch()
     if not plan.task.model_loss and not pair(batch):
-        return [f"task={plan.task.name} needs (input, target) batches, but data "
-                f"{plan.data_name} gives {describe(batch)}; use task=model_loss for a model "
-                "that takes the whole batch and returns its loss"]  # fmt: skip
+        return [
+            f"task={plan.task.name} needs (input, target) batches, but data "
+            f"{plan.data_name} gives {describe(batch)}; use task=model_loss for a model "
+            "that takes the whole batch and returns its loss"
+        ]
     try:
         output = plan.output()
     except Exception as exc:
         if about_meta(exc):
             log.info("%s: not checked on the meta device (%s)", both, exc)
             return []
-        return [f"{both} do not fit: the model fails on a batch of {describe(batch)}: "
-                f"{type(exc).__name__}: {exc}"]  # fmt: skip
+        return [
+            f"{both} do not fit: the model fails on a batch of {describe(batch)}: "
+            f"{type(exc).__name__}: {exc}"
+        ]
     if output is None or plan.task.model_loss:
         return _loss_problems(plan, output)
     return _output_problems(plan, output, plan.sample[1] if plan.user_data else batch[1])
@@ -69,18 +77,25 @@ def _shifted_labels_problems(plan: Plan) -> list[str]:
         return []
     if plan.user_data:
         batch = plan.sample
-        shifted = (pair(batch) and isinstance(batch[0], torch.Tensor) and batch[0].dim() == 2
-                   and batch[0].shape == batch[1].shape and not torch.equal(batch[0], batch[1])
-                   and torch.equal(batch[0][:, 1:], batch[1][:, :-1]))  # fmt: skip
+        shifted = (
+            pair(batch)
+            and isinstance(batch[0], torch.Tensor)
+            and batch[0].dim() == 2
+            and batch[0].shape == batch[1].shape
+            and not torch.equal(batch[0], batch[1])
+            and torch.equal(batch[0][:, 1:], batch[1][:, :-1])
+        )
     else:
         shifted = plan.data.inputs == "tokens"
     if not shifted:
         return []
-    return [f"task=model_loss: model {plan.model_name} is a transformers causal LM, which "
-            f"shifts its labels by one itself, but the targets of data {plan.data_name} are "
-            "already the next tokens (y[t] = x[t+1]): it would learn the token after next. "
-            "Use task=next_token (tuneup's loss on the model's .logits against y), or give "
-            "batches of the input ids alone (labels = input_ids)"]  # fmt: skip
+    return [
+        f"task=model_loss: model {plan.model_name} is a transformers causal LM, which "
+        f"shifts its labels by one itself, but the targets of data {plan.data_name} are "
+        "already the next tokens (y[t] = x[t+1]): it would learn the token after next. "
+        "Use task=next_token (tuneup's loss on the model's .logits against y), or give "
+        "batches of the input ids alone (labels = input_ids)"
+    ]
 
 
 def _loss_problems(plan: Plan, output) -> list[str]:
@@ -97,9 +112,11 @@ def _output_problems(plan: Plan, output, target) -> list[str]:
     """The output's shape against the targets' and the data's classes, per task."""
     both = f"model {plan.model_name} and data {plan.data_name}"
     if not isinstance(output, torch.Tensor):
-        return [f"task={plan.task.name}: model {plan.model_name} returns "
-                f"{type(output).__name__}, not a logits tensor; return the logits, or use "
-                "task=model_loss and return the loss"]  # fmt: skip
+        return [
+            f"task={plan.task.name}: model {plan.model_name} returns "
+            f"{type(output).__name__}, not a logits tensor; return the logits, or use "
+            "task=model_loss and return the loss"
+        ]
     out, want = tuple(output.shape), tuple(target.shape)
     if plan.task.name == "next_token":
         classes, expected = (out[-1] if out else None), out[:-1]
@@ -109,16 +126,19 @@ def _output_problems(plan: Plan, output, target) -> list[str]:
         hint = ""
         if plan.task.name == "classification" and out[:-1] == want:
             hint = "; for logits [B, T, V] per position use task=next_token"
-        return [f"{both} do not fit: task={plan.task.name} needs targets of shape "
-                f"{list(expected)} for the model's output {list(out)}, but the data's targets are "
-                f"{list(want)}{hint}"]  # fmt: skip
+        return [
+            f"{both} do not fit: task={plan.task.name} needs targets of shape "
+            f"{list(expected)} for the model's output {list(out)}, but the data's targets are "
+            f"{list(want)}{hint}"
+        ]
     declared = plan.num_classes
     if declared is not None and classes != declared:
-        return [f"{both} do not fit: the model outputs {classes} classes, the data has "
-                f"{declared}"]  # fmt: skip
+        return [f"{both} do not fit: the model outputs {classes} classes, the data has {declared}"]
     if not target.is_floating_point() and target.device.type != "meta" and target.numel():
         top = int(target.max())
         if classes is not None and top >= classes:
-            return [f"{both} do not fit: the data has label {top} but the model outputs only "
-                    f"{classes} classes (labels 0..{classes - 1})"]  # fmt: skip
+            return [
+                f"{both} do not fit: the data has label {top} but the model outputs only "
+                f"{classes} classes (labels 0..{classes - 1})"
+            ]
     return []

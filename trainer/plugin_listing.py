@@ -61,8 +61,13 @@ def _switches(folders) -> dict[str, list[str]]:
     from tuneup.trainer.config import builtin_dir
 
     defaults = OmegaConf.load(builtin_dir() / "config.yaml").get("defaults") or []
-    lists = {k for d in defaults if isinstance(d, DictConfig) for k, v in d.items()
-             if OmegaConf.is_list(v)}  # fmt: skip  # kernels=[cross_entropy]
+    lists = {
+        k
+        for d in defaults
+        if isinstance(d, DictConfig)
+        for k, v in d.items()
+        if OmegaConf.is_list(v)
+    }  # kernels=[cross_entropy]
     found: dict[str, list[str]] = {}
     for folder in folders:
         for path in sorted(folder.rglob("*.yaml")):

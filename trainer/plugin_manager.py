@@ -115,8 +115,7 @@ class PluginManager(pluggy.PluginManager):
         )
         if autoload:
             for ep in available.values():
-                if not (pm.is_blocked(ep.name) or pm.has_plugin(ep.name)
-                        or switched_by_config(ep)):  # fmt: skip
+                if not (pm.is_blocked(ep.name) or pm.has_plugin(ep.name) or switched_by_config(ep)):
                     pm.register_entry_point(ep, cfg)
         try:
             pm.check_pending()
@@ -202,8 +201,12 @@ class PluginManager(pluggy.PluginManager):
             except Exception as exc:
                 error = self._error(impl.plugin_name, hook_name, exc)
                 log.error("%s", error)  # one line on the console; the traceback in the file:
-                log.error("%s: traceback", error, exc_info=(type(exc), exc, exc.__traceback__),
-                          extra={"file_only": True})  # fmt: skip
+                log.error(
+                    "%s: traceback",
+                    error,
+                    exc_info=(type(exc), exc, exc.__traceback__),
+                    extra={"file_only": True},
+                )
                 failed.setdefault(impl.plugin_name, f"{type(exc).__name__}: {exc}")
                 return None
 

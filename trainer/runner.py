@@ -93,8 +93,10 @@ def run(cfg, run_dir: str | Path | None = None):
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise TuneupError(f"cannot create the run directory {run_dir}: {exc.strerror}; give "
-                          "one where you can write: hydra.run.dir=<directory>") from exc  # fmt: skip
+        raise TuneupError(
+            f"cannot create the run directory {run_dir}: {exc.strerror}; give "
+            "one where you can write: hydra.run.dir=<directory>"
+        ) from exc
     if found := mode_problems(cfg):  # before resume= is resolved: it names what is missing
         raise ConfigError(found)
     weights_only = weights_only_setting(cfg) or cfg.get("mode", "fit") != "fit"  # weights only
@@ -143,8 +145,9 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool, claim: Claim):
         summary.update(device=env.device_name, accelerator=env.accelerator)
         empty = wanted(cfg, resume_from is not None and weights_only) and not plan.lightning
         trainer, module, data, run_state = build(cfg, plugins, plan, run_dir, empty)
-        claim.when_accepted = lambda: plugins.call("on_run_accepted", cfg=cfg, trainer=trainer,
-                                                   module=module)  # fmt: skip
+        claim.when_accepted = lambda: plugins.call(
+            "on_run_accepted", cfg=cfg, trainer=trainer, module=module
+        )
         run_state.on_start = claim.accept
         ckpt_path = None
         if resume_from is not None:
@@ -221,8 +224,10 @@ def _as_interruption(exc: BaseException, trainer, run_dir: Path) -> BaseExceptio
     if not (lightning or isinstance(exc, KeyboardInterrupt)):
         return exc
     step = trainer.global_step if trainer is not None else 0
-    return Interrupted(f"Ctrl-C: stopped at step {step} without saving; continue from the last "
-                       f"checkpoint (if any) with: {continue_command(run_dir)}")  # fmt: skip
+    return Interrupted(
+        f"Ctrl-C: stopped at step {step} without saving; continue from the last "
+        f"checkpoint (if any) with: {continue_command(run_dir)}"
+    )
 
 
 def _status(exc: BaseException, trainer) -> str:
@@ -234,10 +239,15 @@ def _status(exc: BaseException, trainer) -> str:
 
 def plan_line(plan: Plan, env: Environment, run_dir: Path) -> str:
     """The run in one line, before it starts: what trains on what, where, into which directory."""
-    choices = [f"{g}={plan.cfg[g].get('name')}" for g in ("precision", "memory_format", "strategy")
-               if plan.cfg.get(g) is not None]  # fmt: skip
-    return (f"tuneup: {plan.model_name} on {plan.data_name}, {', '.join(choices)}; "
-            f"{env.device_name}; run directory {run_dir}")  # fmt: skip
+    choices = [
+        f"{g}={plan.cfg[g].get('name')}"
+        for g in ("precision", "memory_format", "strategy")
+        if plan.cfg.get(g) is not None
+    ]
+    return (
+        f"tuneup: {plan.model_name} on {plan.data_name}, {', '.join(choices)}; "
+        f"{env.device_name}; run directory {run_dir}"
+    )
 
 
 def _needs_final_validation(trainer, run_state: RunState) -> bool:
@@ -298,9 +308,11 @@ class LogInterval(pl.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         trainer.log_every_n_steps = log_interval(
-            trainer.num_training_batches, trainer.accumulate_grad_batches, trainer.max_steps,
+            trainer.num_training_batches,
+            trainer.accumulate_grad_batches,
+            trainer.max_steps,
             trainer.max_epochs,
-        )  # fmt: skip
+        )
         # Its one event is done: out of the list, Lightning does not dispatch its hooks each
         # step to it (bench/overhead.py). A new list: the one being iterated now stays as it is.
         trainer.callbacks = [c for c in trainer.callbacks if c is not self]

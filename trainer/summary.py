@@ -58,8 +58,10 @@ def _target(s: dict):
     sign = "<=" if target.get("mode") == "min" else ">="
     asked = f"{target['metric']} {sign} {_format(target.get('value'))}: "
     if target.get("reached"):
-        asked += (f"reached at step {s.get('steps_to_target')} after "
-                  f"{_format(s.get('time_to_target_s'))} s")  # fmt: skip
+        asked += (
+            f"reached at step {s.get('steps_to_target')} after "
+            f"{_format(s.get('time_to_target_s'))} s"
+        )
     else:
         asked += "not reached" if target.get("value") is not None else "no value asked"
     yield "target", f"{asked} (best {_format(target.get('best'))})"
@@ -84,9 +86,10 @@ def _memory(s: dict):
     if isinstance(ranks, list) and ranks:
         for figures in ranks[:RANK_ROWS]:
             held = {k: v for k, v in figures.items() if k.endswith("_bytes") and v is not None}
-            yield f"per_rank.{figures.get('rank')}", ", ".join(
-                f"{k.removesuffix('_bytes')} {_bytes(v)}" for k, v in held.items()
-            )  # fmt: skip
+            yield (
+                f"per_rank.{figures.get('rank')}",
+                ", ".join(f"{k.removesuffix('_bytes')} {_bytes(v)}" for k, v in held.items()),
+            )
         if len(ranks) > RANK_ROWS:
             peaks = [r.get("peak_memory_bytes") or 0 for r in ranks]
             yield (
@@ -119,8 +122,13 @@ def _run(s: dict):
         yield "fit_seconds", _format(s["fit_seconds"])
     if s.get("dropped_per_epoch"):
         n = s["dropped_per_epoch"]
-        yield "dropped_per_epoch", (f"{_count(n, 'training sample')} left out of each epoch: "
-                                    f"training batches are full, a different {n} each epoch")  # fmt: skip
+        yield (
+            "dropped_per_epoch",
+            (
+                f"{_count(n, 'training sample')} left out of each epoch: "
+                f"training batches are full, a different {n} each epoch"
+            ),
+        )
     for key in ("resumed_from", "short_of_limits"):
         if s.get(key):
             yield key, _format(s[key])
@@ -149,8 +157,13 @@ def _count(value: int, noun: str) -> str:
 
 
 def _ms(value) -> str:
-    return "-" if not isinstance(value, (int, float)) else f"{value:.3g}" if value < 100 else (
-        f"{value:,.0f}")  # fmt: skip
+    return (
+        "-"
+        if not isinstance(value, (int, float))
+        else f"{value:.3g}"
+        if value < 100
+        else (f"{value:,.0f}")
+    )
 
 
 def _bytes(value: int) -> str:

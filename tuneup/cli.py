@@ -207,8 +207,9 @@ def task(cfg):
             return math.nan
         if not user_error and logged is None:  # before the run had a log file: the traceback
             if _rank(exc):  # the traceback does not say which process it comes from
-                print(f"error: {_rank(exc)}{type(exc).__name__}: {exc}", file=sys.stderr,
-                      flush=True)  # fmt: skip
+                print(
+                    f"error: {_rank(exc)}{type(exc).__name__}: {exc}", file=sys.stderr, flush=True
+                )
             raise
         show_traceback_if_asked(exc)
         line = exc if user_error else crash_line(exc)
@@ -231,8 +232,9 @@ def crash_line(exc: BaseException) -> str:
 
     frames = list(traceback.walk_tb(exc.__traceback__))
     message = str(exc).strip().splitlines()
-    text = type(exc).__name__ + (f": {message[0]}" + (" ..." if len(message) > 1 else "")
-                                 if message else "")  # fmt: skip
+    text = type(exc).__name__ + (
+        f": {message[0]}" + (" ..." if len(message) > 1 else "") if message else ""
+    )
     if frames:
         text += f", raised in {_frame(*frames[-1])}"
         own = [f for f in frames if not _is_library(f[0])]

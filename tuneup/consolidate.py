@@ -118,19 +118,22 @@ def stored(source: Path):
         state = load(source, mmap=True)["state_dict"]  # memory-mapped: read when written
         names = own_names(state)
         return {n: state[k] for n, k in names.items()}, lambda wanted: {
-            n: state[names[n]] for n in wanted}  # fmt: skip
+            n: state[names[n]] for n in wanted
+        }
     sharded.verify(source)
     index = FileSystemReader(str(source)).read_metadata().state_dict_metadata
     prefix = sharded.STATE_PREFIX
-    shapes = {key.removeprefix(prefix): torch.empty(item.size, dtype=item.properties.dtype,
-                                                    device="meta")
-              for key, item in index.items()
-              if key.startswith(prefix) and isinstance(item, TensorStorageMetadata)}  # fmt: skip
+    shapes = {
+        key.removeprefix(prefix): torch.empty(item.size, dtype=item.properties.dtype, device="meta")
+        for key, item in index.items()
+        if key.startswith(prefix) and isinstance(item, TensorStorageMetadata)
+    }
     names = own_names(shapes)
 
     def read(wanted: list[str]) -> dict[str, torch.Tensor]:
-        state = {prefix + names[n]: torch.empty_like(shapes[names[n]], device="cpu")
-                 for n in wanted}  # fmt: skip
+        state = {
+            prefix + names[n]: torch.empty_like(shapes[names[n]], device="cpu") for n in wanted
+        }
         with warnings.catch_warnings():  # that it reads in one process: as meant
             warnings.filterwarnings("ignore", "torch.distributed is disabled")
             dcp_load(state, storage_reader=FileSystemReader(str(source)), no_dist=True)
@@ -154,8 +157,10 @@ def consolidate_hf(source: str | Path, out: str | Path) -> int:
     keys = hf_export.saved_keys(model)
     missing = [key for key in keys if key not in tensors]
     if missing:
-        raise TuneupError(f"--format hf: {source} lacks {', '.join(missing[:3])} of the run's "
-                          "model (built from its record): not this run's checkpoint?")  # fmt: skip
+        raise TuneupError(
+            f"--format hf: {source} lacks {', '.join(missing[:3])} of the run's "
+            "model (built from its record): not this run's checkpoint?"
+        )
     return hf_export.write(out, model, {key: tensors[key] for key in keys}, read)
 
 
@@ -169,11 +174,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("checkpoint", help="a .ckpt file or a sharded checkpoint directory")
     parser.add_argument("out", help="the file to write, e.g. model.pt (--format hf: a directory)")
-    parser.add_argument("--ema", action="store_true",
-                        help="the moving average of the weights (a run with ema=on)")  # fmt: skip
-    parser.add_argument("--format", choices=("torch", "hf"), default="torch",
-                        help="torch: one state dict file (default); hf: a Hugging Face "
-                        "directory for from_pretrained (a transformers model's run)")  # fmt: skip
+    parser.add_argument(
+        "--ema", action="store_true", help="the moving average of the weights (a run with ema=on)"
+    )
+    parser.add_argument(
+        "--format",
+        choices=("torch", "hf"),
+        default="torch",
+        help="torch: one state dict file (default); hf: a Hugging Face "
+        "directory for from_pretrained (a transformers model's run)",
+    )
     args = parser.parse_args(argv)
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # the user's model and data code, as `tuneup` sees it

@@ -91,8 +91,13 @@ def _stored_modes() -> list[str]:
             key = {"": "hydra.mode", "hydra": "mode", "hydra.mode": ""}.get(package)
             if key is None:  # a package elsewhere (hydra.launcher, optimizer...)
                 continue
-            value = item.node if not key else OmegaConf.select(
-                item.node, key, default=None, throw_on_resolution_failure=False)  # fmt: skip
+            value = (
+                item.node
+                if not key
+                else OmegaConf.select(
+                    item.node, key, default=None, throw_on_resolution_failure=False
+                )
+            )
             if value is not None:
                 found.append(f"{group}/{name}")
 

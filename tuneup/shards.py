@@ -37,8 +37,16 @@ from tuneup import TuneupError
 PLAN = ".tuneup-shards.json"
 #: tar bytes a sample costs beyond its data: a 512-byte header per file, padding to 512 bytes.
 SAMPLE_OVERHEAD = 1536
-UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20,
-         "GIB": 2**30}  # fmt: skip
+UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+}
 
 
 @dataclass
@@ -84,8 +92,10 @@ def plan_images(src: Path, args) -> tuple[list[Shard], dict, list]:
 
     for split in ("train", "val"):
         if not (src / split).is_dir():
-            raise TuneupError(f"{src / split} does not exist: an image folder holds train/ and "
-                              "val/, one folder of images per class in each")  # fmt: skip
+            raise TuneupError(
+                f"{src / split} does not exist: an image folder holds train/ and "
+                "val/, one folder of images per class in each"
+            )
     classes = class_folders(src / "train")
     shards, formats, fingerprint = [], {}, []
     for split in ("train", "val"):
@@ -93,10 +103,12 @@ def plan_images(src: Path, args) -> tuple[list[Shard], dict, list]:
         if not samples:
             raise TuneupError(f"{src / split} holds no image file in a class folder")
         sizes = [os.stat(path).st_size for path, _ in samples]
-        fingerprint += [(os.path.relpath(p, src), s) for (p, _), s in zip(samples, sizes,
-                                                                            strict=True)]  # fmt: skip
-        for number, (start, end) in enumerate(cut([s + SAMPLE_OVERHEAD for s in sizes],
-                                                  args.shard_size)):  # fmt: skip
+        fingerprint += [
+            (os.path.relpath(p, src), s) for (p, _), s in zip(samples, sizes, strict=True)
+        ]
+        for number, (start, end) in enumerate(
+            cut([s + SAMPLE_OVERHEAD for s in sizes], args.shard_size)
+        ):
             shards.append(Shard(split, number, start, samples[start:end]))
         formats[split] = dict(Counter("jpg" if args.resize else _suffix(p) for p, _ in samples))
     info = {"kind": "images", "classes": classes, "resize": args.resize}
@@ -115,13 +127,19 @@ def plan_text(src: Path, args) -> tuple[list[Shard], dict, list]:
     for split, (begin, end) in parts.items():
         windows = (end - begin - 1) // args.context
         if windows < 1:
-            raise TuneupError(f"{src} has {size} bytes: its {split} part ({end - begin} bytes, "
-                              f"--val-fraction {args.val_fraction}) is shorter than one window "
-                              f"of --context {args.context} + 1")  # fmt: skip
+            raise TuneupError(
+                f"{src} has {size} bytes: its {split} part ({end - begin} bytes, "
+                f"--val-fraction {args.val_fraction}) is shorter than one window "
+                f"of --context {args.context} + 1"
+            )
         for number, (start, stop) in enumerate(cut([per_sample] * windows, args.shard_size)):
             shards.append(Shard(split, number, start, [begin, start, stop]))
-    info = {"kind": "tokens", "context": args.context, "vocab_size": BYTE_VOCAB,
-            "val_fraction": args.val_fraction}  # fmt: skip
+    info = {
+        "kind": "tokens",
+        "context": args.context,
+        "vocab_size": BYTE_VOCAB,
+        "val_fraction": args.val_fraction,
+    }
     return shards, info, [size, int(src.stat().st_mtime)]
 
 
@@ -200,16 +218,26 @@ def convert(src: Path, dst: Path, args) -> dict:
 
     planner = plan_images if src.is_dir() else plan_text
     shards, info, fingerprint = planner(src, args)
-    record = {"source": str(src.resolve()), "info": info, "shard_size": args.shard_size,
-              "context": args.context, "val_fraction": args.val_fraction,
-              "quality": args.quality}  # fmt: skip
+    record = {
+        "source": str(src.resolve()),
+        "info": info,
+        "shard_size": args.shard_size,
+        "context": args.context,
+        "val_fraction": args.val_fraction,
+        "quality": args.quality,
+    }
     record["digest"] = hashlib.sha256(json.dumps([record, fingerprint]).encode()).hexdigest()
     prepare(dst, record)
     done = {s.url: (dst / s.url).stat().st_size for s in shards if (dst / s.url).exists()}
     todo = [s for s in shards if s.url not in done]
     counts = {s.url: _count(s) for s in shards}
-    bar = tqdm(total=sum(counts.values()), initial=sum(counts[u] for u in done), unit="sample",
-               desc=f"{src.name} -> {dst.name}", disable=args.quiet)  # fmt: skip
+    bar = tqdm(
+        total=sum(counts.values()),
+        initial=sum(counts[u] for u in done),
+        unit="sample",
+        desc=f"{src.name} -> {dst.name}",
+        disable=args.quiet,
+    )
     with ProcessPoolExecutor(max_workers=max(1, min(args.workers, len(todo) or 1))) as pool:
         futures = [pool.submit(write_shard, s, str(src), str(dst), args) for s in todo]
         try:
@@ -223,14 +251,25 @@ def convert(src: Path, dst: Path, args) -> dict:
             raise
     bar.close()
     for split in ("train", "val"):
-        listed = [{"url": s.url, "nsamples": counts[s.url], "filesize": done[s.url]}
-                  for s in shards if s.split == split]  # fmt: skip
+        listed = [
+            {"url": s.url, "nsamples": counts[s.url], "filesize": done[s.url]}
+            for s in shards
+            if s.split == split
+        ]
         split_info = {**info, "formats": info["formats"][split]} if "formats" in info else info
-        descriptor = {"wids_version": 1, "name": split, "shardlist": listed,
-                      "tuneup": {"format": 1, "source": record["source"], **split_info}}  # fmt: skip
+        descriptor = {
+            "wids_version": 1,
+            "name": split,
+            "shardlist": listed,
+            "tuneup": {"format": 1, "source": record["source"], **split_info},
+        }
         _write_atomically(dst / f"{split}.json", json.dumps(descriptor, indent=1))
-    return {"shards": len(shards), "written": len(todo), "kept": len(shards) - len(todo),
-            "samples": sum(counts.values())}  # fmt: skip
+    return {
+        "shards": len(shards),
+        "written": len(todo),
+        "kept": len(shards) - len(todo),
+        "samples": sum(counts.values()),
+    }
 
 
 def _as_done(futures):
@@ -257,8 +296,10 @@ def prepare(dst: Path, record: dict) -> None:
                 "other options, or the source changed since); remove it or choose another DST"
             )
     elif dst.exists() and any(dst.iterdir()):
-        raise TuneupError(f"{dst} is not empty and was not written by tuneup-shards; choose "
-                          "an empty or new folder")  # fmt: skip
+        raise TuneupError(
+            f"{dst} is not empty and was not written by tuneup-shards; choose "
+            "an empty or new folder"
+        )
     for split in ("train", "val"):
         (dst / split).mkdir(parents=True, exist_ok=True)
         for leftover in (dst / split).glob(".*.tmp-*"):
@@ -283,17 +324,34 @@ def parser() -> argparse.ArgumentParser:
         "src", type=Path, help="an image folder (data=imagefolder's layout) or a text file"
     )
     p.add_argument("dst", type=Path, help="the folder to write (new, empty, or an unfinished one)")
-    p.add_argument("--shard-size", type=parse_size, default=parse_size("256MB"),
-                   help="bytes per shard at most (one sample at least): 256MB (default), 1GB...")  # fmt: skip
-    p.add_argument("--workers", type=int, default=min(8, len(os.sched_getaffinity(0))),
-                   help="processes writing shards (default: min(8, usable CPUs))")  # fmt: skip
-    p.add_argument("--resize", type=int, default=None, metavar="PX",
-                   help="images: re-encode as JPEG with the shorter side at most PX (default: "
-                   "keep each file's bytes as they are)")  # fmt: skip
+    p.add_argument(
+        "--shard-size",
+        type=parse_size,
+        default=parse_size("256MB"),
+        help="bytes per shard at most (one sample at least): 256MB (default), 1GB...",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=min(8, len(os.sched_getaffinity(0))),
+        help="processes writing shards (default: min(8, usable CPUs))",
+    )
+    p.add_argument(
+        "--resize",
+        type=int,
+        default=None,
+        metavar="PX",
+        help="images: re-encode as JPEG with the shorter side at most PX (default: "
+        "keep each file's bytes as they are)",
+    )
     p.add_argument("--quality", type=int, default=90, help="JPEG quality with --resize (90)")
     p.add_argument("--context", type=int, default=256, help="text: tokens per window (256)")
-    p.add_argument("--val-fraction", type=float, default=0.1,
-                   help="text: share of the file, from its end, for validation (0.1)")  # fmt: skip
+    p.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.1,
+        help="text: share of the file, from its end, for validation (0.1)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -303,8 +361,10 @@ def main(argv=None) -> int:
     try:
         missing = [m for m in ("webdataset", "wids") if _absent(m)]
         if missing:
-            raise TuneupError(f"tuneup-shards writes WebDataset shards, and {' and '.join(missing)} "
-                              "not installed: pip install 'tuneup[shards]'")  # fmt: skip
+            raise TuneupError(
+                f"tuneup-shards writes WebDataset shards, and {' and '.join(missing)} "
+                "not installed: pip install 'tuneup[shards]'"
+            )
         if not args.src.exists():
             raise TuneupError(f"{args.src} does not exist: give an image folder or a text file")
         if args.workers < 1 or args.context < 1 or not 0 < args.val_fraction < 1:
@@ -318,9 +378,11 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"interrupted: run the same command again to finish {args.dst}", file=sys.stderr)
         return 130
-    print(f"{args.dst}: {result['samples']} samples in {result['shards']} shards "
-          f"({result['written']} written, {result['kept']} kept from before); train with: "
-          f"data=shards data.path={args.dst}")  # fmt: skip
+    print(
+        f"{args.dst}: {result['samples']} samples in {result['shards']} shards "
+        f"({result['written']} written, {result['kept']} kept from before); train with: "
+        f"data=shards data.path={args.dst}"
+    )
     return 0
 
 

@@ -141,8 +141,9 @@ class MicroBatcher:
         # backward accumulates locally, as under no_sync.
         sync = self.ddp is not None and self.ddp.require_backward_grad_sync
         progress = Progress()
-        while self._agree(trainer, self._attempt(trainer, module, chunk_step, batch, total,
-                                                 progress, batch_idx)):  # fmt: skip
+        while self._agree(
+            trainer, self._attempt(trainer, module, chunk_step, batch, total, progress, batch_idx)
+        ):
             self._shrink(total, trainer)
         output, loss = progress.last
         if self.ddp is not None:
@@ -191,8 +192,11 @@ class MicroBatcher:
 
     def _backward(self, trainer, loss) -> None:
         device = loss.device.type
-        quiet = torch.autocast(device, enabled=False) if torch.is_autocast_enabled(device) \
-            else nullcontext()  # fmt: skip
+        quiet = (
+            torch.autocast(device, enabled=False)
+            if torch.is_autocast_enabled(device)
+            else nullcontext()
+        )
         self.in_backward = True
         with quiet:
             trainer.strategy.backward(loss, None)
@@ -243,5 +247,9 @@ class MicroBatcher:
         self.size = size // 2
         self.retries += 1
         if trainer.global_rank == 0:
-            log.info("grad_accum.micro_batch_size=auto: out of memory with %d samples a "
-                     "micro-batch; now %d", size, self.size)  # fmt: skip
+            log.info(
+                "grad_accum.micro_batch_size=auto: out of memory with %d samples a "
+                "micro-batch; now %d",
+                size,
+                self.size,
+            )

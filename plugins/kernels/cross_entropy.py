@@ -230,16 +230,36 @@ if triton is not None:
         lanes = tl.arange(0, BLOCK)
         if PERSISTENT:
             while row < n_rows:  # not a for-range loop: see triton_support's docstring
-                _one_row(logits_ptr + row * logits_row_stride, tl.load(target_ptr + row),
-                         grad_ptr + row * grad_row_stride, row_loss_ptr + row, n_valid_ptr,
-                         n_classes, ignore_index, label_smoothing, lanes, COMPUTE_GRAD,
-                         ONE_PASS, BLOCK)  # fmt: skip
+                _one_row(
+                    logits_ptr + row * logits_row_stride,
+                    tl.load(target_ptr + row),
+                    grad_ptr + row * grad_row_stride,
+                    row_loss_ptr + row,
+                    n_valid_ptr,
+                    n_classes,
+                    ignore_index,
+                    label_smoothing,
+                    lanes,
+                    COMPUTE_GRAD,
+                    ONE_PASS,
+                    BLOCK,
+                )
                 row += tl.num_programs(0)
         else:
-            _one_row(logits_ptr + row * logits_row_stride, tl.load(target_ptr + row),
-                     grad_ptr + row * grad_row_stride, row_loss_ptr + row, n_valid_ptr,
-                     n_classes, ignore_index, label_smoothing, lanes, COMPUTE_GRAD, ONE_PASS,
-                     BLOCK)  # fmt: skip
+            _one_row(
+                logits_ptr + row * logits_row_stride,
+                tl.load(target_ptr + row),
+                grad_ptr + row * grad_row_stride,
+                row_loss_ptr + row,
+                n_valid_ptr,
+                n_classes,
+                ignore_index,
+                label_smoothing,
+                lanes,
+                COMPUTE_GRAD,
+                ONE_PASS,
+                BLOCK,
+            )
 
     @triton.jit
     def _one_row(
@@ -268,8 +288,12 @@ if triton is not None:
             smooth_share = label_smoothing / n_classes
             if ONE_PASS:
                 mask = lanes < n_classes
-                x = tl.load(logits_ptr + lanes, mask=mask, other=float("-inf"),
-                            eviction_policy="evict_first").to(tl.float32)  # fmt: skip
+                x = tl.load(
+                    logits_ptr + lanes,
+                    mask=mask,
+                    other=float("-inf"),
+                    eviction_policy="evict_first",
+                ).to(tl.float32)
                 row_max = tl.max(x, 0)
                 shift = tl.where(row_max == float("-inf"), 0.0, row_max)  # -inf - -inf is nan
                 logit_sum = 0.0
@@ -296,13 +320,16 @@ if triton is not None:
                     while start < n_classes:
                         columns = start + lanes
                         mask = columns < n_classes
-                        x = tl.load(logits_ptr + columns, mask=mask, other=0.0,
-                                    eviction_policy="evict_first").to(tl.float32)  # fmt: skip
+                        x = tl.load(
+                            logits_ptr + columns,
+                            mask=mask,
+                            other=0.0,
+                            eviction_policy="evict_first",
+                        ).to(tl.float32)
                         grad = tl.exp(x - log_sum_exp) - smooth_share
                         grad = tl.where(columns == target, grad - (1.0 - label_smoothing), grad)
                         grad = (grad * scale).to(grad_ptr.dtype.element_ty)
-                        tl.store(grad_ptr + columns, grad, mask=mask,
-                                 eviction_policy="evict_first")  # fmt: skip
+                        tl.store(grad_ptr + columns, grad, mask=mask, eviction_policy="evict_first")
                         start += BLOCK
 
     @triton.jit
@@ -315,8 +342,12 @@ if triton is not None:
         start = 0
         while start < n_classes:  # not a for-range loop: see triton_support's docstring
             mask = start + lanes < n_classes
-            x = tl.load(logits_ptr + start + lanes, mask=mask, other=float("-inf"),
-                        eviction_policy="evict_last")  # read again for the gradient  # fmt: skip
+            x = tl.load(
+                logits_ptr + start + lanes,
+                mask=mask,
+                other=float("-inf"),
+                eviction_policy="evict_last",
+            )  # read again for the gradient
             x = x.to(tl.float32)
             new_max = tl.maximum(running_max, tl.max(x, 0))
             shift = tl.where(new_max == float("-inf"), 0.0, new_max)  # -inf - -inf is nan

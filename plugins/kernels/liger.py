@@ -50,9 +50,11 @@ def problems(accelerator: str) -> list[str]:
             "installed: pip install 'tuneup[liger]', or use kernels.backend=tuneup"
         )
     if accelerator != "cuda":
-        found.append(f"kernels.backend=liger runs Liger-Kernel's Triton kernels, which need a "
-                     f"CUDA GPU, and this run is on {accelerator}: use kernels.backend=tuneup "
-                     "(its plain-PyTorch reference runs on CPU)")  # fmt: skip
+        found.append(
+            f"kernels.backend=liger runs Liger-Kernel's Triton kernels, which need a "
+            f"CUDA GPU, and this run is on {accelerator}: use kernels.backend=tuneup "
+            "(its plain-PyTorch reference runs on CPU)"
+        )
     return found
 
 

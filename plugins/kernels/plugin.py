@@ -82,8 +82,14 @@ def fused_linear_cross_entropy(head: OutputHead, settings):
     options = {k: settings[k] for k in ("label_smoothing", "ignore_index") if k in settings}
 
     def loss(hidden, target, **override):  # override: e.g. label_smoothing (its plugin's)
-        return linear_cross_entropy(hidden.flatten(0, -2), head.weight, target.flatten(),
-                                    head.bias, chunk_size=chunk, **{**options, **override})  # fmt: skip
+        return linear_cross_entropy(
+            hidden.flatten(0, -2),
+            head.weight,
+            target.flatten(),
+            head.bias,
+            chunk_size=chunk,
+            **{**options, **override},
+        )
 
     return loss
 
@@ -104,19 +110,25 @@ def contract_problems(ops, plan) -> list[str]:
     own loss, classes not on the last dim, or no ``nn.Linear`` output head at ``head``."""
     chosen = f"kernels=[{','.join(ops)}]"
     if plan.lightning:
-        return [f"{chosen} cannot apply to model=lightning: the LightningModule {plan.model_name} "
-                "computes its own loss in training_step, which the fused loss ops cannot "
-                "replace; remove kernels, or train its network with model=custom"]  # fmt: skip
+        return [
+            f"{chosen} cannot apply to model=lightning: the LightningModule {plan.model_name} "
+            "computes its own loss in training_step, which the fused loss ops cannot "
+            "replace; remove kernels, or train its network with model=custom"
+        ]
     if not plan.sound:
         return []  # the core reports what is wrong with the model or the data
     if plan.task.model_loss:
-        return [f"{chosen} swaps the loss, but with task=model_loss the model computes its own; "
-                "remove kernels, or return logits and use task=classification|next_token"]  # fmt: skip
+        return [
+            f"{chosen} swaps the loss, but with task=model_loss the model computes its own; "
+            "remove kernels, or return logits and use task=classification|next_token"
+        ]
     output = plan.output() if plan.meta_model() is not None else None
     if plan.task.name == "classification" and output is not None and output.dim() > 2:
-        return [f"{chosen} computes cross-entropy over the last dim, but model {plan.model_name} "
-                f"outputs {list(output.shape)} with the classes on dim 1 (task=classification); "
-                "remove kernels for this model"]  # fmt: skip
+        return [
+            f"{chosen} computes cross-entropy over the last dim, but model {plan.model_name} "
+            f"outputs {list(output.shape)} with the classes on dim 1 (task=classification); "
+            "remove kernels for this model"
+        ]
     if "linear_cross_entropy" not in ops or plan.meta_model() is None:
         return []
     path = ops["linear_cross_entropy"].get("head", "lm_head")
@@ -127,13 +139,17 @@ def contract_problems(ops, plan) -> list[str]:
         head = None
     if not isinstance(head, nn.Linear):
         found = type(head).__name__ if head is not None else "nothing"
-        return [f"kernels.ops.linear_cross_entropy.head={path!r}: model {plan.model_name} has "
-                f"{found} there, not an nn.Linear; set it to the attribute path of the layer "
-                "that makes the logits"]  # fmt: skip
+        return [
+            f"kernels.ops.linear_cross_entropy.head={path!r}: model {plan.model_name} has "
+            f"{found} there, not an nn.Linear; set it to the attribute path of the layer "
+            "that makes the logits"
+        ]
     if output is not None and output.shape[-1] != head.out_features:
-        return [f"kernels.ops.linear_cross_entropy.head={path!r} makes {head.out_features} "
-                f"outputs, but model {plan.model_name}'s logits have {output.shape[-1]}: the "
-                "head must be the model's last layer"]  # fmt: skip
+        return [
+            f"kernels.ops.linear_cross_entropy.head={path!r} makes {head.out_features} "
+            f"outputs, but model {plan.model_name}'s logits have {output.shape[-1]}: the "
+            "head must be the model's last layer"
+        ]
     return []
 
 
@@ -158,13 +174,17 @@ class Plugin:
             found += liger.problems(env.accelerator)
             chunk = (self.ops.get("linear_cross_entropy") or {}).get("chunk_size")
             if chunk is not None:
-                found.append(f"kernels.ops.linear_cross_entropy.chunk_size={chunk} sets tuneup's "
-                             "chunks; Liger-Kernel picks its own: remove it, or use "
-                             "kernels.backend=tuneup")  # fmt: skip
+                found.append(
+                    f"kernels.ops.linear_cross_entropy.chunk_size={chunk} sets tuneup's "
+                    "chunks; Liger-Kernel picks its own: remove it, or use "
+                    "kernels.backend=tuneup"
+                )
         elif cfg.kernels.get("require_triton") and chosen != triton_support.TRITON:
-            found.append(f"kernels.require_triton=true, but on {env.accelerator} the ops run "
-                         f"their {chosen} implementation (Triton kernels need CUDA and the "
-                         "tuneup[kernels] extra)")  # fmt: skip
+            found.append(
+                f"kernels.require_triton=true, but on {env.accelerator} the ops run "
+                f"their {chosen} implementation (Triton kernels need CUDA and the "
+                "tuneup[kernels] extra)"
+            )
         if not found:
             found += contract_problems(self.ops, plan)
         return found
@@ -201,8 +221,11 @@ class Plugin:
         expected = triton_support.implementation(self.device or "cpu")
         if self.backend == liger.BACKEND:
             expected = f"{liger.BACKEND} {liger.version()}"
-        settings = {"backend": self.backend, "ops": {op: dict(s) for op, s in self.ops.items()},
-                    "implementation": expected}  # fmt: skip
+        settings = {
+            "backend": self.backend,
+            "ops": {op: dict(s) for op, s in self.ops.items()},
+            "implementation": expected,
+        }
         if self.head is not None:  # which module of the model the fused head + loss replaced
             weight = self.head.weight
             settings["swapped"] = (

@@ -54,8 +54,10 @@ def build_logger(settings, save_dir: str):
     (``mlflow``: the CSV logger and the MLflow one), held until the run is accepted
     (:mod:`.held`: a refused resume writes nothing into the run it refused)."""
     if settings.name == "mlflow":
-        return [build_logger(OmegaConf.create({"name": "csv"}), save_dir),
-                build_mlflow_logger(settings, save_dir)]  # fmt: skip
+        return [
+            build_logger(OmegaConf.create({"name": "csv"}), save_dir),
+            build_mlflow_logger(settings, save_dir),
+        ]
     if settings.name == "csv":
         return HeldMetricsFile(save_dir)
     if settings.name == "tensorboard":

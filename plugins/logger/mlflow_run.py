@@ -48,8 +48,12 @@ STORE_FILE, ARTIFACT_DIR = "mlflow.db", "mlartifacts"
 #: ended as the sweep meant it to, at a step of its pruner's choosing, with its checkpoint and
 #: summary written (as EarlyStopping ends a run): FINISHED, and the tag ``tuneup.status`` says
 #: ``pruned``. KILLED is for runs stopped from outside that ``resume=auto`` continues.
-MLFLOW_STATUS = {"ok": "FINISHED", "pruned": "FINISHED", "interrupted": "KILLED",
-                 "preempted": "KILLED"}  # fmt: skip
+MLFLOW_STATUS = {
+    "ok": "FINISHED",
+    "pruned": "FINISHED",
+    "interrupted": "KILLED",
+    "preempted": "KILLED",
+}
 STATUS_TAG = "tuneup.status"
 #: Settings that differ between sessions of one run by their nature, not changes of the run.
 SESSION_KEYS = ("resume",)
@@ -124,9 +128,13 @@ def earlier_run(uri: str, experiment: str, save_dir: str) -> str | None:
     where = str(Path(save_dir).resolve())
     # the filter's string cannot hold a quote: then the newest runs are read and matched here
     query = "" if "'" in where else f"tags.`tuneup.run_dir` = '{where}'"
-    runs = [r for r in client.search_runs([found.experiment_id], query, max_results=1000,
-                                          order_by=["attributes.start_time DESC"])
-            if r.data.tags.get("tuneup.run_dir") == where][:1]  # fmt: skip
+    runs = [
+        r
+        for r in client.search_runs(
+            [found.experiment_id], query, max_results=1000, order_by=["attributes.start_time DESC"]
+        )
+        if r.data.tags.get("tuneup.run_dir") == where
+    ][:1]
     if not runs:
         return None
     client.update_run(runs[0].info.run_id, status="RUNNING")
@@ -145,14 +153,20 @@ def drop_values_after(logger, step: int, uri: str) -> None:
     if isinstance(store, SqlAlchemyStore):
         _delete_after(store, run_id, step)
         return
-    stale = [key for key in client.get_run(run_id).data.metrics
-             if max((m.step for m in client.get_metric_history(run_id, key)), default=-1) > step]  # fmt: skip
+    stale = [
+        key
+        for key in client.get_run(run_id).data.metrics
+        if max((m.step for m in client.get_metric_history(run_id, key)), default=-1) > step
+    ]
     if stale:
         log.warning(
             "logger=mlflow: %s keeps an earlier session's values of %s past step %d, where this "
             "session goes on: MLflow's client cannot delete them (an SQL store's are deleted), "
-            "so those steps have two values each", uri, ", ".join(sorted(stale)), step,
-        )  # fmt: skip
+            "so those steps have two values each",
+            uri,
+            ", ".join(sorted(stale)),
+            step,
+        )
 
 
 def _delete_after(store, run_id: str, step: int) -> int:
@@ -182,9 +196,16 @@ def _delete_after(store, run_id: str, step: int) -> int:
                 .first()
             )
             if newest is not None:
-                session.add(SqlLatestMetric(run_uuid=run_id, key=key, value=newest.value,
-                                            timestamp=newest.timestamp, step=newest.step,
-                                            is_nan=newest.is_nan))  # fmt: skip
+                session.add(
+                    SqlLatestMetric(
+                        run_uuid=run_id,
+                        key=key,
+                        value=newest.value,
+                        timestamp=newest.timestamp,
+                        step=newest.step,
+                        is_nan=newest.is_nan,
+                    )
+                )
     return deleted
 
 
@@ -194,12 +215,18 @@ def log_params(logger, params: dict[str, str]) -> None:
     value and refuses another). ``resume`` is how a session started, not a change of the run."""
     client, run_id = logger.experiment, logger.run_id
     earlier = client.get_run(run_id).data.params
-    changed = sorted(k for k, v in params.items()
-                     if k in earlier and earlier[k] != v[:250] and k not in SESSION_KEYS)  # fmt: skip
+    changed = sorted(
+        k
+        for k, v in params.items()
+        if k in earlier and earlier[k] != v[:250] and k not in SESSION_KEYS
+    )
     logger.log_hyperparams({k: v for k, v in params.items() if k not in earlier})
     if changed:
-        client.set_tag(run_id, "tuneup.changed_on_resume",
-                       "; ".join(f"{k}: {earlier[k]} -> {params[k]}" for k in changed)[:5000])  # fmt: skip
+        client.set_tag(
+            run_id,
+            "tuneup.changed_on_resume",
+            "; ".join(f"{k}: {earlier[k]} -> {params[k]}" for k in changed)[:5000],
+        )
 
 
 def flat_params(cfg) -> dict[str, str]:

@@ -122,9 +122,14 @@ class Plugin:
     @hookimpl
     def check(self, cfg, plan):
         self.plan = plan  # what is trained, for its FLOPs once training starts
-        return problems(cfg, {"measure.warmup_steps": Integer(low=0),
-                              "measure.windows": Integer(low=1),
-                              "measure.console_table": BOOL})  # fmt: skip
+        return problems(
+            cfg,
+            {
+                "measure.warmup_steps": Integer(low=0),
+                "measure.windows": Integer(low=1),
+                "measure.console_table": BOOL,
+            },
+        )
 
     @hookimpl
     def on_fit_start(self, cfg, trainer, module):
@@ -217,8 +222,9 @@ class Plugin:
             return
         curve = self.loss_curve.flushed()
         parts = [self.last_loss.float().reshape(1), *([] if curve is None else [curve])]
-        packed = trainer.strategy.reduce(torch.cat(parts), group=data_group(trainer),
-                                         reduce_op="mean")  # fmt: skip
+        packed = trainer.strategy.reduce(
+            torch.cat(parts), group=data_group(trainer), reduce_op="mean"
+        )
         self.last_loss = packed[0]
         if curve is not None:
             self.loss_curve.sums = packed[1:]

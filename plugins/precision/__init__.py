@@ -212,8 +212,10 @@ class Plugin:
             keys = ("recipe", "skip_first_last", "skip", "require_compile", "emulate")
             described["fp8"] = OmegaConf.to_container(OmegaConf.masked_copy(self.settings, keys))
             if self.fp8 is not None:
-                described["fp8"] |= {"converted": len(self.fp8.converted),
-                                     "kept_in_bf16": dict(self.fp8.skipped)}  # fmt: skip
+                described["fp8"] |= {
+                    "converted": len(self.fp8.converted),
+                    "kept_in_bf16": dict(self.fp8.skipped),
+                }
         return {k: v for k, v in described.items() if v is not None}
 
     def _compute(self, choice: Choice) -> dict:

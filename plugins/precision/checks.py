@@ -50,9 +50,11 @@ def tensor_core_warnings(cfg, choice: Choice) -> list[str]:
 def slow_on_cpu(choice: Choice, env: Environment) -> str:
     """float16 on a CPU: no fast kernels for its matmuls and convolutions, so a step takes
     many times a float32 one (docs/benchmarks.md#precision)."""
-    return (f"precision={choice.name} on {env.accelerator}: float16 has no fast CPU kernels, so "
-            "this trains many times slower than fp32 (the default model: about 75x); faster "
-            "here: precision=fp32, or precision=amp (bfloat16 where this CPU has it, else fp32)")  # fmt: skip
+    return (
+        f"precision={choice.name} on {env.accelerator}: float16 has no fast CPU kernels, so "
+        "this trains many times slower than fp32 (the default model: about 75x); faster "
+        "here: precision=fp32, or precision=amp (bfloat16 where this CPU has it, else fp32)"
+    )
 
 
 def device_problems(choice: Choice, env: Environment) -> list[str]:

@@ -60,9 +60,13 @@ def resolve(name: str, env: Environment) -> Choice:
         if env.bf16_supported and (env.is_cuda or env.bf16_native):
             return Choice(name, "bf16", _bf16_reason(env))
         if not env.is_cuda:  # emulated half types are slower than fp32 on a CPU
-            return Choice(name, "fp32", f"{env.accelerator} without bfloat16 hardware (no "
-                          f"{', '.join(BF16_CPU_FLAGS)}): half precision would be emulated, "
-                          "slower than fp32; ran as fp32")  # fmt: skip
+            return Choice(
+                name,
+                "fp32",
+                f"{env.accelerator} without bfloat16 hardware (no "
+                f"{', '.join(BF16_CPU_FLAGS)}): half precision would be emulated, "
+                "slower than fp32; ran as fp32",
+            )
         return Choice(name, "fp16", f"no bfloat16 on {_where(env)}: float16 with loss scaling")
     if name == "tf32" and not tf32_available(env):
         return Choice(name, "fp32", f"tf32 not available on {_where(env)}: ran as fp32")

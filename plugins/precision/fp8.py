@@ -71,8 +71,10 @@ def fp8_layers(model: nn.Module, skip_first_last=True, skip=(), edges=None) -> F
         elif any(part in name for part in skip):
             skipped[name] = "named in precision.skip"
         elif layer.in_features % 16 or layer.out_features % 16:
-            skipped[name] = (f"{layer.in_features} -> {layer.out_features} features: float8 "
-                             "matmuls need multiples of 16")  # fmt: skip
+            skipped[name] = (
+                f"{layer.in_features} -> {layer.out_features} features: float8 "
+                "matmuls need multiples of 16"
+            )
         else:
             converted.append(name)
     return Fp8Layers(tuple(converted), skipped)
@@ -107,8 +109,9 @@ def fp8_config(recipe: str, emulate: bool = False, sharded: bool = False):
     return config
 
 
-def convert_to_fp8(model: nn.Module, layers: Fp8Layers, recipe: str, emulate=False,
-                   sharded: bool = False) -> nn.Module:  # fmt: skip
+def convert_to_fp8(
+    model: nn.Module, layers: Fp8Layers, recipe: str, emulate=False, sharded: bool = False
+) -> nn.Module:
     """Swap the ``layers.converted`` layers of ``model`` for torchao's ``Float8Linear``, in
     place; parameter names, weights (fp32) and their tying are unchanged."""
     names = set(layers.converted)
@@ -122,8 +125,10 @@ def fp8_formats(config) -> dict[str, str]:
     """The float8 types of a torchao config: inputs and weights, and output gradients."""
     from tuneup.plugins.precision.choices import _dtype_name
 
-    return {"forward": _dtype_name(config.cast_config_input.target_dtype),
-            "gradients": _dtype_name(config.cast_config_grad_output.target_dtype)}  # fmt: skip
+    return {
+        "forward": _dtype_name(config.cast_config_input.target_dtype),
+        "gradients": _dtype_name(config.cast_config_grad_output.target_dtype),
+    }
 
 
 def fp8_problems(cfg, env: Environment) -> list[str]:
@@ -159,11 +164,15 @@ def torchao_problems() -> list[str]:
     try:
         version = importlib.metadata.version("torchao")
     except importlib.metadata.PackageNotFoundError:
-        return [f"precision=fp8 runs torchao's float8 training, and torchao is not installed: "
-                f"pip install 'tuneup[fp8]' (torchao>={TORCHAO_MIN})"]  # fmt: skip
+        return [
+            f"precision=fp8 runs torchao's float8 training, and torchao is not installed: "
+            f"pip install 'tuneup[fp8]' (torchao>={TORCHAO_MIN})"
+        ]
     if Version(version) < Version(TORCHAO_MIN):
-        return [f"precision=fp8 needs torchao>={TORCHAO_MIN} (its float8 recipes by name), "
-                f"found {version}: pip install -U 'tuneup[fp8]'"]  # fmt: skip
+        return [
+            f"precision=fp8 needs torchao>={TORCHAO_MIN} (its float8 recipes by name), "
+            f"found {version}: pip install -U 'tuneup[fp8]'"
+        ]
     return []
 
 
@@ -178,9 +187,11 @@ def no_fp8_layers(model: nn.Module, layers: Fp8Layers, model_name: str) -> str |
         found = "keeps every nn.Linear in bf16: " + "; ".join(
             f"{name}: {why}" for name, why in layers.skipped.items()
         )
-    return (f"precision=fp8 converts nn.Linear layers to float8, but model={model_name} {found}; "
-            "use precision=amp, or precision.skip_first_last=false / precision.skip=[] to "
-            "convert the layers kept")  # fmt: skip
+    return (
+        f"precision=fp8 converts nn.Linear layers to float8, but model={model_name} {found}; "
+        "use precision=amp, or precision.skip_first_last=false / precision.skip=[] to "
+        "convert the layers kept"
+    )
 
 
 # --------------------------------------------------------------------------------------

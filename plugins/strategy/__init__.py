@@ -76,8 +76,13 @@ RULES = {
     "strategy.init": OneOf(INITS),
 }
 #: What strategy=auto uses when the world has more than one process: strategy=ddp's defaults.
-DDP_DEFAULTS = {"comm_hook": "none", "find_unused_parameters": False, "static_graph": False,
-                "gradient_as_bucket_view": False, "bucket_cap_mb": 25}  # fmt: skip
+DDP_DEFAULTS = {
+    "comm_hook": "none",
+    "find_unused_parameters": False,
+    "static_graph": False,
+    "gradient_as_bucket_view": False,
+    "bucket_cap_mb": 25,
+}
 
 
 def settings_problems(cfg, env: Environment, plan=None) -> list[str]:
@@ -110,8 +115,14 @@ def settings_problems(cfg, env: Environment, plan=None) -> list[str]:
     return found + slurm.task_problems(env.devices, env.num_nodes)
 
 
-def build_strategy(cfg, env: Environment, count: AllReduceCount | None, model_name: str = "",
-                   build=None, weights=None):  # fmt: skip
+def build_strategy(
+    cfg,
+    env: Environment,
+    count: AllReduceCount | None,
+    model_name: str = "",
+    build=None,
+    weights=None,
+):
     """The ``strategy`` Trainer argument: "auto" (one process) or a Lightning strategy object;
     ``build``: the model's builder, for ``strategy.init=broadcast`` (rank 0 builds it whole)."""
     node, name = cfg.strategy, cfg.strategy.name
@@ -142,14 +153,20 @@ def layout_note(cfg, env: Environment) -> str | None:
     if name != "auto" and env.world_size == 1:
         if given == "auto":
             where = f"{torch.cuda.device_count()} GPU" if env.is_cuda else env.accelerator
-            return (f"strategy={name} with trainer.devices=auto on {where}: one device, so one "
-                    "process; set trainer.devices=N to start N processes")  # fmt: skip
-        return (f"strategy={name} with trainer.devices={given}: one process (FSDP over a mesh "
-                "of one); set trainer.devices=N to start N processes")  # fmt: skip
+            return (
+                f"strategy={name} with trainer.devices=auto on {where}: one device, so one "
+                "process; set trainer.devices=N to start N processes"
+            )
+        return (
+            f"strategy={name} with trainer.devices={given}: one process (FSDP over a mesh "
+            "of one); set trainer.devices=N to start N processes"
+        )
     cpus = usable_cpus()
     if not env.is_cuda and env.devices > cpus:
-        return (f"{env.devices} processes on {cpus} CPU core(s): each gets less than a core, so "
-                f"expect it slower than trainer.devices={cpus}")  # fmt: skip
+        return (
+            f"{env.devices} processes on {cpus} CPU core(s): each gets less than a core, so "
+            f"expect it slower than trainer.devices={cpus}"
+        )
     return None
 
 
@@ -192,9 +209,12 @@ class Plugin:
             self.init = reason(cfg.strategy.get("init", "auto"), model)
             if plan.weights is not None:  # model=huggingface: its checkpoint, shard by shard
                 self.init = f"the pretrained weights of model.path={cfg.model.path}"
-            said = (f"the model is built empty on each process and its shards initialised by "
-                    f"{self.init}" if not self.init.startswith("full") else
-                    "every process builds the whole model (strategy.init=full)")  # fmt: skip
+            said = (
+                f"the model is built empty on each process and its shards initialised by "
+                f"{self.init}"
+                if not self.init.startswith("full")
+                else "every process builds the whole model (strategy.init=full)"
+            )
             if console.process_rank() == "0":
                 console.say(f"strategy=fsdp: {said}", log)
         return found
@@ -242,9 +262,11 @@ class Plugin:
     @hookimpl
     def on_fit_end(self, trainer, module):
         self._stop_counting()
-        figures = {**(self.held or memory.held_bytes(module, trainer.optimizers)),
-                   "peak_memory_bytes": peak_memory(trainer.strategy.root_device),
-                   **(self.counted or {})}  # fmt: skip
+        figures = {
+            **(self.held or memory.held_bytes(module, trainer.optimizers)),
+            "peak_memory_bytes": peak_memory(trainer.strategy.root_device),
+            **(self.counted or {}),
+        }
         self.per_rank = memory.gather(trainer, figures)
 
     @hookimpl

@@ -76,8 +76,13 @@ class AllReduceCount:
 class DDP(DDPStrategy):
     """Lightning's ``DDPStrategy`` + hooks on every device + Hydra-job children."""
 
-    def __init__(self, *args, allreduce_count: AllReduceCount | None = None,
-                 join_timeout_s: float = DEFAULT_JOIN_S, **kwargs) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *args,
+        allreduce_count: AllReduceCount | None = None,
+        join_timeout_s: float = DEFAULT_JOIN_S,
+        **kwargs,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.join_timeout_s = join_timeout_s
         if allreduce_count is not None:
@@ -92,8 +97,9 @@ class DDP(DDPStrategy):
     def _configure_launcher(self) -> None:
         super()._configure_launcher()
         if self._start_method == "popen":
-            self._launcher = HydraJobLauncher(self.cluster_environment, self.num_processes,
-                                              self.num_nodes)  # fmt: skip
+            self._launcher = HydraJobLauncher(
+                self.cluster_environment, self.num_processes, self.num_nodes
+            )
 
     def _register_ddp_hooks(self) -> None:
         if self._ddp_comm_hook is not None:
@@ -117,8 +123,13 @@ class ModelParallel(ModelParallelStrategy):
     - Hydra-job children (:mod:`plugins.strategy.launch`).
     """
 
-    def __init__(self, *args, settings: Settings | None = None,
-                 join_timeout_s: float = DEFAULT_JOIN_S, **kwargs) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *args,
+        settings: Settings | None = None,
+        join_timeout_s: float = DEFAULT_JOIN_S,
+        **kwargs,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.join_timeout_s = join_timeout_s
         #: What parallelize does (plugins/strategy/fsdp.py); the precision plugin sets its
@@ -130,8 +141,9 @@ class ModelParallel(ModelParallelStrategy):
         # Always, as DDPStrategy does (Lightning's sets one only where no one else starts the
         # processes): whether to start children is decided in launch(), after the previous job
         # of a sweep is forgotten; its LOCAL_RANK would otherwise leave the next job alone.
-        self._launcher = HydraJobLauncher(self.cluster_environment, self.num_processes,
-                                          self.num_nodes)  # fmt: skip
+        self._launcher = HydraJobLauncher(
+            self.cluster_environment, self.num_processes, self.num_nodes
+        )
 
     def _setup_distributed(self) -> None:  # Lightning's, with a join timeout of its own
         ParallelStrategy.setup_environment(self)
@@ -150,8 +162,9 @@ class ModelParallel(ModelParallelStrategy):
         if self.layout is None and isinstance(getattr(module, "model", None), nn.Module):
             self.layout = parallelize(module.model, self.device_mesh, self.settings)
             s = self.settings  # a model built empty gets its values now, shard by shard
-            self.layout.init = materialize(module.model, self.root_device, s.init, s.seed,
-                                           s.weights, s.build)  # fmt: skip
+            self.layout.init = materialize(
+                module.model, self.root_device, s.init, s.seed, s.weights, s.build
+            )
         super().setup(trainer)
 
     @contextmanager
@@ -225,8 +238,9 @@ def ddp_strategy(settings, accelerator: str, environment=None, count: AllReduceC
     )
 
 
-def model_parallel_strategy(settings, accelerator: str, world_size: int, parallel: Settings,
-                            environment=None) -> ModelParallel:  # fmt: skip
+def model_parallel_strategy(
+    settings, accelerator: str, world_size: int, parallel: Settings, environment=None
+) -> ModelParallel:
     """A :class:`ModelParallel` for ``strategy=fsdp``: the tensor-parallel size from
     ``settings``, the rest of the world data-parallel."""
     tp = settings.get("tensor_parallel_size", 1)

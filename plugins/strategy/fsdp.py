@@ -46,9 +46,14 @@ def problems(cfg, env, plan) -> list[str]:
     if given is not None and not (
         OmegaConf.is_dict(given) and all(isinstance(v, str) for v in given.values())
     ):
-        return [problem("strategy.tp_plan", given,
-                        f"a mapping of module-name patterns to {'|'.join(STYLES)}, e.g. "
-                        "{blocks.*.up: colwise, blocks.*.down: rowwise}, or null")]  # fmt: skip
+        return [
+            problem(
+                "strategy.tp_plan",
+                given,
+                f"a mapping of module-name patterns to {'|'.join(STYLES)}, e.g. "
+                "{blocks.*.up: colwise, blocks.*.down: rowwise}, or null",
+            )
+        ]
     if world % size:
         found.append(
             f"strategy.tensor_parallel_size={size} does not divide the {world} process(es) "
@@ -59,8 +64,13 @@ def problems(cfg, env, plan) -> list[str]:
     if blocks is not None and not (
         OmegaConf.is_list(blocks) and len(blocks) and all(isinstance(b, str) for b in blocks)
     ):
-        found.append(problem("strategy.shard_blocks", blocks,
-                             "a list of block class names, e.g. [Block], or null"))  # fmt: skip
+        found.append(
+            problem(
+                "strategy.shard_blocks",
+                blocks,
+                "a list of block class names, e.g. [Block], or null",
+            )
+        )
         blocks = None
     if cfg.strategy.get("sequence_parallel") and given is not None:
         found.append(
@@ -120,9 +130,13 @@ def problems(cfg, env, plan) -> list[str]:
         )
     if blocks is not None and not shard_block_names(model, list(blocks)):
         classes = sorted({type(m).__name__ for m in model.modules()})
-        found.append(problem("strategy.shard_blocks", list(blocks),
-                             f"class names of {plan.model_name}'s blocks (its classes: "
-                             f"{', '.join(classes)})"))  # fmt: skip
+        found.append(
+            problem(
+                "strategy.shard_blocks",
+                list(blocks),
+                f"class names of {plan.model_name}'s blocks (its classes: {', '.join(classes)})",
+            )
+        )
     if size > 1 and not world % size:  # the plan is judged for a mesh that can exist
         chosen = tp_plan(cfg, plan.model_name)
         if chosen is None:

@@ -73,7 +73,9 @@ def not_joined(message: str, rank: int, world: int, join_s: float) -> str:
     else:
         who = f"process {rank} of {world} could not reach rank 0"
         why = f"rank 0 did not start or has ended ({message.strip().splitlines()[0]})"
-    return (f"{who} within strategy.join_timeout_s={join_s:g} s: {why}. Raise "
-            "strategy.join_timeout_s where processes start slowly (a loaded machine, a cold file "
-            "system, a container still pulling); strategy.timeout_s bounds each collective once "
-            "they have joined")  # fmt: skip
+    return (
+        f"{who} within strategy.join_timeout_s={join_s:g} s: {why}. Raise "
+        "strategy.join_timeout_s where processes start slowly (a loaded machine, a cold file "
+        "system, a container still pulling); strategy.timeout_s bounds each collective once "
+        "they have joined"
+    )

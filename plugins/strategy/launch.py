@@ -44,8 +44,17 @@ from tuneup.trainer.state.preemption import Preempted
 #: Command-line options of a Hydra app that take a value and must reach the child as given.
 CONFIG_OPTIONS = ("--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd")
 #: Hydra overrides that belong to the sweep or to the parent's run directory, not to the job.
-SWEEP_ONLY = ("hydra.mode", "hydra.sweep", "hydra.sweeper", "hydra.launcher", "hydra/launcher",
-              "hydra/sweeper", "hydra.run.dir", "hydra.job.name", "hydra.output_subdir")  # fmt: skip
+SWEEP_ONLY = (
+    "hydra.mode",
+    "hydra.sweep",
+    "hydra.sweeper",
+    "hydra.launcher",
+    "hydra/launcher",
+    "hydra/sweeper",
+    "hydra.run.dir",
+    "hydra.job.name",
+    "hydra.output_subdir",
+)
 
 #: Environment variables Lightning's launcher sets in the launching process.
 LAUNCH_ENV = ("MASTER_ADDR", "MASTER_PORT", "NODE_RANK", "LOCAL_RANK", "WORLD_SIZE")

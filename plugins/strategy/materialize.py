@@ -66,11 +66,14 @@ def uninitialised(init: str, model: nn.Module) -> list[str]:
     """Classes of modules with parameters that ``init=reset_parameters`` could not initialise."""
     if init != "reset_parameters":
         return []
-    return sorted({
-        type(m).__name__ for m in model.modules()
-        if any(True for _ in m.parameters(recurse=False))
-        and not callable(getattr(m, "reset_parameters", None))
-    })  # fmt: skip
+    return sorted(
+        {
+            type(m).__name__
+            for m in model.modules()
+            if any(True for _ in m.parameters(recurse=False))
+            and not callable(getattr(m, "reset_parameters", None))
+        }
+    )
 
 
 def has_empty(model: nn.Module) -> bool:
@@ -83,9 +86,14 @@ def to_device(model: nn.Module, device) -> None:
     model._apply(lambda t: torch.empty_like(t, device=device) if t.is_meta else t)
 
 
-def materialize(model: nn.Module, device, init: str, seed: int = 0,
-                weights: Callable[[nn.Module], None] | None = None,
-                build: Callable[[], nn.Module] | None = None) -> str | None:  # fmt: skip
+def materialize(
+    model: nn.Module,
+    device,
+    init: str,
+    seed: int = 0,
+    weights: Callable[[nn.Module], None] | None = None,
+    build: Callable[[], nn.Module] | None = None,
+) -> str | None:
     """Give the parallelised ``model``'s empty parameters their values in place; returns how
     (``weights`` when ``weights`` filled them), or None when nothing was empty."""
     if not has_empty(model):
@@ -128,16 +136,22 @@ def broadcast(model: nn.Module, device, build: Callable[[], nn.Module] | None) -
     set_model_state_dict(model, full, options=options)
 
 
-def init_whole_then_shard(module: nn.Module, init: Callable[[nn.Module], None],
-                          done: set[int]) -> None:  # fmt: skip
+def init_whole_then_shard(
+    module: nn.Module, init: Callable[[nn.Module], None], done: set[int]
+) -> None:
     """``init(module)`` on whole, plain copies of its own parameters, then each process's shard
     of them copied into the parameters (a parameter in ``done``, one tied to a module seen
     before, keeps its value: as in a model that ties it after building both modules)."""
     from torch.distributed.tensor import DTensor, distribute_tensor
 
     own = {name: p for name, p in module._parameters.items() if p is not None}
-    whole = {name: nn.Parameter(torch.empty(p.shape, dtype=p.dtype, device=_local(p).device),
-                                requires_grad=p.requires_grad) for name, p in own.items()}  # fmt: skip
+    whole = {
+        name: nn.Parameter(
+            torch.empty(p.shape, dtype=p.dtype, device=_local(p).device),
+            requires_grad=p.requires_grad,
+        )
+        for name, p in own.items()
+    }
     module._parameters.update(whole)
     try:
         init(module)

@@ -88,8 +88,10 @@ class Collectives(TorchDispatchMode):
         return result
 
     def figures(self) -> dict[str, int]:
-        return {f"{kind}_bytes_per_step": self.bytes[kind]
-                for kind in ("all_gather", "reduce_scatter", "all_reduce")}  # fmt: skip
+        return {
+            f"{kind}_bytes_per_step": self.bytes[kind]
+            for kind in ("all_gather", "reduce_scatter", "all_reduce")
+        }
 
 
 def gather(trainer, figures: dict) -> list[dict]:

@@ -107,8 +107,11 @@ def plan_problems(
                 f"strategy.tp_plan: {pattern} matches no module of the model; its modules "
                 f"include {', '.join(_sample_names(model))}"
             )
-        split = [p for name in matches for p in _split_problems(name, model.get_submodule(name),
-                                                                 style, tp_size)]  # fmt: skip
+        split = [
+            p
+            for name in matches
+            for p in _split_problems(name, model.get_submodule(name), style, tp_size)
+        ]
         if split:  # the first module of the pattern that cannot be split says why
             more = f" (and {len(split) - 1} more module(s) of {pattern})" if len(split) > 1 else ""
             found.append(split[0] + more)
@@ -125,12 +128,16 @@ def _split_problems(name: str, module: nn.Module, style: str, tp_size: int) -> l
         return []
     if style == "sequence_parallel":
         if not isinstance(module, nn.LayerNorm | nn.RMSNorm | nn.Dropout):
-            return [f"strategy.tp_plan: {name} is a {type(module).__name__}; sequence_parallel "
-                    "applies to norms (LayerNorm, RMSNorm) and dropout"]  # fmt: skip
+            return [
+                f"strategy.tp_plan: {name} is a {type(module).__name__}; sequence_parallel "
+                "applies to norms (LayerNorm, RMSNorm) and dropout"
+            ]
         return []
     if not (isinstance(module, nn.Linear | nn.Embedding) or is_conv1d(module)):
-        return [f"strategy.tp_plan: {name} is a {type(module).__name__}; {style} splits "
-                "nn.Linear, nn.Embedding and transformers' Conv1D layers"]  # fmt: skip
+        return [
+            f"strategy.tp_plan: {name} is a {type(module).__name__}; {style} splits "
+            "nn.Linear, nn.Embedding and transformers' Conv1D layers"
+        ]
     # colwise splits a layer's output features, rowwise its input features; a Linear's weight
     # is [out, in], a Conv1D's [in, out], an Embedding's [vocabulary, embedding].
     out_dim = 1 if is_conv1d(module) else 0
@@ -142,8 +149,10 @@ def _split_problems(name: str, module: nn.Module, style: str, tp_size: int) -> l
         what = "output" if dim == out_dim else "input"
     size = module.weight.shape[dim]
     if size % tp_size:
-        return [f"strategy.tensor_parallel_size={tp_size} does not divide the {size} {what} "
-                f"features of {name} ({style}): choose a size that divides {size}"]  # fmt: skip
+        return [
+            f"strategy.tensor_parallel_size={tp_size} does not divide the {size} {what} "
+            f"features of {name} ({style}): choose a size that divides {size}"
+        ]
     return []
 
 
@@ -207,11 +216,12 @@ def _styles():
         """``style`` applied to a Conv1D: its parameters split as ``split`` says, its input and
         output laid out as the style lays out a Linear's."""
         return distribute_module(
-            module, device_mesh,
+            module,
+            device_mesh,
             lambda _, m, mesh: _distribute(m, mesh, split, style.src_data_rank),
             partial(style._prepare_input_fn, style.input_layouts, style.desired_input_layouts),
             partial(style._prepare_output_fn, style.output_layouts, style.use_local_output),
-        )  # fmt: skip
+        )
 
     class Colwise(ColwiseParallel):
         def _apply(self, module, device_mesh):
@@ -241,8 +251,9 @@ def _style(style: str, sequence: bool):
     if style in ("shard_sequence", "gather_sequence"):
         whole, split = (Replicate(),), (Shard(1),)
         before, after = (whole, split) if style == "shard_sequence" else (split, whole)
-        return PrepareModuleInput(input_layouts=before, desired_input_layouts=after,
-                                  use_local_output=True)  # fmt: skip
+        return PrepareModuleInput(
+            input_layouts=before, desired_input_layouts=after, use_local_output=True
+        )
     if style == "colwise":
         return ColwiseParallel(input_layouts=Shard(1)) if sequence else ColwiseParallel()
     return RowwiseParallel(output_layouts=Shard(1)) if sequence else RowwiseParallel()
@@ -281,8 +292,14 @@ def mixed_precision(param_dtype: torch.dtype | None, reduce_dtype=torch.float32)
     return MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
 
 
-def apply_fsdp(model: nn.Module, mesh, blocks: list[str], reshard_after_forward: bool = True,
-               cpu_offload: bool = False, policy=None) -> list[str]:  # fmt: skip
+def apply_fsdp(
+    model: nn.Module,
+    mesh,
+    blocks: list[str],
+    reshard_after_forward: bool = True,
+    cpu_offload: bool = False,
+    policy=None,
+) -> list[str]:
     """``fully_shard`` each of ``blocks``, then the root, over ``mesh`` (data-parallel)."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
@@ -292,8 +309,11 @@ def apply_fsdp(model: nn.Module, mesh, blocks: list[str], reshard_after_forward:
     for i, name in enumerate(blocks):
         # The last block's parameters are needed again first in backward: keep them.
         last = i == len(blocks) - 1
-        fully_shard(model.get_submodule(name), **options,
-                    reshard_after_forward=reshard_after_forward and not last)  # fmt: skip
+        fully_shard(
+            model.get_submodule(name),
+            **options,
+            reshard_after_forward=reshard_after_forward and not last,
+        )
     if options["mp_policy"].param_dtype is not None:  # the model's output in fp32, for the loss
         options["mp_policy"] = dataclasses.replace(options["mp_policy"], output_dtype=torch.float32)
     fully_shard(model, **options, reshard_after_forward=reshard_after_forward)
@@ -339,6 +359,7 @@ def parallelize(model: nn.Module, mesh, settings: Settings) -> Layout:
     if settings.compile_options is not None:
         layout.compiled_blocks = compile_blocks(model, blocks, **settings.compile_options)
     policy = mixed_precision(settings.param_dtype)
-    layout.sharded_blocks = apply_fsdp(model, dp, blocks, settings.reshard_after_forward,
-                                       settings.cpu_offload, policy)  # fmt: skip
+    layout.sharded_blocks = apply_fsdp(
+        model, dp, blocks, settings.reshard_after_forward, settings.cpu_offload, policy
+    )
     return layout

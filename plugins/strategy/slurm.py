@@ -51,8 +51,9 @@ def in_slurm_job() -> bool:
     unused ``srun``, which it gives on any machine that has Slurm installed.
     """
     return "SLURM_NTASKS" in os.environ and os.environ.get("SLURM_JOB_NAME") not in (
-        "bash", "interactive",
-    )  # fmt: skip
+        "bash",
+        "interactive",
+    )
 
 
 def cluster_environment() -> SLURMEnvironment | None:

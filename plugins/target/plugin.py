@@ -51,35 +51,50 @@ def settings_problems(cfg, plan=None) -> list[str]:
     found = problems(cfg, RULES)
     if metric is None:
         if node.get("value") is not None or node.get("stop"):
-            found.append(f"target.value={node.get('value')!r} target.stop={node.get('stop')!r} "
-                         "need target.metric (e.g. target.metric=val/acc)")  # fmt: skip
+            found.append(
+                f"target.value={node.get('value')!r} target.stop={node.get('stop')!r} "
+                "need target.metric (e.g. target.metric=val/acc)"
+            )
         return found
     if not isinstance(metric, str) or not metric:
         return [*found, problem("target.metric", metric, "a logged metric name, e.g. 'val/acc'")]
     if not found and direction(metric, node.get("mode", "auto")) is None:
-        found.append(f"target.mode=auto cannot tell whether higher or lower is better for "
-                     f"target.metric={metric}; set target.mode=max or target.mode=min")  # fmt: skip
+        found.append(
+            f"target.mode=auto cannot tell whether higher or lower is better for "
+            f"target.metric={metric}; set target.mode=max or target.mode=min"
+        )
     value = node.get("value")
     if not found and value is not None and is_fraction(metric) and not 0 <= value <= 1:
-        found.append(problem("target.value", value, f"a number in [0, 1]: target.metric={metric} "
-                             "is a fraction by its name (acc, top1, f1...), e.g. 0.9"))  # fmt: skip
+        found.append(
+            problem(
+                "target.value",
+                value,
+                f"a number in [0, 1]: target.metric={metric} "
+                "is a fraction by its name (acc, top1, f1...), e.g. 0.9",
+            )
+        )
     if node.get("stop") and node.get("value") is None:
         found.append(
             "target.stop=true needs target.value: the run stops when the metric reaches it"
         )
     if plan is not None and plan.sound and not plan.lightning and metric not in plan.task.metrics:
-        found.append(f"target.metric={metric} is not logged by this run: task={plan.task.name} "
-                     f"logs {', '.join(plan.task.metrics)} at each validation")  # fmt: skip
+        found.append(
+            f"target.metric={metric} is not logged by this run: task={plan.task.name} "
+            f"logs {', '.join(plan.task.metrics)} at each validation"
+        )
     trainer = cfg.trainer
     if node.get("check_every_n_steps") is not None:
         for key in ("val_check_interval", "check_val_every_n_epoch"):
             if trainer.get(key) is not None:
-                found.append(f"target.check_every_n_steps={node.check_every_n_steps} and "
-                             f"trainer.{key}={trainer.get(key)} both set the validation cadence; "
-                             "set only one")  # fmt: skip
+                found.append(
+                    f"target.check_every_n_steps={node.check_every_n_steps} and "
+                    f"trainer.{key}={trainer.get(key)} both set the validation cadence; "
+                    "set only one"
+                )
     if trainer.get("limit_val_batches") in (0, 0.0):
-        found.append(f"target.metric={metric} needs validation, but trainer.limit_val_batches=0 "
-                     "turns it off")  # fmt: skip
+        found.append(
+            f"target.metric={metric} needs validation, but trainer.limit_val_batches=0 turns it off"
+        )
     return found
 
 
@@ -88,8 +103,10 @@ def metric_value(trainer, metric: str) -> float:
     value = trainer.callback_metrics.get(metric)
     if value is None:
         logged = ", ".join(sorted(k for k in trainer.callback_metrics)) or "none"
-        raise TuneupError(f"target.metric={metric} was not logged by the validation (logged: "
-                          f"{logged}); set target.metric to one of them")  # fmt: skip
+        raise TuneupError(
+            f"target.metric={metric} was not logged by the validation (logged: "
+            f"{logged}); set target.metric to one of them"
+        )
     return float(value)
 
 
@@ -212,5 +229,10 @@ class Plugin:
     def describe(self):
         if self.race is None:
             return {"metric": None}
-        return {"metric": self.metric, "value": self.race.value, "mode": self.race.mode,
-                "check_every_n_steps": self.every, "stop": self.stop}  # fmt: skip
+        return {
+            "metric": self.metric,
+            "value": self.race.value,
+            "mode": self.race.mode,
+            "check_every_n_steps": self.every,
+            "stop": self.stop,
+        }

@@ -94,8 +94,13 @@ class Race:
             self.validation_started = None
         self.validations += 1
         time_s = self.elapsed()
-        entry = {"step": step, "samples": self.samples, "time_s": time_s,
-                 "train_time_s": time_s - self.validation_s, "value": value}  # fmt: skip
+        entry = {
+            "step": step,
+            "samples": self.samples,
+            "time_s": time_s,
+            "train_time_s": time_s - self.validation_s,
+            "value": value,
+        }
         self.history.append(entry)
         self.history = thinned(self.history)
         if better(value, self.best, self.mode):
@@ -139,12 +144,19 @@ class Race:
     def state_dict(self, energy_j: float | None = None) -> dict:
         """The run's totals now (``energy_j``: the run's energy so far, where it is measured)."""
         return {
-            "time_s": self.elapsed(), "validation_s": self.validation_s,
-            "validations": self.validations, "samples": self.samples,
-            "history": [dict(e) for e in self.history], "best": self.best,
-            "best_step": self.best_step, "crossing": self.crossing, "energy_j": energy_j,
-            "metric": self.metric, "value": self.value, "mode": self.mode,
-        }  # fmt: skip
+            "time_s": self.elapsed(),
+            "validation_s": self.validation_s,
+            "validations": self.validations,
+            "samples": self.samples,
+            "history": [dict(e) for e in self.history],
+            "best": self.best,
+            "best_step": self.best_step,
+            "crossing": self.crossing,
+            "energy_j": energy_j,
+            "metric": self.metric,
+            "value": self.value,
+            "mode": self.mode,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """The run's totals from a checkpoint. A resumed run with another target keeps the

@@ -51,8 +51,9 @@ def test_uint8_batches_are_prefetched_and_normalised_on_the_gpu(read_batches):
 
 @pytest.mark.gpu
 def test_a_channels_last_model_gets_channels_last_floats_from_the_device_step(read_batches):
-    _, spy, summary = read_batches(*IMAGES, *WORKERS, GPU, "memory_format=channels_last",
-                                   "precision=amp")  # fmt: skip
+    _, spy, summary = read_batches(
+        *IMAGES, *WORKERS, GPU, "memory_format=channels_last", "precision=amp"
+    )
     x = spy.batches[0][0]
     assert x.is_cuda and x.dtype == torch.float32
     assert x.is_contiguous(memory_format=torch.channels_last) and summary["status"] == "ok"
@@ -68,9 +69,18 @@ def test_on_device_data_never_leave_the_gpu(read_batches):
 
 @pytest.mark.gpu
 def test_resume_mid_epoch_is_exact_with_the_gpu_prefetcher(train, tmp_path):
-    run = ["model=mlp", "model.hidden=[32]", *IMAGES[:4], "trainer.max_epochs=2", *WORKERS,
-           "checkpoint=on", "checkpoint.every_n_steps=5", "checkpoint.keep_last=null", GPU,
-           "trainer.enable_progress_bar=false"]  # fmt: skip
+    run = [
+        "model=mlp",
+        "model.hidden=[32]",
+        *IMAGES[:4],
+        "trainer.max_epochs=2",
+        *WORKERS,
+        "checkpoint=on",
+        "checkpoint.every_n_steps=5",
+        "checkpoint.keep_last=null",
+        GPU,
+        "trainer.enable_progress_bar=false",
+    ]
     summary, first = train(*run, tiny=False, run_dir=tmp_path / "first")
     assert summary["data_path"]["prefetch"] == "one batch ahead"
     resumed = tmp_path / "resumed"
@@ -102,8 +112,16 @@ def test_a_run_decodes_its_jpegs_on_the_gpu(train, tmp_path):
     root = make_image_folder(tmp_path / "images", per_class=(16, 2), sizes=((40, 30), (36, 44)))
     for png in root.rglob("*.PNG"):  # nvJPEG reads JPEG only
         png.unlink()
-    summary, _ = train("data=imagefolder", f"data.root={root}", "data.image_size=16",
-                       "data.decoder=nvjpeg", *IMAGES[3:], *WORKERS, GPU, tiny=False)  # fmt: skip
+    summary, _ = train(
+        "data=imagefolder",
+        f"data.root={root}",
+        "data.image_size=16",
+        "data.decoder=nvjpeg",
+        *IMAGES[3:],
+        *WORKERS,
+        GPU,
+        tiny=False,
+    )
     path = summary["data_path"]
     assert summary["status"] == "ok" and path["worker"].startswith("read bytes, crop box")
     assert path["device"].startswith("copy, decode (nvjpeg")

@@ -28,14 +28,34 @@ pytestmark = pytest.mark.gpu
 
 GPU = "trainer.accelerator=gpu"
 #: model=mlp: no BatchNorm, 8 micro-batches of 32 per epoch.
-MLP = ["model=mlp", "model.hidden=[64]", "data.train_samples=256", "data.val_samples=64",
-       "data.batch_size=32", "trainer.max_epochs=2", "trainer.enable_progress_bar=false",
-       "trainer.log_every_n_steps=1", GPU]  # fmt: skip
+MLP = [
+    "model=mlp",
+    "model.hidden=[64]",
+    "data.train_samples=256",
+    "data.val_samples=64",
+    "data.batch_size=32",
+    "trainer.max_epochs=2",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+    GPU,
+]
 #: GPT with dropout: resuming right needs the CUDA RNG state back.
-GPT = ["model=gpt", "model.layers=2", "model.width=64", "model.heads=2", "model.dropout=0.1",
-       "data=synthetic_tokens", "data.context=32", "data.vocab_size=128",
-       "data.train_samples=256", "data.val_samples=32", "data.batch_size=32",
-       "trainer.max_epochs=2", "trainer.enable_progress_bar=false", GPU]  # fmt: skip
+GPT = [
+    "model=gpt",
+    "model.layers=2",
+    "model.width=64",
+    "model.heads=2",
+    "model.dropout=0.1",
+    "data=synthetic_tokens",
+    "data.context=32",
+    "data.vocab_size=128",
+    "data.train_samples=256",
+    "data.val_samples=32",
+    "data.batch_size=32",
+    "trainer.max_epochs=2",
+    "trainer.enable_progress_bar=false",
+    GPU,
+]
 #: cuBLAS picks deterministic kernels only with a fixed workspace, set before it starts.
 DETERMINISTIC_ENV = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
@@ -61,8 +81,9 @@ def succeeded(result: subprocess.CompletedProcess) -> None:
 
 
 def test_fsdp_on_one_gpu_trains_like_a_single_process(cli, tmp_path):
-    succeeded(cli(*MLP, "strategy=fsdp", "trainer.devices=1", run_dir=tmp_path / "fsdp",
-                  tiny=False))  # fmt: skip
+    succeeded(
+        cli(*MLP, "strategy=fsdp", "trainer.devices=1", run_dir=tmp_path / "fsdp", tiny=False)
+    )
     succeeded(cli(*MLP, run_dir=tmp_path / "plain", tiny=False))
     fsdp, plain = summary_of(tmp_path / "fsdp"), summary_of(tmp_path / "plain")
     assert fsdp["plugins"]["strategy"]["used"] == "fsdp" and fsdp["world_size"] == 1
@@ -191,12 +212,22 @@ def test_resume_from_a_mid_run_checkpoint_ends_with_the_uninterrupted_weights(
     extra = ["+trainer.deterministic=warn"] if deterministic else []
     env = DETERMINISTIC_ENV if deterministic else None
     straight = tmp_path / "straight"
-    succeeded(cli(*run, *extra, "checkpoint.every_n_steps=4", run_dir=straight, tiny=False,
-                  env=env))  # fmt: skip
+    succeeded(
+        cli(*run, *extra, "checkpoint.every_n_steps=4", run_dir=straight, tiny=False, env=env)
+    )
     middle = max((straight / "checkpoints").glob(f"*step{8:08d}.ckpt"))
     resumed = tmp_path / "resumed"
-    succeeded(cli(*run, *extra, "checkpoint.every_n_steps=4", f"resume={middle}",
-                  run_dir=resumed, tiny=False, env=env))  # fmt: skip
+    succeeded(
+        cli(
+            *run,
+            *extra,
+            "checkpoint.every_n_steps=4",
+            f"resume={middle}",
+            run_dir=resumed,
+            tiny=False,
+            env=env,
+        )
+    )
     assert summary_of(resumed)["steps"] == summary_of(straight)["steps"] == 16
     got, expected = weights_at(resumed), weights_at(straight)
     assert got.keys() == expected.keys()

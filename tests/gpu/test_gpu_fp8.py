@@ -18,11 +18,20 @@ pytestmark = pytest.mark.gpu
 GPU = "trainer.accelerator=gpu"
 #: A GPT whose layers float8 takes (sizes multiples of 16), 24 steps of 16 sequences.
 GPT_RUN = [
-    "model=gpt", "data=synthetic_tokens", "data.vocab_size=512", "data.context=128",
-    "model.width=256", "model.heads=4", "model.layers=2", "data.train_samples=384",
-    "data.val_samples=64", "data.batch_size=16", "trainer.max_epochs=1",
-    "trainer.enable_progress_bar=false", "trainer.log_every_n_steps=1",
-]  # fmt: skip
+    "model=gpt",
+    "data=synthetic_tokens",
+    "data.vocab_size=512",
+    "data.context=128",
+    "model.width=256",
+    "model.heads=4",
+    "model.layers=2",
+    "data.train_samples=384",
+    "data.val_samples=64",
+    "data.batch_size=16",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -78,15 +87,25 @@ def test_float8_matmuls_run_on_tensor_cores_and_agree_with_the_emulation(recipe)
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 def test_fp8_with_compile_trains_like_bf16(train, tmp_path, recipe):
     torch._dynamo.reset()
-    fp8, _ = train(GPU, *GPT_RUN, "precision=fp8", f"precision.recipe={recipe}", "compile=on",
-                   tiny=False, run_dir=tmp_path / "fp8")  # fmt: skip
+    fp8, _ = train(
+        GPU,
+        *GPT_RUN,
+        "precision=fp8",
+        f"precision.recipe={recipe}",
+        "compile=on",
+        tiny=False,
+        run_dir=tmp_path / "fp8",
+    )
     torch._dynamo.reset()
-    bf16, _ = train(GPU, *GPT_RUN, "precision=bf16", "compile=on", tiny=False,
-                    run_dir=tmp_path / "bf16")  # fmt: skip
+    bf16, _ = train(
+        GPU, *GPT_RUN, "precision=bf16", "compile=on", tiny=False, run_dir=tmp_path / "bf16"
+    )
     layers = fp8["precision"]["fp8"]
     assert layers["recipe"] == recipe and layers["emulated"] is False
     assert len(layers["converted"]) == 7 and set(layers["kept_in_bf16"]) == {
-        "transformer.h.0.attn.c_attn", "lm_head"}  # fmt: skip
+        "transformer.h.0.attn.c_attn",
+        "lm_head",
+    }
     curve = fp8["loss_curve"]["loss"]
     assert curve[-1] < curve[0] - 0.5  # it learns
     assert fp8["train_loss"] == pytest.approx(bf16["train_loss"], rel=0.05)
@@ -97,14 +116,29 @@ def test_fp8_with_compile_trains_like_bf16(train, tmp_path, recipe):
 def test_fp8_under_fsdp_and_resume(train, tmp_path):
     """FSDP gathers the weights in bf16 and each matmul casts them to float8 (eager here, so a
     failure is FSDP's and not compile's; fp8 with compile: above)."""
-    first, run_dir = train(GPU, *GPT_RUN, "precision=fp8", "precision.require_compile=false",
-                           "strategy=fsdp", "trainer.devices=1", tiny=False,
-                           run_dir=tmp_path / "first")  # fmt: skip
+    first, run_dir = train(
+        GPU,
+        *GPT_RUN,
+        "precision=fp8",
+        "precision.require_compile=false",
+        "strategy=fsdp",
+        "trainer.devices=1",
+        tiny=False,
+        run_dir=tmp_path / "first",
+    )
     assert first["plugins"]["strategy"]["used"] == "fsdp"
     assert len(first["precision"]["fp8"]["converted"]) == 7
     checkpoint = max((run_dir / "checkpoints").glob("*.ckpt"))
     torch._dynamo.reset()
-    resumed, _ = train(GPU, *GPT_RUN, "precision=fp8", "compile=on", "trainer.max_epochs=2",
-                       f"resume={checkpoint}", tiny=False, run_dir=tmp_path / "resumed")  # fmt: skip
+    resumed, _ = train(
+        GPU,
+        *GPT_RUN,
+        "precision=fp8",
+        "compile=on",
+        "trainer.max_epochs=2",
+        f"resume={checkpoint}",
+        tiny=False,
+        run_dir=tmp_path / "resumed",
+    )
     assert resumed["status"] == "ok" and resumed["steps"] == 2 * first["steps"]
     assert resumed["train_loss"] < first["loss_curve"]["loss"][0]

@@ -222,11 +222,23 @@ def test_compiled_step_matches_the_eager_step(optimizer_class, fused):
 
 # --- as users switch them on -------------------------------------------------------------
 
-GPT = ["model=gpt", "data=synthetic_tokens", "model.layers=2", "model.width=64", "model.heads=2",
-       "data.context=32", "data.vocab_size=512", "data.train_samples=640", "data.val_samples=64",
-       "data.batch_size=32", "trainer.max_steps=20", "trainer.max_epochs=-1",
-       "trainer.log_every_n_steps=1", "trainer.enable_progress_bar=false",
-       "trainer.accelerator=gpu"]  # fmt: skip
+GPT = [
+    "model=gpt",
+    "data=synthetic_tokens",
+    "model.layers=2",
+    "model.width=64",
+    "model.heads=2",
+    "data.context=32",
+    "data.vocab_size=512",
+    "data.train_samples=640",
+    "data.val_samples=64",
+    "data.batch_size=32",
+    "trainer.max_steps=20",
+    "trainer.max_epochs=-1",
+    "trainer.log_every_n_steps=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.accelerator=gpu",
+]
 
 
 def train_losses(run_dir) -> list[float]:
@@ -235,9 +247,13 @@ def train_losses(run_dir) -> list[float]:
 
 
 def test_fused_loss_ops_run_triton_and_train_like_the_unfused_run(train, tmp_path):
-    fused, fused_dir = train(*GPT, "kernels=[cross_entropy,linear_cross_entropy]",
-                             "kernels.require_triton=true", tiny=False,
-                             run_dir=tmp_path / "fused")  # fmt: skip
+    fused, fused_dir = train(
+        *GPT,
+        "kernels=[cross_entropy,linear_cross_entropy]",
+        "kernels.require_triton=true",
+        tiny=False,
+        run_dir=tmp_path / "fused",
+    )
     _, plain_dir = train(*GPT, tiny=False, run_dir=tmp_path / "plain")
     assert fused["kernels"] == {"cross_entropy": ["triton"], "linear_cross_entropy": ["triton"]}
     assert fused["plugins"]["kernels"]["implementation"] == "triton"
@@ -253,10 +269,15 @@ def test_fused_loss_ops_run_triton_and_train_like_the_unfused_run(train, tmp_pat
 def test_large_batch_optimizers_train_fused_or_not_compiled_or_not(
     train, optimizer, lr, fused, compile_
 ):
-    summary, run_dir = train(f"optimizer={optimizer}", f"optimizer.lr={lr}",
-                             f"optimizer.fused={str(fused).lower()}", f"compile={compile_}",
-                             "data.signal=0.3", "trainer.max_epochs=3",
-                             "trainer.accelerator=gpu")  # fmt: skip
+    summary, run_dir = train(
+        f"optimizer={optimizer}",
+        f"optimizer.lr={lr}",
+        f"optimizer.fused={str(fused).lower()}",
+        f"compile={compile_}",
+        "data.signal=0.3",
+        "trainer.max_epochs=3",
+        "trainer.accelerator=gpu",
+    )
     implementation = "triton" if fused else "reference"
     assert summary["optimizer"] == {"implementation": implementation, "lr": pytest.approx(lr)}
     losses = train_losses(run_dir)
@@ -265,14 +286,31 @@ def test_large_batch_optimizers_train_fused_or_not_compiled_or_not(
 
 def test_liger_backend_runs_liger_and_trains_like_the_unfused_run(train, tmp_path):
     pytest.importorskip("liger_kernel", reason="kernels.backend=liger needs liger-kernel")
-    gpt = ["model=gpt", "data=synthetic_tokens", "model.layers=2", "model.width=64",
-           "model.heads=2", "data.context=64", "data.vocab_size=4096", "data.train_samples=320",
-           "data.val_samples=32", "data.batch_size=16", "trainer.max_epochs=1",
-           "trainer.enable_progress_bar=false", "trainer.accelerator=gpu"]  # fmt: skip
-    liger, _ = train(*gpt, "kernels=[cross_entropy,linear_cross_entropy]", "kernels.backend=liger",
-                     tiny=False, run_dir=tmp_path / "liger")  # fmt: skip
+    gpt = [
+        "model=gpt",
+        "data=synthetic_tokens",
+        "model.layers=2",
+        "model.width=64",
+        "model.heads=2",
+        "data.context=64",
+        "data.vocab_size=4096",
+        "data.train_samples=320",
+        "data.val_samples=32",
+        "data.batch_size=16",
+        "trainer.max_epochs=1",
+        "trainer.enable_progress_bar=false",
+        "trainer.accelerator=gpu",
+    ]
+    liger, _ = train(
+        *gpt,
+        "kernels=[cross_entropy,linear_cross_entropy]",
+        "kernels.backend=liger",
+        tiny=False,
+        run_dir=tmp_path / "liger",
+    )
     plain, _ = train(*gpt, tiny=False, run_dir=tmp_path / "plain")
     assert liger["kernels"] == {"cross_entropy": ["liger"], "linear_cross_entropy": ["liger"]}
     assert liger["plugins"]["kernels"]["implementation"].startswith("liger ")
-    torch.testing.assert_close(liger["loss_curve"]["loss"], plain["loss_curve"]["loss"],
-                               rtol=1e-4, atol=1e-4)  # fmt: skip
+    torch.testing.assert_close(
+        liger["loss_curve"]["loss"], plain["loss_curve"]["loss"], rtol=1e-4, atol=1e-4
+    )

@@ -19,12 +19,24 @@ from tuneup.trainer.state.divergence import Diverged
 
 GPU = "trainer.accelerator=gpu"
 #: 16 steps of 16 images 8x8 that the default model learns (as tests/test_precision.py).
-LEARN = ["data.train_samples=256", "data.val_samples=64", "data.batch_size=16",
-         "data.image_size=8", "data.signal=1.0"]  # fmt: skip
+LEARN = [
+    "data.train_samples=256",
+    "data.val_samples=64",
+    "data.batch_size=16",
+    "data.image_size=8",
+    "data.signal=1.0",
+]
 #: model=mlp (no BatchNorm, no convs), 8 micro-batches of 32; pass tiny=False with it.
-MLP = ["model=mlp", "model.hidden=[64]", "data.train_samples=256", "data.val_samples=128",
-       "data.batch_size=32", "trainer.max_epochs=1", "trainer.enable_progress_bar=false",
-       "trainer.log_every_n_steps=1"]  # fmt: skip
+MLP = [
+    "model=mlp",
+    "model.hidden=[64]",
+    "data.train_samples=256",
+    "data.val_samples=128",
+    "data.batch_size=32",
+    "trainer.max_epochs=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.log_every_n_steps=1",
+]
 
 
 def ampere() -> bool:
@@ -74,9 +86,15 @@ def expected_on_this_gpu(name: str):
     """(conv/linear output dtype, weight dtype, loss scaler?) of precision=name here."""
     f32, f16, bf16 = torch.float32, torch.float16, torch.bfloat16
     amp = (bf16, f32, False) if ampere() else (f16, f32, True)
-    return {"fp32": (f32, f32, False), "tf32": (f32, f32, False), "fp16": (f16, f32, True),
-            "bf16": (bf16, f32, False), "amp": amp, "fp16-true": (f16, f16, False),
-            "bf16-true": (bf16, bf16, False)}[name]  # fmt: skip
+    return {
+        "fp32": (f32, f32, False),
+        "tf32": (f32, f32, False),
+        "fp16": (f16, f32, True),
+        "bf16": (bf16, f32, False),
+        "amp": amp,
+        "fp16-true": (f16, f16, False),
+        "bf16-true": (bf16, bf16, False),
+    }[name]
 
 
 @pytest.mark.gpu
@@ -149,16 +167,18 @@ class ConvLayouts:
 @pytest.mark.parametrize("precision", ["fp32", "amp"])
 def test_channels_last_inputs_reach_every_conv_on_the_gpu(train, add_plugin, precision):
     layouts = add_plugin(ConvLayouts())
-    summary, _ = train(GPU, "memory_format=channels_last", f"precision={precision}",
-                       "trainer.max_steps=3")  # fmt: skip
+    summary, _ = train(
+        GPU, "memory_format=channels_last", f"precision={precision}", "trainer.max_steps=3"
+    )
     assert layouts.devices == {"cuda"}
     assert layouts.inputs == {True} and layouts.weights == {True}
     assert summary["status"] == "ok"
 
 
 @pytest.mark.gpu
-def test_cudnn_benchmark_is_on_during_the_gpu_run_and_restored_after(train, add_plugin,
-                                                                     monkeypatch):  # fmt: skip
+def test_cudnn_benchmark_is_on_during_the_gpu_run_and_restored_after(
+    train, add_plugin, monkeypatch
+):
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
     flags = add_plugin(FlagSpy())
     summary, _ = train(GPU, "cudnn_benchmark=on", "trainer.max_steps=2")
@@ -176,9 +196,16 @@ def test_workers_pin_memory_for_the_gpu(train, add_plugin):
 
 @pytest.mark.gpu
 def test_profiler_reports_the_top_cuda_operators(train):
-    summary, run_dir = train(GPU, *MLP, "profiler=on", "profiler.wait=2", "profiler.warmup=1",
-                             "profiler.active=2", "profiler.top_k=5",
-                             tiny=False)  # fmt: skip
+    summary, run_dir = train(
+        GPU,
+        *MLP,
+        "profiler=on",
+        "profiler.wait=2",
+        "profiler.warmup=1",
+        "profiler.active=2",
+        "profiler.top_k=5",
+        tiny=False,
+    )
     report = summary["profiler"]
     assert report["profiled_steps"] == 2 and (run_dir / "profiler" / "trace.json").is_file()
     top_cuda = report["top_ops_self_cuda_ms"]
@@ -308,8 +335,9 @@ def test_activation_checkpointing_saves_40_percent_and_trains_alike_on_the_gpu(
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
     runs = {}
     for choice in ("off", "blocks"):
-        summary, run_dir = train(GPU, f"activation_checkpointing={choice}", "model.width=16",
-                                 run_dir=tmp_path / choice)  # fmt: skip
+        summary, run_dir = train(
+            GPU, f"activation_checkpointing={choice}", "model.width=16", run_dir=tmp_path / choice
+        )
         runs[choice] = summary, final_weights(run_dir)
     (off, off_state), (on, on_state) = runs["off"], runs["blocks"]
     assert on["saved_activation_bytes"] <= 0.6 * off["saved_activation_bytes"]
@@ -319,14 +347,26 @@ def test_activation_checkpointing_saves_40_percent_and_trains_alike_on_the_gpu(
 @pytest.mark.gpu
 def test_selective_checkpointing_saves_40_percent_on_a_gpt_and_trains_alike(train, tmp_path):
     """amp on CUDA: matmul and flash-attention outputs kept, the rest recomputed."""
-    gpt = ["model=gpt", "data=synthetic_tokens", "data.vocab_size=512", "data.context=128",
-           "model.width=128", "model.layers=4", "model.heads=4", "data.train_samples=256",
-           "data.batch_size=16", "trainer.max_epochs=1", "++trainer.limit_val_batches=0",
-           "trainer.enable_progress_bar=false", "precision=amp"]  # fmt: skip
+    gpt = [
+        "model=gpt",
+        "data=synthetic_tokens",
+        "data.vocab_size=512",
+        "data.context=128",
+        "model.width=128",
+        "model.layers=4",
+        "model.heads=4",
+        "data.train_samples=256",
+        "data.batch_size=16",
+        "trainer.max_epochs=1",
+        "++trainer.limit_val_batches=0",
+        "trainer.enable_progress_bar=false",
+        "precision=amp",
+    ]
     runs = {}
     for choice in ("off", "selective"):
-        summary, run_dir = train(GPU, *gpt, f"activation_checkpointing={choice}", tiny=False,
-                                 run_dir=tmp_path / choice)  # fmt: skip
+        summary, run_dir = train(
+            GPU, *gpt, f"activation_checkpointing={choice}", tiny=False, run_dir=tmp_path / choice
+        )
         runs[choice] = summary, final_weights(run_dir)
     (off, off_state), (selective, state) = runs["off"], runs["selective"]
     assert selective["saved_activation_bytes"] <= 0.6 * off["saved_activation_bytes"]

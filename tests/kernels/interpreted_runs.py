@@ -50,14 +50,26 @@ def start_interpreted_tests(
     env["TUNEUP_EXPECT_TRITON"] = triton_version
     if triton_path is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(triton_path), env.get("PYTHONPATH", "")])
-    command = [sys.executable, "-m", "pytest", str(HERE / "test_interpreted_kernels.py"),
-               "-q", "-rp", "-x", "-p", "no:cacheprovider", "-n", "0"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(HERE / "test_interpreted_kernels.py"),
+        "-q",
+        "-rp",
+        "-x",
+        "-p",
+        "no:cacheprovider",
+        "-n",
+        "0",
+    ]
     if triton_path is None:
         command.append(str(HERE / "test_interpreted_bench.py"))
     else:
         command += ["-k", "not training_losses and not opcheck and not compiled and not liger"]
-    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    return subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def run_all(folder: Path, cache_dir: Path, installed_version: str) -> dict:
@@ -87,11 +99,23 @@ def start_in_background(folder: Path, cache_dir: Path, triton_version: str) -> s
     session: Linux schedules each session as a group of its own, with as much CPU as all the
     suite's processes together, whatever its nice value; measured, the first runs took a
     whole core from the workers)."""
-    command = [sys.executable, "-m", "tests.kernels.interpreted_runs", str(folder),
-               str(cache_dir), triton_version]  # fmt: skip
-    return subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            process_group=0, preexec_fn=lambda: os.nice(19))  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "tests.kernels.interpreted_runs",
+        str(folder),
+        str(cache_dir),
+        triton_version,
+    ]
+    return subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        process_group=0,
+        preexec_fn=lambda: os.nice(19),
+    )
 
 
 def wait_for(folder: Path, timeout: float = 1200) -> dict:

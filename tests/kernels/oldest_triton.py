@@ -51,8 +51,20 @@ def install(version: str, cache_dir: Path) -> tuple[Path | None, str]:
         scratch = cache_dir / f"{folder_name(version)}.partial"
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(target, ignore_errors=True)
-        command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--retries",
-                   "1", "--upgrade", "--target", str(scratch), f"triton=={version}"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--retries",
+            "1",
+            "--upgrade",
+            "--target",
+            str(scratch),
+            f"triton=={version}",
+        ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
             shutil.rmtree(scratch, ignore_errors=True)

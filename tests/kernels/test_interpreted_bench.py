@@ -27,8 +27,12 @@ def test_smoke_run_prints_every_row_and_target(capsys):
     assert "| tuneup chunk_size=8 | fwd+bwd |" in out
     assert "two passes of 4096, 8 warps, 2 per SM looping over rows" in out
     for optimizer in ("Lamb", "Lars"):
-        for variant in ("tuneup fused (Triton)", "eager per-parameter", "torch._foreach",
-                        "torch.compile of the eager loop"):  # fmt: skip
+        for variant in (
+            "tuneup fused (Triton)",
+            "eager per-parameter",
+            "torch._foreach",
+            "torch.compile of the eager loop",
+        ):
             assert f"{optimizer} step, 21 tensors, 0M fp32 | {variant} | step |" in out
     for variant in ("bf16", "float8 tensorwise", "float8 rowwise"):
         assert f"| linear 32x16->32 | {variant} | fwd+bwd |" in out

@@ -167,8 +167,9 @@ def test_liger_backend_gives_torchs_loss_and_gradients():
     pytest.importorskip("liger_kernel", reason="liger-kernel is in the test extra")
     ran.clear()
     generator = torch.Generator().manual_seed(0)
-    hidden, weight, bias = (torch.randn(s, generator=generator).requires_grad_()
-                            for s in [(2, 9, 8), (45, 8), (45,)])  # fmt: skip
+    hidden, weight, bias = (
+        torch.randn(s, generator=generator).requires_grad_() for s in [(2, 9, 8), (45, 8), (45,)]
+    )
     target = torch.randint(0, 45, (2, 9), generator=generator)
     target[:, ::4] = -100
     head = torch.nn.Linear(8, 45)

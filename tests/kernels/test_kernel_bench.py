@@ -26,7 +26,8 @@ def test_foreach_baseline_steps_like_the_reference(optimizer_class, hyper):
         for step in range(3):
             for i, param in enumerate(params):
                 param.grad = torch.full_like(param, 0.1 * (step + 1)) + torch.arange(
-                    param.numel(), dtype=param.dtype).reshape(param.shape) / 10 * (i + 1)  # fmt: skip
+                    param.numel(), dtype=param.dtype
+                ).reshape(param.shape) / 10 * (i + 1)
             optimizer.step()
         runs.append(params)
     for reference, foreach in zip(*runs, strict=True):

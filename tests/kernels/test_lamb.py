@@ -91,8 +91,9 @@ def half_precision_problem(steps=5):
     generator = torch.Generator().manual_seed(0)
     shapes = [(64, 256), (256,)]
     weights = [(0.02 * torch.randn(s, generator=generator)).half() for s in shapes]
-    grads = [[(torch.randn(s, generator=generator) / 16).half() for _ in range(steps)]
-             for s in shapes]  # fmt: skip
+    grads = [
+        [(torch.randn(s, generator=generator) / 16).half() for _ in range(steps)] for s in shapes
+    ]
     return weights, grads
 
 

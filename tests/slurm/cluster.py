@@ -63,8 +63,10 @@ SlurmdParameters=config_overrides
 PartitionName=debug Nodes={node_names} Default=YES MaxTime=INFINITE State=UP
 """
 #: A node: all on this host, each slurmd on its own port.
-NODE = ("NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs={cpus} "
-        "RealMemory=2000 State=UNKNOWN")  # fmt: skip
+NODE = (
+    "NodeName={name} NodeHostname={host} NodeAddr=127.0.0.1 Port={port} CPUs={cpus} "
+    "RealMemory=2000 State=UNKNOWN"
+)
 
 #: submitit asks sacct for job states; without slurmdbd it fails. This stand-in answers from
 #: scontrol, in the "JobID|State" form submitit parses.
@@ -122,19 +124,35 @@ class Cluster:
         shutil.chown(munge_dir, "munge", "munge")
         socket_path = munge_dir / "munge.socket.2"
         subprocess.run(
-            ["runuser", "-u", "munge", "--", _which("munged"), "-S", str(socket_path),
-             f"--pid-file={munge_dir}/munged.pid", f"--log-file={munge_dir}/munged.log",
-             f"--seed-file={munge_dir}/munged.seed", "--force"],
+            [
+                "runuser",
+                "-u",
+                "munge",
+                "--",
+                _which("munged"),
+                "-S",
+                str(socket_path),
+                f"--pid-file={munge_dir}/munged.pid",
+                f"--log-file={munge_dir}/munged.log",
+                f"--seed-file={munge_dir}/munged.seed",
+                "--force",
+            ],
             check=True,
-        )  # fmt: skip
+        )
         self.pids["munged"] = int(_wait_for_file(munge_dir / "munged.pid").read_text())
         host = socket.gethostname().split(".")[0]
         conf = root / "slurm.conf"
         nodes = [NODE.format(name=n, host=host, port=_free_port(), cpus=CPUS) for n in self.nodes]
-        conf.write_text(SLURM_CONF.format(
-            host=host, root=root, munge_socket=socket_path, ctld_port=_free_port(),
-            node_lines="\n".join(nodes), node_names=",".join(self.nodes),
-        ))  # fmt: skip
+        conf.write_text(
+            SLURM_CONF.format(
+                host=host,
+                root=root,
+                munge_socket=socket_path,
+                ctld_port=_free_port(),
+                node_lines="\n".join(nodes),
+                node_names=",".join(self.nodes),
+            )
+        )
         sacct = root / "bin" / "sacct"
         sacct.write_text(SACCT)
         sacct.chmod(0o755)
@@ -142,8 +160,10 @@ class Cluster:
         subprocess.run([_which("slurmctld"), "-i"], check=True, env=self.env)
         self.pids["slurmctld"] = int(_wait_for_file(root / "slurmctld.pid").read_text())
         if len(self.nodes) > 1 and not self.multiple_slurmd():
-            raise RuntimeError("this Slurm runs one slurmd per host (built without "
-                               "--enable-multiple-slurmd): no test cluster of several nodes")  # fmt: skip
+            raise RuntimeError(
+                "this Slurm runs one slurmd per host (built without "
+                "--enable-multiple-slurmd): no test cluster of several nodes"
+            )
         for name in self.nodes:
             subprocess.run([_which("slurmd"), "-N", name], check=True, env=self.env)
             self.pids[f"slurmd-{name}"] = int(
@@ -163,8 +183,9 @@ class Cluster:
             if state == "idle":  # one line: every node idle
                 return
             time.sleep(0.5)
-        raise RuntimeError(f"the test Slurm nodes are not idle after {timeout} s: {state!r}\n"
-                           + self.logs())  # fmt: skip
+        raise RuntimeError(
+            f"the test Slurm nodes are not idle after {timeout} s: {state!r}\n" + self.logs()
+        )
 
     def end_jobs(self, timeout: float = 30) -> None:
         import getpass

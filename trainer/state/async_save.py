@@ -50,10 +50,14 @@ class BackgroundWriter:
         if self.stager is None:
             from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-            self.stager = DefaultStager(StagingOptions(
-                use_pinned_memory=torch.cuda.is_available(), use_shared_memory=False,
-                use_async_staging=False, use_non_blocking_copy=False,
-            ))  # fmt: skip
+            self.stager = DefaultStager(
+                StagingOptions(
+                    use_pinned_memory=torch.cuda.is_available(),
+                    use_shared_memory=False,
+                    use_async_staging=False,
+                    use_non_blocking_copy=False,
+                )
+            )
         return self.stager
 
     def snapshot(self, state):

@@ -142,14 +142,20 @@ def judge(key: str, ctx: Context) -> tuple[str, bool]:
         return "no effect: the LightningModule builds its own optimizer and schedule", False
     if key in OPTIMIZER_LAYOUT:
         old = ctx.saved.get("config", {}).get("optimizer.name")
-        return (f"the saved optimizer state (momentum, moments) of {old!r} cannot continue "
-                f"under it; {WEIGHTS_ONLY}"), True  # fmt: skip
+        return (
+            f"the saved optimizer state (momentum, moments) of {old!r} cannot continue "
+            f"under it; {WEIGHTS_ONLY}"
+        ), True
     if section == "optimizer":
-        return (f"takes effect from step {ctx.step}: the optimizer uses the new value, its state "
-                "(momentum, moments) continues"), False  # fmt: skip
+        return (
+            f"takes effect from step {ctx.step}: the optimizer uses the new value, its state "
+            "(momentum, moments) continues"
+        ), False
     if section == "scheduler" or key in ("trainer.max_steps", "trainer.max_epochs"):
-        return (f"takes effect from step {ctx.step}: the learning rate follows the new schedule "
-                "(and the new limits) from there"), False  # fmt: skip
+        return (
+            f"takes effect from step {ctx.step}: the learning rate follows the new schedule "
+            "(and the new limits) from there"
+        ), False
     if key == "data.batch_size" or section == "grad_accum":
         return layout.key_note(key, ctx), False
     if section == "precision":
@@ -220,8 +226,7 @@ def optimizer_layout_problem(checkpoint: dict, trainer, saved_names) -> str | No
         saved = [len(g.get("params", ())) for g in state.get("param_groups", [])]
         now = [len(g["params"]) for g in optimizer.param_groups]
         if saved != now:
-            return (f"its parameter groups hold {saved} parameters in the checkpoint and {now} "
-                    "now")  # fmt: skip
+            return f"its parameter groups hold {saved} parameters in the checkpoint and {now} now"
     return None
 
 

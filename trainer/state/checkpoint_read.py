@@ -77,8 +77,11 @@ def verify(path: Path) -> None:
     if expected is None:
         if str(path) not in _unsealed_warned:
             _unsealed_warned.add(str(path))
-            log.warning("%s carries no checksum (written by another tool or an older tuneup); "
-                        "its bytes cannot be verified", path)  # fmt: skip
+            log.warning(
+                "%s carries no checksum (written by another tool or an older tuneup); "
+                "its bytes cannot be verified",
+                path,
+            )
         return
     actual = actual_checksum(path)
     if actual != expected:

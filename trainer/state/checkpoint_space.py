@@ -22,8 +22,9 @@ def next_checkpoint_bytes(resumed: Path | None, module) -> tuple[int, str]:
     (Adam's two moments; the optimizer's state does not exist before its first step)."""
     if resumed is not None and resumed.exists():
         return stored_bytes(resumed), f"the size of {resumed.name}"
-    weights = sum(t.numel() * t.element_size() for t in module.state_dict().values()
-                  if torch.is_tensor(t))  # fmt: skip
+    weights = sum(
+        t.numel() * t.element_size() for t in module.state_dict().values() if torch.is_tensor(t)
+    )
     return 3 * weights, "estimated: the weights and an optimizer state up to twice their size"
 
 

@@ -69,8 +69,11 @@ def checkpoint_files(directory: str | Path) -> list[Path]:
     directory = Path(directory)
     if not directory.is_dir():
         return []
-    return sorted(p for p in directory.glob(f"*{SUFFIX}")
-                  if p.name != BEST and not p.name.startswith(TEMP_PREFIX))  # fmt: skip
+    return sorted(
+        p
+        for p in directory.glob(f"*{SUFFIX}")
+        if p.name != BEST and not p.name.startswith(TEMP_PREFIX)
+    )
 
 
 @dataclass
@@ -238,8 +241,11 @@ def set_aside(path: str | Path, into: str = DAMAGED) -> Path:
     os.replace(path, target)
     fsync_directory(path.parent)
     if into == DAMAGED:
-        log.warning("set aside the damaged checkpoint %s as %s: kept, never resumed, counted "
-                    "or pruned", path.name, target)  # fmt: skip
+        log.warning(
+            "set aside the damaged checkpoint %s as %s: kept, never resumed, counted or pruned",
+            path.name,
+            target,
+        )
     return target
 
 
@@ -260,16 +266,22 @@ def set_aside_newer(directory: str | Path, resumed: str | Path) -> list[Path]:
     ``resumed`` into ``superseded/`` (kept, never resumed, counted or pruned), saying so;
     return where they went."""
     reached = progress(load(resumed, mmap=True, verify_checksum=False))
-    newer = [c.path for c in scan(directory, contents=False)
-             if c.problem is None and c.progress > reached]  # fmt: skip
+    newer = [
+        c.path
+        for c in scan(directory, contents=False)
+        if c.problem is None and c.progress > reached
+    ]
     moved = [set_aside(path, SUPERSEDED) for path in reversed(newer)]  # oldest first
     if moved:
         log.warning(
             "resuming %s, older than %d checkpoint(s) of this run (the newest: %s): moved them "
             "into %s, kept, never resumed, counted or pruned; the steps after the one resumed "
-            "are trained again", Path(resumed).name, len(moved), newer[0].name,
+            "are trained again",
+            Path(resumed).name,
+            len(moved),
+            newer[0].name,
             Path(directory) / SUPERSEDED,
-        )  # fmt: skip
+        )
     return moved
 
 

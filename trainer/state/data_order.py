@@ -50,8 +50,9 @@ from tuneup import TuneupError
 class ResumableSampler(Sampler[int]):
     """Indices of one rank's share of each epoch, from ``position`` on."""
 
-    def __init__(self, size: int, seed: int = 0, shuffle: bool = True, rank: int = 0,
-                 num_replicas: int = 1) -> None:  # fmt: skip
+    def __init__(
+        self, size: int, seed: int = 0, shuffle: bool = True, rank: int = 0, num_replicas: int = 1
+    ) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank={rank} must be in [0, num_replicas={num_replicas})")
         self.size, self.seed, self.shuffle = size, seed, shuffle
@@ -101,8 +102,14 @@ class ResumableSampler(Sampler[int]):
         epoch, start, position = self.epoch, self.start, self.position
         if position >= self.share():
             epoch, start, position = epoch + 1, 0, 0
-        return {"epoch": epoch, "start": start, "position": position, "seed": self.seed,
-                "size": self.size, "num_replicas": self.num_replicas}  # fmt: skip
+        return {
+            "epoch": epoch,
+            "start": start,
+            "position": position,
+            "seed": self.seed,
+            "size": self.size,
+            "num_replicas": self.num_replicas,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue where ``state`` stopped; on another number of shards, the rest of its
@@ -166,8 +173,9 @@ def dropped_per_epoch(loader) -> int | None:
     if not isinstance(loader, ResumableLoader):
         return None
     sampler = loader.sampler
-    return rest_trained(sampler.size, 0, sampler.num_replicas, loader.batch_size,
-                        loader.drop_last)[1]  # fmt: skip
+    return rest_trained(sampler.size, 0, sampler.num_replicas, loader.batch_size, loader.drop_last)[
+        1
+    ]
 
 
 def check_a_full_batch(sampler: ResumableSampler, batch_size: int) -> None:
@@ -176,8 +184,11 @@ def check_a_full_batch(sampler: ResumableSampler, batch_size: int) -> None:
     share, shards = len(sampler), sampler.num_replicas
     if share >= batch_size:
         return
-    samples = f"{share} training samples of each of the {shards} processes ({sampler.size} in " \
-              "all)" if shards > 1 else f"{share} training samples"  # fmt: skip
+    samples = (
+        f"{share} training samples of each of the {shards} processes ({sampler.size} in all)"
+        if shards > 1
+        else f"{share} training samples"
+    )
     raise TuneupError(
         f"data.batch_size={batch_size} is larger than the {samples}: training batches are "
         f"full, so an epoch would train nothing; lower data.batch_size to {share} or less, or "

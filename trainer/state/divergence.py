@@ -45,8 +45,16 @@ class LossWatch:
         self.where: list[tuple[int, int, int]] = []  # (step, epoch, batch) since the last check
         self.rank = 0
 
-    def observe(self, loss: torch.Tensor, step: int, epoch: int, batch: int, rank: int,
-                deferred: bool = False, data=None) -> None:  # fmt: skip
+    def observe(
+        self,
+        loss: torch.Tensor,
+        step: int,
+        epoch: int,
+        batch: int,
+        rank: int,
+        deferred: bool = False,
+        data=None,
+    ) -> None:
         """Note the loss of one micro-batch of optimizer step ``step`` (1-based); ``data``: the
         micro-batch itself, looked at for NaN/inf when the loss is not finite."""
         if not deferred:  # a CPU scalar: one read and no kernel (torch.isfinite is four, 36 us)
@@ -89,8 +97,9 @@ def first_nonfinite(losses: list[torch.Tensor]) -> int:
     return found[1] if found[0] else -1
 
 
-def message(value: float, where: tuple[int, int, int], rank: int,
-            bad_data: list[str] | bool = False) -> str:  # fmt: skip
+def message(
+    value: float, where: tuple[int, int, int], rank: int, bad_data: list[str] | bool = False
+) -> str:
     """The error for a non-finite loss; ``bad_data``: the parts of the micro-batch that held
     NaN or inf (:func:`nonfinite_parts`), or True when it did and which is not known."""
     step, epoch, batch = where

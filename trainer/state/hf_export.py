@@ -54,8 +54,14 @@ def hf_class(model) -> type | None:
         return None
     from torch.distributed.fsdp import FSDPModule
 
-    return next((c for c in type(model).__mro__
-                 if issubclass(c, PreTrainedModel) and not issubclass(c, FSDPModule)), None)  # fmt: skip
+    return next(
+        (
+            c
+            for c in type(model).__mro__
+            if issubclass(c, PreTrainedModel) and not issubclass(c, FSDPModule)
+        ),
+        None,
+    )
 
 
 def model_problem(model, what: str) -> str | None:
@@ -63,12 +69,16 @@ def model_problem(model, what: str) -> str | None:
     setting asking for it), or None."""
     if hf_class(model) is None:
         name = f"{type(model).__module__}.{type(model).__qualname__}"
-        return (f"{what} writes a transformers PreTrainedModel; the run's model is {name}. "
-                f"Allowed: {ALLOWED}, or write the torch state dict (tuneup-consolidate)")  # fmt: skip
+        return (
+            f"{what} writes a transformers PreTrainedModel; the run's model is {name}. "
+            f"Allowed: {ALLOWED}, or write the torch state dict (tuneup-consolidate)"
+        )
     if converts_weights(model):
-        return (f"{what}: {hf_class(model).__name__} converts its checkpoint's weights on load "
-                "(transformers' conversion mapping), which this export does not reverse; use "
-                "tuneup-consolidate (torch state dict) and the model's own save_pretrained")  # fmt: skip
+        return (
+            f"{what}: {hf_class(model).__name__} converts its checkpoint's weights on load "
+            "(transformers' conversion mapping), which this export does not reverse; use "
+            "tuneup-consolidate (torch state dict) and the model's own save_pretrained"
+        )
     return None
 
 
@@ -78,8 +88,10 @@ def export_problems(cfg, plan) -> list[str]:
     if cfg.checkpoint.get("export", "none") != "hf":
         return []
     if plan.lightning:
-        return [f"checkpoint.export=hf writes a transformers PreTrainedModel, not model=lightning "
-                f"(the user's LightningModule). Allowed: {ALLOWED}"]  # fmt: skip
+        return [
+            f"checkpoint.export=hf writes a transformers PreTrainedModel, not model=lightning "
+            f"(the user's LightningModule). Allowed: {ALLOWED}"
+        ]
     model = plan.meta_model()
     problem = None if model is None else model_problem(model, "checkpoint.export=hf")
     return [problem] if problem else []
@@ -101,8 +113,11 @@ def saved_keys(model) -> list[str]:
     tensor, those the class declares tied (``_tied_weights_keys``) are left out, one name
     always kept (transformers' ``remove_tied_weights_from_state_dict``, by identity here:
     that also holds for sharded and meta tensors); ``_keys_to_ignore_on_save`` too."""
-    declared = [f"{name}.{key}" if name else key for name, module in model.named_modules()
-                for key in (getattr(module, "_tied_weights_keys", None) or ())]  # fmt: skip
+    declared = [
+        f"{name}.{key}" if name else key
+        for name, module in model.named_modules()
+        for key in (getattr(module, "_tied_weights_keys", None) or ())
+    ]
     state = model.state_dict(keep_vars=True)
     names_of: dict[int, list[str]] = {}
     for name, value in state.items():
@@ -132,8 +147,10 @@ def file_plan(sizes: dict[str, int], at_least: int = 1) -> dict[str, int]:
 def check_out(out: Path) -> None:
     """Refuse to replace what is not an earlier export (the rename would delete it)."""
     if out.exists() and not (out.is_dir() and (not any(out.iterdir()) or (out / INDEX).is_file())):
-        raise TuneupError(f"{out} exists and is not a Hugging Face directory written before "
-                          f"(no {INDEX}): give a new or empty directory")  # fmt: skip
+        raise TuneupError(
+            f"{out} exists and is not a Hugging Face directory written before "
+            f"(no {INDEX}): give a new or empty directory"
+        )
 
 
 def file_name(index: int, count: int) -> str:
@@ -179,8 +196,9 @@ def export(trainer, model, path: Path) -> Path:
     check_out(path)
     state = model.state_dict()
     tensors = {key: state[key].detach() for key in saved_keys(model)}
-    plan = file_plan({k: t.numel() * t.element_size() for k, t in tensors.items()},
-                     at_least=trainer.world_size)  # fmt: skip
+    plan = file_plan(
+        {k: t.numel() * t.element_size() for k, t in tensors.items()}, at_least=trainer.world_size
+    )
     temp = path.with_name(f".{path.name}{TEMP_MARK}{strategy.broadcast(str(os.getpid()))}")
     parts = temp / "sharded"  # each rank's part of each file, assembled below, then removed
     if first:
@@ -233,8 +251,12 @@ def overwrite(file: Path, key: str, value: torch.Tensor) -> None:
 # -- tuneup-consolidate --format hf: one process, file by file -------------------------------
 
 
-def write(out: Path, model, shapes: dict[str, torch.Tensor],
-          read: Callable[[list[str]], dict[str, torch.Tensor]]) -> int:  # fmt: skip
+def write(
+    out: Path,
+    model,
+    shapes: dict[str, torch.Tensor],
+    read: Callable[[list[str]], dict[str, torch.Tensor]],
+) -> int:
     """Write the directory ``out`` for ``model`` (its config; a meta model will do) from
     tensors ``read(names)`` returns, shaped as ``shapes`` (empty or meta tensors keyed by
     ``saved_keys(model)``), one output file at a time. Returns the number of values."""
@@ -279,13 +301,17 @@ def run_model(checkpoint: Path):
     records = [p / RECORD_DIR / "config.yaml" for p in list(checkpoint.resolve().parents)[:3]]
     record = next((r for r in records if r.is_file()), None)
     if record is None:
-        raise TuneupError(f"--format hf: no {RECORD_DIR}/config.yaml of the run beside "
-                          f"{checkpoint} (its run directory's record): the model is built "
-                          "from it for config.json; keep the checkpoint in its run directory")  # fmt: skip
+        raise TuneupError(
+            f"--format hf: no {RECORD_DIR}/config.yaml of the run beside "
+            f"{checkpoint} (its run directory's record): the model is built "
+            "from it for config.json; keep the checkpoint in its run directory"
+        )
     try:
         with torch.device("meta"):
             return Plan(OmegaConf.load(record)).build_model()
     except Exception as exc:
         cause = exc.__cause__ or exc
-        raise TuneupError(f"--format hf: the run's model ({record}) could not be built: "
-                          f"{type(cause).__name__}: {cause}") from exc  # fmt: skip
+        raise TuneupError(
+            f"--format hf: the run's model ({record}) could not be built: "
+            f"{type(cause).__name__}: {cause}"
+        ) from exc

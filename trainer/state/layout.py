@@ -96,16 +96,23 @@ def rows(ctx: Context) -> list[Row]:
     old_shards, new_shards = shards(ctx.saved), shards(ctx.current)
     if old_world is not None and (old_world, old_shards) != (world, new_shards):
         if old_shards == new_shards:
-            note = (f"takes effect from step {ctx.step}: the model is laid out over {world} "
-                    f"process(es); the data order is unchanged ({new_shards} data shard(s) as "
-                    "before)")  # fmt: skip
+            note = (
+                f"takes effect from step {ctx.step}: the model is laid out over {world} "
+                f"process(es); the data order is unchanged ({new_shards} data shard(s) as "
+                "before)"
+            )
         else:
-            note = (f"takes effect from step {ctx.step}: each epoch keeps its order (the seeded "
-                    f"permutation), now split into {new_shards} data shard(s) instead of "
-                    f"{old_shards}; ")  # fmt: skip
-            note += ("the rest of the epoch: see 'global batch'" if mid_epoch_change(ctx) else
-                     "the samples of a step are the same if the global batch (data.batch_size x "
-                     "shards x grad_accum.steps) is")  # fmt: skip
+            note = (
+                f"takes effect from step {ctx.step}: each epoch keeps its order (the seeded "
+                f"permutation), now split into {new_shards} data shard(s) instead of "
+                f"{old_shards}; "
+            )
+            note += (
+                "the rest of the epoch: see 'global batch'"
+                if mid_epoch_change(ctx)
+                else "the samples of a step are the same if the global batch (data.batch_size x "
+                "shards x grad_accum.steps) is"
+            )
         found.append(("world size", old_world, world, note))
     if old_world is not None and mid_epoch_change(ctx):
         old, new = global_batch(ctx, True), global_batch(ctx, False)
@@ -137,8 +144,10 @@ def rest_of_epoch(ctx: Context, old: int | None, new: int | None) -> str:
     text = f"global batch changed from {old} to {new}: {text}, in steps of {new}"
     first = first_step(ctx, new)
     if first is not None:
-        text += (f"; the first step takes {first}, to where a step of {new} ends in this "
-                 "layout's grid of the epoch")  # fmt: skip
+        text += (
+            f"; the first step takes {first}, to where a step of {new} ends in this "
+            "layout's grid of the epoch"
+        )
     if tail is not None and tail[1:] != (0, 0):
         text += f"; {tail_note(ctx, tail)}"
     return text
@@ -163,12 +172,16 @@ def tail_note(ctx: Context, tail: tuple[int, int, int]) -> str:
         return "every remaining sample is seen once"
     notes = []
     if left_out:
-        notes.append(f"the last {left_out} of the epoch's order are left out (each of the {n} "
-                     f"data shard(s) trains whole batches of {batch} only, as every epoch in "
-                     "this layout does)")  # fmt: skip
+        notes.append(
+            f"the last {left_out} of the epoch's order are left out (each of the {n} "
+            f"data shard(s) trains whole batches of {batch} only, as every epoch in "
+            "this layout does)"
+        )
     if again:
-        notes.append(f"{again} sample(s) from the epoch's start are trained again, to fill the "
-                     f"last batches of the {n} data shard(s)")  # fmt: skip
+        notes.append(
+            f"{again} sample(s) from the epoch's start are trained again, to fill the "
+            f"last batches of the {n} data shard(s)"
+        )
     return "; ".join(notes)
 
 

@@ -47,8 +47,10 @@ def stopped(received: str, step: int, saved, run_dir) -> Preempted:
     """The error a run stopped by ``received`` after ``step`` raises, ``saved`` there."""
     what = "Ctrl-C" if received == "SIGINT" else f"received {received}"
     kind = Interrupted if received == "SIGINT" else Preempted
-    return kind(f"{what}: stopped after step {step} and saved {saved}; "
-                f"continue with: {continue_command(run_dir)}")  # fmt: skip
+    return kind(
+        f"{what}: stopped after step {step} and saved {saved}; "
+        f"continue with: {continue_command(run_dir)}"
+    )
 
 
 def continue_command(run_dir) -> str:
@@ -141,8 +143,12 @@ class SignalFlag:
         if process_rank() == "0":
             import sys
 
-            print("\nCtrl-C: saving a checkpoint at the end of this step, then stopping "
-                  "(Ctrl-C again: stop now, without saving)", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                "\nCtrl-C: saving a checkpoint at the end of this step, then stopping "
+                "(Ctrl-C again: stop now, without saving)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def restore(self) -> None:
         for s, handler in self._previous.items():

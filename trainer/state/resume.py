@@ -95,8 +95,10 @@ def _instead(path: Path, directory: Path) -> str:
     if path.parent.resolve() == directory.resolve():
         return text + " or resume=auto (the newest intact one)"
     if path.parent.name == CHECKPOINT_DIR:  # another run's: auto in that run's directory
-        return text + (f", or resume=auto hydra.run.dir={path.parent.parent} (that run, in "
-                       "place, from its newest intact one)")  # fmt: skip
+        return text + (
+            f", or resume=auto hydra.run.dir={path.parent.parent} (that run, in "
+            "place, from its newest intact one)"
+        )
     return text
 
 
@@ -187,8 +189,9 @@ def check_config(path: Path, checkpoint: dict, cfg, trainer, module) -> None:
     saved = checkpoint.get(RUN_KEY)
     problem = weights_problem(module, checkpoint)
     if not isinstance(saved, dict):
-        log.warning("%s has no tuneup run settings; config changes since it cannot be checked",
-                    path)  # fmt: skip
+        log.warning(
+            "%s has no tuneup run settings; config changes since it cannot be checked", path
+        )
         saved = {}
     step = checkpoint.get("global_step", 0)
     context = changes.Context(
@@ -221,5 +224,8 @@ def load_weights(path: Path, checkpoint: dict, module, mode: str = "fit") -> Non
     if mode != "fit":
         log.info("mode=%s: the weights of %s; nothing is trained", mode, path)
         return
-    log.info("starting a new run from the weights of %s (optimizer, schedule, data order and "
-             "step count start afresh)", path)  # fmt: skip
+    log.info(
+        "starting a new run from the weights of %s (optimizer, schedule, data order and "
+        "step count start afresh)",
+        path,
+    )

@@ -167,13 +167,17 @@ def _reserve(fd: int) -> None:
 
 def unwritable(directory: Path, exc: OSError) -> str:
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        return (f"the run directory {directory} has less than {MIN_FREE_BYTES // 2**20} MiB free "
-                f"({exc.strerror}): the run could not write its log, metrics or checkpoints. "
-                "Free space, or give the run a directory on another file system: "
-                "hydra.run.dir=<directory>")  # fmt: skip
-    return (f"cannot write in the run directory {directory} ({exc.strerror}): the run could not "
-            "write its log, metrics or checkpoints. Give it a directory where it can write: "
-            "hydra.run.dir=<directory>")  # fmt: skip
+        return (
+            f"the run directory {directory} has less than {MIN_FREE_BYTES // 2**20} MiB free "
+            f"({exc.strerror}): the run could not write its log, metrics or checkpoints. "
+            "Free space, or give the run a directory on another file system: "
+            "hydra.run.dir=<directory>"
+        )
+    return (
+        f"cannot write in the run directory {directory} ({exc.strerror}): the run could not "
+        "write its log, metrics or checkpoints. Give it a directory where it can write: "
+        "hydra.run.dir=<directory>"
+    )
 
 
 def holds_a_run(run_dir: Path) -> bool:
@@ -245,6 +249,9 @@ class RunDirectoryCheck(Callback):
         try:
             Path(directory).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            print(f"error: cannot create the run directory {directory} ({exc.strerror}); "
-                  f"give one where you can write: {key}=<directory>", file=sys.stderr)  # fmt: skip
+            print(
+                f"error: cannot create the run directory {directory} ({exc.strerror}); "
+                f"give one where you can write: {key}=<directory>",
+                file=sys.stderr,
+            )
             sys.exit(1)

@@ -76,8 +76,9 @@ class RunState(pl.Callback):
         ``batch``: the micro-batch, looked at for NaN/inf data when the loss is not finite."""
         step, epoch = trainer.global_step + 1, trainer.current_epoch
         deferred = defer_loss_check(loss, trainer)
-        self.loss_watch.observe(loss, step, epoch, batch_idx, trainer.global_rank, deferred,
-                                data=batch)  # fmt: skip
+        self.loss_watch.observe(
+            loss, step, epoch, batch_idx, trainer.global_rank, deferred, data=batch
+        )
 
     def check_loss(self, trainer) -> None:
         strategy = trainer.strategy

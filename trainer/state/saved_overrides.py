@@ -69,8 +69,11 @@ def announce(record: Path, taken: list[str]) -> None:
     from tuneup.trainer.console import process_rank
 
     if taken and process_rank() == "0":
-        print(f"resuming with this run's own settings from {record}: {' '.join(taken)} (the "
-              "command line's own go on top)", flush=True)  # fmt: skip
+        print(
+            f"resuming with this run's own settings from {record}: {' '.join(taken)} (the "
+            "command line's own go on top)",
+            flush=True,
+        )
 
 
 def _parse(overrides: list[str]) -> list:
@@ -106,9 +109,11 @@ def _taken(saved, given: list) -> bool:
             return saved.type in (OverrideType.ADD, OverrideType.FORCE_ADD) and (
                 o.type == OverrideType.CHANGE
             )
-        if o.type == OverrideType.CHANGE and "." not in o.key_or_group and (
-            key.startswith(f"{o.key_or_group}.")
-        ):  # fmt: skip
+        if (
+            o.type == OverrideType.CHANGE
+            and "." not in o.key_or_group
+            and (key.startswith(f"{o.key_or_group}."))
+        ):
             return False  # a group chosen anew starts from its option's own values
     return True
 
@@ -138,6 +143,9 @@ def _composed_run_dir(overrides: list[str]) -> str | None:
             cfg = compose("config", overrides=overrides, return_hydra_config=True)
             return str(cfg.hydra.run.dir)
     except Exception as exc:
-        print(f"warning: could not find this run's directory to take its recorded settings "
-              f"({type(exc).__name__}); pass hydra.run.dir=<run dir>", file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: could not find this run's directory to take its recorded settings "
+            f"({type(exc).__name__}); pass hydra.run.dir=<run dir>",
+            file=sys.stderr,
+        )
         return None

@@ -112,8 +112,9 @@ def save(strategy, checkpoint: dict, path: Path) -> None:
 
     group = writer.process_group(getattr(strategy, "_timeout", None))
     started = time.perf_counter()
-    written = async_save(shards, checkpoint_id=temp, process_group=group,
-                         async_stager=writer.staging())  # fmt: skip
+    written = async_save(
+        shards, checkpoint_id=temp, process_group=group, async_stager=writer.staging()
+    )
     writer.staged_s += time.perf_counter() - started
     writer.submit(lambda: (written.result(), finish(rank, strategy.world_size, temp, path, group)))
 
@@ -176,7 +177,11 @@ def remove(path: Path) -> None:
 
 def leftovers(directory: Path) -> list[Path]:
     """Temporary or moved-aside directories of saves that were killed."""
-    return [p for p in directory.glob(".*") if p.is_dir() and (TEMP_MARK in p.name or OLD_MARK in p.name)]  # fmt: skip
+    return [
+        p
+        for p in directory.glob(".*")
+        if p.is_dir() and (TEMP_MARK in p.name or OLD_MARK in p.name)
+    ]
 
 
 # --------------------------------------------------------------------------------------

@@ -44,8 +44,14 @@ def _draw_path(outcomes: list[dict], axes) -> None:
                 axes.plot([low, high], [y, y], color=color, linewidth=2)
             axes.plot([estimate], [y], "o", color=color, markersize=7)
             text = f" {interval['estimate']:.3g}x {outcome['verdict']}"
-            axes.annotate(text, (estimate, y), xytext=(0, 6), textcoords="offset points",
-                          fontsize=8, ha="center")  # fmt: skip
+            axes.annotate(
+                text,
+                (estimate, y),
+                xytext=(0, 6),
+                textcoords="offset points",
+                fontsize=8,
+                ha="center",
+            )
     axes.set_yticks(range(len(rows)), [_short(o["label"], LABEL_CHARS) for o in rows], fontsize=8)
     axes.axvline(1.0, color="black", linestyle="--", linewidth=0.8)
     axes.set_xscale("log")

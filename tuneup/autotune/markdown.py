@@ -93,8 +93,11 @@ def unlaunched_and_batch(record: dict) -> list[str]:
     never = [o for o in record["path"] if not o["trials"]]
     if never:
         lines += ["", "## Never launched", "", "| dimension | candidate | why |", "|---|---|---|"]
-        lines += [f"| {o['dimension']} | {code(' '.join(o['candidate']) or '-')} | "
-                  f"{o['verdict']}: {escape(o['reason'])} |" for o in never]  # fmt: skip
+        lines += [
+            f"| {o['dimension']} | {code(' '.join(o['candidate']) or '-')} | "
+            f"{o['verdict']}: {escape(o['reason'])} |"
+            for o in never
+        ]
     if record["batch_notes"]:
         lines += ["", "## Batch size", "", *(f"- {note}" for note in record["batch_notes"])]
     return lines

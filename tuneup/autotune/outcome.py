@@ -79,9 +79,15 @@ def median_peak(trials: list[Trial]) -> float | None:
 def verdict(contest: Contest, against: str, confidence: float, max_rounds: int) -> Outcome:
     """The outcome of a candidate's rounds: accepted only when its interval lies above 1.0."""
     candidate = contest.candidate
-    outcome = Outcome(candidate.dimension, candidate.overrides, against, REJECTED,
-                      trials=contest.trials, loss_gap=contest.gap,
-                      reference_trials=contest.reference_trials)  # fmt: skip
+    outcome = Outcome(
+        candidate.dimension,
+        candidate.overrides,
+        against,
+        REJECTED,
+        trials=contest.trials,
+        loss_gap=contest.gap,
+        reference_trials=contest.reference_trials,
+    )
     outcome.interval = contest.interval(confidence)
     interval = outcome.interval
     if contest.failure:

@@ -43,8 +43,12 @@ def project(samples: int | None, source: str, baseline: list[dict], recipe: list
     speed = _median(s.get("samples_per_s") for s in baseline)
     world = int((baseline[0] if baseline else {}).get("world_size") or 1)
     gpu = bool(baseline) and (baseline[0].get("gpu_hours") or 0) > 0
-    found = {"samples": samples, "from": source, "world_size": world,
-             "unit": "GPU-hours" if gpu else "CPU process-hours"}  # fmt: skip
+    found = {
+        "samples": samples,
+        "from": source,
+        "world_size": world,
+        "unit": "GPU-hours" if gpu else "CPU process-hours",
+    }
     if samples is None or not speed:
         return found
     base_hours = samples / speed / 3600 * world

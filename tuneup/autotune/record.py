@@ -36,9 +36,16 @@ def trial_dict(trial) -> dict:
         "speed": trial.speed,
         "seconds": trial.seconds,
         "steps": trial.steps,
-        **{key: trial.figure(key) for key in ("samples_per_s", "samples_per_s_windows",
-                                              "peak_memory_bytes", "gpu_power_w")},
-    }  # fmt: skip
+        **{
+            key: trial.figure(key)
+            for key in (
+                "samples_per_s",
+                "samples_per_s_windows",
+                "peak_memory_bytes",
+                "gpu_power_w",
+            )
+        },
+    }
 
 
 def outcome_dict(outcome) -> dict:

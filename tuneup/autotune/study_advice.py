@@ -25,8 +25,15 @@ def baseline_stop(summary: dict | None, limit_s: float, seconds: float) -> dict:
     return {"best": target.get("best"), "mode": target.get("mode"), "stopped": stopped}
 
 
-def no_answer(target: dict, baseline: dict, trials: int, budget_trials: int, hits: int,
-              race_margin: float, best: float | None = None) -> str:  # fmt: skip
+def no_answer(
+    target: dict,
+    baseline: dict,
+    trials: int,
+    budget_trials: int,
+    hits: int,
+    race_margin: float,
+    best: float | None = None,
+) -> str:
     """The verdict when no candidate was decided on paired seeds.
 
     ``target``: the user's target node (metric, value, mode); ``baseline``: the study's
@@ -37,28 +44,41 @@ def no_answer(target: dict, baseline: dict, trials: int, budget_trials: int, hit
     goal, seen = _goal(target, mode), _seen(target.get("metric"), mode, baseline.get("best"), best)
     kept = "your command is kept"
     if hits:
-        return (f"{hits} study trial(s) reached {goal}, but the budget ran out before they "
-                f"were confirmed on paired seeds: {kept}; raise autotune.budget_minutes")  # fmt: skip
+        return (
+            f"{hits} study trial(s) reached {goal}, but the budget ran out before they "
+            f"were confirmed on paired seeds: {kept}; raise autotune.budget_minutes"
+        )
     if not baseline.get("reached"):
         samples = f"{baseline.get('samples_seen') or 0:,} samples"
         if baseline.get("stopped") == OUT_OF_TIME:
-            return (f"your command did not reach {goal} before the autotune's time ran out "
-                    f"({samples}{seen}), nor did any study trial: {kept}; raise "
-                    "autotune.budget_minutes, or set an easier target.value")  # fmt: skip
-        others = (f"nor did any of the study's {trials} trial(s) with as many samples" if trials
-                  else "and the study ran no trial")  # fmt: skip
-        return (f"your command never reached {goal} within its own limits ({samples}{seen}), "
-                f"{others}: {kept}; "
-                "train longer (trainer.max_epochs or trainer.max_steps) or set an easier "
-                "target.value (the autotune's budget did not stop it)")  # fmt: skip
+            return (
+                f"your command did not reach {goal} before the autotune's time ran out "
+                f"({samples}{seen}), nor did any study trial: {kept}; raise "
+                "autotune.budget_minutes, or set an easier target.value"
+            )
+        others = (
+            f"nor did any of the study's {trials} trial(s) with as many samples"
+            if trials
+            else "and the study ran no trial"
+        )
+        return (
+            f"your command never reached {goal} within its own limits ({samples}{seen}), "
+            f"{others}: {kept}; "
+            "train longer (trainer.max_epochs or trainer.max_steps) or set an easier "
+            "target.value (the autotune's budget did not stop it)"
+        )
     if trials < budget_trials:  # the command reached it: its best value says nothing more
-        return (f"the budget stopped the study after {trials} of autotune.budget_trials="
-                f"{budget_trials} trials, none of which reached {goal}: {kept}; raise "
-                "autotune.budget_minutes (or autotune.budget_samples)")  # fmt: skip
-    return (f"none of the study's {trials} trials reached {goal} within its samples budget "
-            f"(your command's samples to target x autotune.race_margin={race_margin:g}): "
-            f"{kept}; more trials (autotune.budget_trials), a wider space (autotune.params) or "
-            "a larger autotune.race_margin may find one")  # fmt: skip
+        return (
+            f"the budget stopped the study after {trials} of autotune.budget_trials="
+            f"{budget_trials} trials, none of which reached {goal}: {kept}; raise "
+            "autotune.budget_minutes (or autotune.budget_samples)"
+        )
+    return (
+        f"none of the study's {trials} trials reached {goal} within its samples budget "
+        f"(your command's samples to target x autotune.race_margin={race_margin:g}): "
+        f"{kept}; more trials (autotune.budget_trials), a wider space (autotune.params) or "
+        "a larger autotune.race_margin may find one"
+    )
 
 
 def search_no_answer(search) -> str:
@@ -69,13 +89,21 @@ def search_no_answer(search) -> str:
 
     target = dict((search.user_config or {}).get("target") or {})
     done = search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    hits = sum(bool(t.user_attrs.get("reached")) and not t.user_attrs.get(BASELINE_ATTR)
-               for t in done)  # fmt: skip
+    hits = sum(
+        bool(t.user_attrs.get("reached")) and not t.user_attrs.get(BASELINE_ATTR) for t in done
+    )
     values = [(t.figure("target") or {}).get("best") for t in search.lab.trials if t.summary]
     best = _pick(search.baseline.get("mode") or target.get("mode"), values)
     settings = search.settings
-    return no_answer(target, search.baseline, len(search.explored()), settings.budget_trials,
-                     hits, settings.race_margin, best)  # fmt: skip
+    return no_answer(
+        target,
+        search.baseline,
+        len(search.explored()),
+        settings.budget_trials,
+        hits,
+        settings.race_margin,
+        best,
+    )
 
 
 def _goal(target: dict, mode: str | None) -> str:

@@ -87,9 +87,14 @@ def minutes_needed(
 
 
 def too_small(
-    budget_minutes: float, elapsed_s: float, baseline_s: float, run_s: float, seeds: int,
-    rounds: int, trials_left: int,
-) -> str | None:  # fmt: skip
+    budget_minutes: float,
+    elapsed_s: float,
+    baseline_s: float,
+    run_s: float,
+    seeds: int,
+    rounds: int,
+    trials_left: int,
+) -> str | None:
     """The one-line refusal when ``budget_minutes`` cannot hold one study trial and one
     confirmation after ``elapsed_s``; None when it can."""
     need, least = minutes_needed(elapsed_s, run_s, seeds, rounds, trials_left)
@@ -104,9 +109,15 @@ def too_small(
 
 
 def confirm_count(
-    budget_minutes: float, elapsed_s: float, baseline_s: float, run_s: float, seeds: int,
-    most: int, rounds: int, trials_left: int,
-) -> int:  # fmt: skip
+    budget_minutes: float,
+    elapsed_s: float,
+    baseline_s: float,
+    run_s: float,
+    seeds: int,
+    most: int,
+    rounds: int,
+    trials_left: int,
+) -> int:
     """How many candidates the confirmation takes (:func:`candidates_that_fit`), once the
     baseline has run; a budget too small for one trial and one confirmation is refused."""
     refusal = too_small(budget_minutes, elapsed_s, baseline_s, run_s, seeds, rounds, trials_left)

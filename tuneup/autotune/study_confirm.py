@@ -38,9 +38,10 @@ def confirm(search) -> None:
         search.notes.append("no study trial reached the target: nothing to confirm")
         return
     settings, seeds = search.settings, paired_seeds(search)
-    entries = {name: {"overrides": overrides, "trial": number, "trials": [],
-                      "samples_budget": None}
-               for name, overrides, number in [(BASELINE, (), None), *best]}  # fmt: skip
+    entries = {
+        name: {"overrides": overrides, "trial": number, "trials": [], "samples_budget": None}
+        for name, overrides, number in [(BASELINE, (), None), *best]
+    }
 
     def run(name: str, index: int):
         entry = entries[name]
@@ -53,14 +54,20 @@ def confirm(search) -> None:
         # the baseline within your own limits (its true samples to target on each seed); a
         # candidate within the baseline's most x autotune.race_margin
         samples = _confirm_samples(search, entries[BASELINE]) if entry["overrides"] else None
-        trial = search.race_run(name, entry["overrides"], seeds[index], samples=samples,
-                                limit_s=max(1.0, search._left() - _reserve(search)))  # fmt: skip
+        trial = search.race_run(
+            name,
+            entry["overrides"],
+            seeds[index],
+            samples=samples,
+            limit_s=max(1.0, search._left() - _reserve(search)),
+        )
         entry["trials"].append(trial)
         entry["samples_budget"] = samples
         return (*seed_figure(trial, settings.cost), quantum(trial, settings.cost))
 
-    _, decisions = sequential.run_seeds(run, [name for name, _, _ in best], settings.confidence,
-                                        settings.seeds, settings.max_seeds)  # fmt: skip
+    _, decisions = sequential.run_seeds(
+        run, [name for name, _, _ in best], settings.confidence, settings.seeds, settings.max_seeds
+    )
     search.confirmed = {name: entry for name, entry in entries.items() if entry["trials"]}
     for name, decision in decisions.items():  # every candidate that ran (the baseline first)
         search.confirmed[name]["decision"] = decision
@@ -72,8 +79,11 @@ def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
     from optuna.trial import TrialState
 
     best, seen = [], set()
-    hits = [t for t in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-            if t.user_attrs.get("reached") and not t.user_attrs.get(BASELINE_ATTR)]  # fmt: skip
+    hits = [
+        t
+        for t in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.user_attrs.get("reached") and not t.user_attrs.get(BASELINE_ATTR)
+    ]
     for trial in sorted(hits, key=lambda t: t.value):
         overrides = tuple(trial.user_attrs.get(OVERRIDES_ATTR) or ())
         if overrides and overrides not in seen and len(best) < search.settings.confirm:
@@ -99,8 +109,10 @@ def held_out(search, name: str) -> None:
     with a note, when the budget does not allow it)."""
     entry = search.confirmed[name]
     if search._left() - search._speed_reserve() < search._confirm_seconds():
-        search.notes.append(f"`{name}`: no run on the held-out seed {held_out_seed(search)}: "
-                            "the budget ran out (its expected figures are the paired seeds')")  # fmt: skip
+        search.notes.append(
+            f"`{name}`: no run on the held-out seed {held_out_seed(search)}: "
+            "the budget ran out (its expected figures are the paired seeds')"
+        )
         return
     entry["held_out"] = search.race_run(
         name,
@@ -134,17 +146,21 @@ def decide(search) -> None:
 
     cost = search.settings.cost
     decisions = {n: e["decision"] for n, e in search.confirmed.items() if n != BASELINE}
-    means = {n: sum(seed_figure(t, cost)[0] for t in e["trials"]) / len(e["trials"])
-             for n, e in search.confirmed.items()}  # fmt: skip
+    means = {
+        n: sum(seed_figure(t, cost)[0] for t in e["trials"]) / len(e["trials"])
+        for n, e in search.confirmed.items()
+    }
     chosen = paired.pick(decisions, means)
     less = "time" if cost == TIME else f"{UNITS[cost]}"
     if not decisions:  # the advice follows from what happened (study_advice.py)
         search.verdict = search_no_answer(search)
         return
     if chosen is None:
-        search.verdict = (f"not significant: no configuration needed less {less} to the target "
-                          "than your command in every paired seed beyond the noise; your "
-                          "command is kept")  # fmt: skip
+        search.verdict = (
+            f"not significant: no configuration needed less {less} to the target "
+            "than your command in every paired seed beyond the noise; your "
+            "command is kept"
+        )
         return
     pick = search.confirmed[chosen]
     held_out(search, chosen)
@@ -152,17 +168,21 @@ def decide(search) -> None:
     found = search.speed.time_ratio()
     time = f"estimated time to target {ratio_text(found)} your command's"
     if cost == TIME and (found or {}).get("verdict") != "faster":
-        search.verdict = (f"`{chosen}` needed less time on the paired seeds, but its {time} "
-                          f"({search.speed.time_verdict()}): not lower beyond the noise, so "
-                          "your command is kept")  # fmt: skip
+        search.verdict = (
+            f"`{chosen}` needed less time on the paired seeds, but its {time} "
+            f"({search.speed.time_verdict()}): not lower beyond the noise, so "
+            "your command is kept"
+        )
         return
     search.recipe = pick["overrides"]
     if cost == TIME:
         search.verdict = f"`{chosen}` reaches the target sooner: {time}, faster beyond the noise"
         return
-    search.verdict = (f"`{chosen}` needs fewer {UNITS[cost]} to the target in every paired seed "
-                      f"beyond the noise (autotune.cost={cost}); on this machine, {time}: "
-                      f"{search.speed.time_verdict()}")  # fmt: skip
+    search.verdict = (
+        f"`{chosen}` needs fewer {UNITS[cost]} to the target in every paired seed "
+        f"beyond the noise (autotune.cost={cost}); on this machine, {time}: "
+        f"{search.speed.time_verdict()}"
+    )
 
 
 def ratio_text(found: dict | None) -> str:

@@ -17,8 +17,12 @@ def draw_study_figure(record: dict, path: Path) -> Path:
     figure = Figure(figsize=(15, 6), dpi=DPI)
     FigureCanvasAgg(figure)
     by_samples, by_time = figure.subplots(1, 2)
-    confirmed = {job: row for row in record["confirmed"]
-                 for job in [*row["jobs"], (row.get("held_out") or {}).get("job")] if job}  # fmt: skip
+    confirmed = {
+        job: row
+        for row in record["confirmed"]
+        for job in [*row["jobs"], (row.get("held_out") or {}).get("job")]
+        if job
+    }
     pick = " ".join(record["recipe"]["found"])
     study = {t["job"]: t for t in record["explore"] if t["job"] is not None}
     colours, shown = {}, set()

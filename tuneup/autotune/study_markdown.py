@@ -65,34 +65,51 @@ def render_study_markdown(record: dict, sweep_dir: Path) -> str:
         )
     if record["speed"]:
         s = record["speed"]
-        lines += ["", f"Speed ({s['rounds']} interleaved rounds): seconds per step, pick / "
-                  f"baseline {_interval(s['seconds_per_step_ratio'], '.3g')}; steps, pick / "
-                  f"baseline {_interval(s['steps_ratio'], '.3g')}; samples, pick / baseline "
-                  f"{_interval(s['samples_ratio'], '.3g')}; estimated time to target, pick / "
-                  f"baseline {_interval(s['time_ratio'], '.3g')}: {s['time_verdict']} "
-                  "(the steps on the paired seeds and the seconds per step of the rounds, "
-                  "combined on the log scale)."]  # fmt: skip
-    lines += ["", "## The study", "", f"| trial | job | configuration | state | cost to target "
-              f"({unit}) | steps | samples | pruned at (samples) |",
-              "|---:|---:|---|---|---:|---:|---:|---:|"]  # fmt: skip
+        lines += [
+            "",
+            f"Speed ({s['rounds']} interleaved rounds): seconds per step, pick / "
+            f"baseline {_interval(s['seconds_per_step_ratio'], '.3g')}; steps, pick / "
+            f"baseline {_interval(s['steps_ratio'], '.3g')}; samples, pick / baseline "
+            f"{_interval(s['samples_ratio'], '.3g')}; estimated time to target, pick / "
+            f"baseline {_interval(s['time_ratio'], '.3g')}: {s['time_verdict']} "
+            "(the steps on the paired seeds and the seconds per step of the rounds, "
+            "combined on the log scale).",
+        ]
+    lines += [
+        "",
+        "## The study",
+        "",
+        f"| trial | job | configuration | state | cost to target "
+        f"({unit}) | steps | samples | pruned at (samples) |",
+        "|---:|---:|---|---|---:|---:|---:|---:|",
+    ]
     for t in record["explore"]:
         what = "your command (not run again)" if t["baseline"] else " ".join(t["overrides"] or [])
-        state = t["state"].lower() + (f": never launched: {t['never_launched']}"
-                                      if t["never_launched"] else "")  # fmt: skip
-        value = _number(t["value"], unit) if t["reached"] or t["baseline"] else (
-            "not reached" if t["reached"] is False else "-")  # fmt: skip
+        state = t["state"].lower() + (
+            f": never launched: {t['never_launched']}" if t["never_launched"] else ""
+        )
+        value = (
+            _number(t["value"], unit)
+            if t["reached"] or t["baseline"]
+            else ("not reached" if t["reached"] is False else "-")
+        )
         steps = t.get("steps") or (record["baseline"].get("steps") if t["baseline"] else None)
         samples = t["samples_seen"] or (
             record["baseline"].get("samples") if t["baseline"] else None
         )
-        lines.append(f"| {t['number']} | {t['job'] or '-'} | {code(what)} | {escape(state)} | "
-                     f"{value} | {_counts([steps])} | {_counts([samples])} | "
-                     f"{t['pruned_at_samples'] or '-'} |")  # fmt: skip
+        lines.append(
+            f"| {t['number']} | {t['job'] or '-'} | {code(what)} | {escape(state)} | "
+            f"{value} | {_counts([steps])} | {_counts([samples])} | "
+            f"{t['pruned_at_samples'] or '-'} |"
+        )
     lines += _space_lines(record["space"])
     if record["notes"]:
         lines += ["", "## Notes", "", *(f"- {escape(n)}" for n in record["notes"])]
-    lines += ["", "![every configuration: the target metric against samples and time]"
-              "(autotune.png)", ""]  # fmt: skip
+    lines += [
+        "",
+        "![every configuration: the target metric against samples and time](autotune.png)",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -104,16 +121,22 @@ def _expected(recipe: dict, pct: str) -> list[str]:
     if held:
         missed = "" if held["reached"] else " (missed the target: what it ran)"
         time_s = held["time_to_target_s"]
-        lines += [f"Expected to the target (its run on the held-out seed {held['seed']}, which "
-                  f"neither chose it nor accepted it){missed}: {held['samples_to_target']:,} "
-                  f"samples, {held['steps_to_target']:,} steps, "
-                  f"{'-' if time_s is None else format(time_s, '.3g')} s.", ""]  # fmt: skip
-    lines += [f"Its samples to target on the paired seeds (the decision's evidence): mean "
-              f"{_interval(recipe['samples_to_target_paired'], ',.0f')} ({pct} interval of the "
-              f"mean); on a new seed {_interval(recipe['samples_to_target_next_seed'], ',.0f')} "
-              f"({pct} prediction interval on the log scale, the seeds' spread pooled over the "
-              "configurations confirmed: where a re-run on a seed the search never saw should "
-              "land).", ""]  # fmt: skip
+        lines += [
+            f"Expected to the target (its run on the held-out seed {held['seed']}, which "
+            f"neither chose it nor accepted it){missed}: {held['samples_to_target']:,} "
+            f"samples, {held['steps_to_target']:,} steps, "
+            f"{'-' if time_s is None else format(time_s, '.3g')} s.",
+            "",
+        ]
+    lines += [
+        f"Its samples to target on the paired seeds (the decision's evidence): mean "
+        f"{_interval(recipe['samples_to_target_paired'], ',.0f')} ({pct} interval of the "
+        f"mean); on a new seed {_interval(recipe['samples_to_target_next_seed'], ',.0f')} "
+        f"({pct} prediction interval on the log scale, the seeds' spread pooled over the "
+        "configurations confirmed: where a re-run on a seed the search never saw should "
+        "land).",
+        "",
+    ]
     return lines
 
 
@@ -157,8 +180,10 @@ def _space_lines(space: dict) -> list[str]:
     """The space the study searched (key, distribution, where it is sampled), and each choice
     left out of it with the check's reason."""
     lines = ["", "## Searched space", "", "| key | distribution | condition |", "|---|---|---|"]
-    lines += [f"| {code(r['key'])} | {escape(r['distribution'])} | {escape(r['condition'])} |"
-              for r in space["searched"]]  # fmt: skip
+    lines += [
+        f"| {code(r['key'])} | {escape(r['distribution'])} | {escape(r['condition'])} |"
+        for r in space["searched"]
+    ]
     if space["left_out"]:
         lines += ["", "## Left out", ""]
         lines += [f"- {code(n['override'])}: {escape(n['reason'])}" for n in space["left_out"]]

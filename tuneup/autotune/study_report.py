@@ -37,8 +37,10 @@ COST_WHY = {
 def build_study_record(search, command: list[str], recipe: dict) -> dict:
     confidence, cost = search.settings.confidence, search.settings.cost
     confirmed = []
-    hits = {name: [t.figure("samples_to_target") for t in e["trials"] if reached(t)]
-            for name, e in search.confirmed.items()}  # fmt: skip
+    hits = {
+        name: [t.figure("samples_to_target") for t in e["trials"] if reached(t)]
+        for name, e in search.confirmed.items()
+    }
     # the seeds' spread, pooled over the configurations that reached on all their seeds
     spread = paired.pooled_spread(
         [hits[n] for n, e in search.confirmed.items() if len(hits[n]) == len(e["trials"])],
@@ -53,34 +55,50 @@ def build_study_record(search, command: list[str], recipe: dict) -> dict:
         times = [t.figure("time_to_target_s") for t in runs if reached(t)]
         lattice = sorted(lattice_gap(t, "samples") for t in runs)  # the samples' lattice
         row = {
-            "label": name, "overrides": list(entry["overrides"]), "study_trial": entry["trial"],
-            "jobs": [t.job for t in runs], "seeds": seeds[: len(runs)],
+            "label": name,
+            "overrides": list(entry["overrides"]),
+            "study_trial": entry["trial"],
+            "jobs": [t.job for t in runs],
+            "seeds": seeds[: len(runs)],
             "reached": all(reached(t) for t in runs),
-            "cost": costs, "cost_interval": paired.mean_interval(costs, confidence, floor=0.0),
+            "cost": costs,
+            "cost_interval": paired.mean_interval(costs, confidence, floor=0.0),
             "samples_to_target": samples,
             "steps_to_target": [steps_seen(t) if reached(t) else None for t in runs],
             "samples_prediction": paired.prediction_interval(
-                hits[name], confidence, spread=spread,
+                hits[name],
+                confidence,
+                spread=spread,
                 quantum=lattice[len(lattice) // 2] if lattice else 0.0,
             ),
-            "samples_interval": paired.mean_interval([s for s in samples if s is not None],
-                                                     confidence, floor=0.0),
+            "samples_interval": paired.mean_interval(
+                [s for s in samples if s is not None], confidence, floor=0.0
+            ),
             "measured_time_s": times,
             "measured_time_interval": paired.mean_interval(times, confidence, floor=0.0),
-            "decision": entry.get("decision"), "estimated_time": None,
+            "decision": entry.get("decision"),
+            "estimated_time": None,
             "samples_budget": entry.get("samples_budget"),
             "held_out": _held_out(entry.get("held_out"), held_out_seed(search)),
-        }  # fmt: skip
+        }
         confirmed.append(row)
     speed = None
     if search.speed is not None:
         s = search.speed
-        speed = {"rounds": len(s.pairs), "pairs": s.pairs, "jobs": [t.job for t in s.trials],
-                 "seconds_per_step": {"baseline": s.seconds_per_step(BASELINE),
-                                      "pick": s.seconds_per_step("pick")},
-                 "seconds_per_step_ratio": s.ratio(), "steps_ratio": s.steps_ratio(),
-                 "samples_ratio": s.samples_ratio(), "time_ratio": s.time_ratio(),
-                 "time_verdict": s.time_verdict()}  # fmt: skip
+        speed = {
+            "rounds": len(s.pairs),
+            "pairs": s.pairs,
+            "jobs": [t.job for t in s.trials],
+            "seconds_per_step": {
+                "baseline": s.seconds_per_step(BASELINE),
+                "pick": s.seconds_per_step("pick"),
+            },
+            "seconds_per_step_ratio": s.ratio(),
+            "steps_ratio": s.steps_ratio(),
+            "samples_ratio": s.samples_ratio(),
+            "time_ratio": s.time_ratio(),
+            "time_verdict": s.time_verdict(),
+        }
         for row in confirmed:
             if row["label"] == BASELINE:
                 row["estimated_time"] = s.estimate(search.confirmed[BASELINE], BASELINE)
@@ -139,11 +157,14 @@ def _held_out(trial, seed: int) -> dict | None:
         return None
     hit = reached(trial)
     history = trial.figure("target_history") or [{}]
-    return {"seed": seed, "job": trial.job, "reached": hit,
-            "samples_to_target": trial.figure("samples_to_target") if hit else samples_seen(trial),
-            "steps_to_target": trial.figure("steps_to_target") if hit else trial.figure("steps"),
-            "time_to_target_s": trial.figure("time_to_target_s") if hit
-            else history[-1].get("time_s")}  # fmt: skip
+    return {
+        "seed": seed,
+        "job": trial.job,
+        "reached": hit,
+        "samples_to_target": trial.figure("samples_to_target") if hit else samples_seen(trial),
+        "steps_to_target": trial.figure("steps_to_target") if hit else trial.figure("steps"),
+        "time_to_target_s": trial.figure("time_to_target_s") if hit else history[-1].get("time_s"),
+    }
 
 
 def _storage_arg(storage: str) -> str:
@@ -165,14 +186,24 @@ def _study_trial(trial) -> dict:
     if run_dir and (Path(run_dir) / "summary.json").is_file():
         history = json.loads((Path(run_dir) / "summary.json").read_text()).get("target_history")
         curve = {key: [e[key] for e in history or []] for key in ("samples", "time_s", "value")}
-    return {"number": trial.number, "state": trial.state.name, "value": trial.value,
-            "params": trial.params, "overrides": attrs.get("tuneup_overrides"),
-            "job": attrs.get("tuneup_job"), "baseline": bool(attrs.get("tuneup_baseline")),
-            "reached": attrs.get("reached"), "pruned_at_samples": attrs.get("pruned_at_samples"),
-            "samples_seen": attrs.get("samples_seen"), "cost": attrs.get("cost"),
-            "steps": attrs.get("steps"), "step_s": attrs.get("step_s"),
-            "never_launched": attrs.get("tuneup_never_launched"), "error": attrs.get("error"),
-            "curve": curve}  # fmt: skip
+    return {
+        "number": trial.number,
+        "state": trial.state.name,
+        "value": trial.value,
+        "params": trial.params,
+        "overrides": attrs.get("tuneup_overrides"),
+        "job": attrs.get("tuneup_job"),
+        "baseline": bool(attrs.get("tuneup_baseline")),
+        "reached": attrs.get("reached"),
+        "pruned_at_samples": attrs.get("pruned_at_samples"),
+        "samples_seen": attrs.get("samples_seen"),
+        "cost": attrs.get("cost"),
+        "steps": attrs.get("steps"),
+        "step_s": attrs.get("step_s"),
+        "never_launched": attrs.get("tuneup_never_launched"),
+        "error": attrs.get("error"),
+        "curve": curve,
+    }
 
 
 def _curve(trial) -> dict:
@@ -181,6 +212,9 @@ def _curve(trial) -> dict:
         "reached": (trial.figure("target") or {}).get("reached"),
         "samples_to_target": trial.figure("samples_to_target"),
         "time_to_target_s": trial.figure("time_to_target_s"),
-        "curve": {"samples": [e["samples"] for e in history], "time_s": [e["time_s"] for e in history],
-                  "value": [e["value"] for e in history]},
-    }  # fmt: skip
+        "curve": {
+            "samples": [e["samples"] for e in history],
+            "time_s": [e["time_s"] for e in history],
+            "value": [e["value"] for e in history],
+        },
+    }

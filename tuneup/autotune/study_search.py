@@ -67,8 +67,17 @@ log = logging.getLogger(__name__)
 
 
 class StudySearch(BudgetShare):
-    def __init__(self, settings, lab, checks, budget, seed: int, storage: str, sweeps=(),
-                 is_group=lambda key: False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        settings,
+        lab,
+        checks,
+        budget,
+        seed: int,
+        storage: str,
+        sweeps=(),
+        is_group=lambda key: False,
+    ) -> None:
         self.settings, self.lab, self.checks, self.budget = settings, lab, checks, budget
         self.seed, self.storage, self.sweeps, self.is_group = seed, storage, list(sweeps), is_group
         self.confirm_seeds = [seed + 1 + i for i in range(settings.seeds)]
@@ -109,8 +118,9 @@ class StudySearch(BudgetShare):
         opened = studies.open_storage(self.storage, key="autotune.storage")
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         sampler = study_sampler(self.settings, self.seed)
-        self.study = studies.create_study(opened, self.settings.study_name, sampler, None,
-                                          ["minimize"])  # fmt: skip
+        self.study = studies.create_study(
+            opened, self.settings.study_name, sampler, None, ["minimize"]
+        )
         studies.recover_interrupted(self.study, opened)
         self._opened = opened
 
@@ -118,8 +128,10 @@ class StudySearch(BudgetShare):
         stored = self.study.user_attrs.get(BASELINE_ATTR)
         if stored:  # a continued study: its baseline ran already
             self.baseline = stored
-            self.notes.append(f"continued study '{self.study.study_name}': the baseline and "
-                              f"{len(self.explored())} finished trial(s) kept")  # fmt: skip
+            self.notes.append(
+                f"continued study '{self.study.study_name}': the baseline and "
+                f"{len(self.explored())} finished trial(s) kept"
+            )
             return
         limit = self._left()
         trial = self.race_run(BASELINE, (), self.seed, samples=None, limit_s=limit)
@@ -131,13 +143,19 @@ class StudySearch(BudgetShare):
         seen = samples_seen(trial)
         hit = trial.figure("samples_to_target") if reached(trial) else None
         budget = math.ceil(hit * self.settings.race_margin) if hit else seen
-        self.baseline = {"job": trial.job, "reached": hit is not None, "samples_to_target": hit,
-                         "steps_to_target": trial.figure("steps_to_target"),
-                         "samples_seen": seen, "seconds": trial.seconds,
-                         "trial_samples": max(1, budget), "ranked_by": self.settings.cost,
-                         "value": trial_value(trial, self.settings.cost),
-                         **figures(trial, self.settings.cost),
-                         **baseline_stop(trial.summary, max(1.0, limit), trial.seconds)}  # fmt: skip
+        self.baseline = {
+            "job": trial.job,
+            "reached": hit is not None,
+            "samples_to_target": hit,
+            "steps_to_target": trial.figure("steps_to_target"),
+            "samples_seen": seen,
+            "seconds": trial.seconds,
+            "trial_samples": max(1, budget),
+            "ranked_by": self.settings.cost,
+            "value": trial_value(trial, self.settings.cost),
+            **figures(trial, self.settings.cost),
+            **baseline_stop(trial.summary, max(1.0, limit), trial.seconds),
+        }
         log.info("autotune: your command: %s", console_line(self.baseline, self.settings.cost))
         self.study.set_user_attr(BASELINE_ATTR, self.baseline)
 
@@ -176,17 +194,21 @@ class StudySearch(BudgetShare):
             if self.settings.budget_samples is not None and used >= self.settings.budget_samples:
                 self.notes.append(f"explore stopped at autotune.budget_samples: {used:,} samples")
                 break
-            limit = study_budget.explore_limit(self._left(), self._reserve(),
-                                               self._typical_seconds())  # fmt: skip
+            limit = study_budget.explore_limit(
+                self._left(), self._reserve(), self._typical_seconds()
+            )
             if not limit:
-                self.notes.append(f"explore stopped by autotune.budget_minutes after "
-                                  f"{len(done)} trial(s): the rest is kept for confirm and speed")  # fmt: skip
+                self.notes.append(
+                    f"explore stopped by autotune.budget_minutes after "
+                    f"{len(done)} trial(s): the rest is kept for confirm and speed"
+                )
                 break
             trial = self.study.ask()
             trial.set_user_attr(studies.SWEEPER_ATTR, studies.sweeper_id())
             values = self.space.sample(trial)
-            overrides = self.space.overrides({k: v for k, v in values.items()
-                                              if config_value(self.user_config, k) != v})  # fmt: skip
+            overrides = self.space.overrides(
+                {k: v for k, v in values.items() if config_value(self.user_config, k) != v}
+            )
             trial.set_user_attr(OVERRIDES_ATTR, list(overrides))
             inspection = self.checks.inspect(overrides)
             if not inspection.ok:
@@ -194,9 +216,14 @@ class StudySearch(BudgetShare):
                 self.study.tell(trial, state=TrialState.FAIL)
                 continue
             job = [f"+hydra.sweeper.{k}={v}" for k, v in self._job_settings(trial).items()]
-            run = self.race_run(label(overrides), overrides, self.seed,
-                                samples=self.baseline["trial_samples"], limit_s=limit,
-                                extra=[*job, "+optuna_trial.plugin=optuna_trial"])  # fmt: skip
+            run = self.race_run(
+                label(overrides),
+                overrides,
+                self.seed,
+                samples=self.baseline["trial_samples"],
+                limit_s=limit,
+                extra=[*job, "+optuna_trial.plugin=optuna_trial"],
+            )
             self.tell(trial, run)
 
     def tell(self, trial, run: Trial) -> None:
@@ -222,8 +249,11 @@ class StudySearch(BudgetShare):
         else:
             trial.set_user_attr("reached", reached(run))
             value = trial_value(run, self.settings.cost)
-            log.info("autotune: trial %d: %s", trial.number,
-                     console_line({**found, "reached": reached(run)}, self.settings.cost))  # fmt: skip
+            log.info(
+                "autotune: trial %d: %s",
+                trial.number,
+                console_line({**found, "reached": reached(run)}, self.settings.cost),
+            )
             if value is None:  # no speed window: no time to rank it by
                 trial.set_user_attr("error", "no speed window in its summary.json")
                 self.study.tell(trial, state=TrialState.FAIL)
@@ -264,9 +294,14 @@ class StudySearch(BudgetShare):
     def _job_settings(self, trial) -> dict:
         from tuneup.optuna.space import override_value
 
-        return {"trial": trial.number, "storage": override_value(self.storage),
-                "study_name": override_value(self.study.study_name), "objectives": "[target]",
-                "step": "samples", "pruner": self.pruner_spec()}  # fmt: skip
+        return {
+            "trial": trial.number,
+            "storage": override_value(self.storage),
+            "study_name": override_value(self.study.study_name),
+            "objectives": "[target]",
+            "step": "samples",
+            "pruner": self.pruner_spec(),
+        }
 
     def pruner_spec(self) -> str:
         """The pruner as a Hydra override value (the job makes the same one), in samples:
@@ -277,8 +312,10 @@ class StudySearch(BudgetShare):
         hit = self.baseline.get("samples_to_target") or self.baseline.get("samples_seen")
         low = max(1, int((hit or self.baseline["trial_samples"]) // 3))
         if self.settings.pruner == "hyperband":
-            return (f"{{_target_:optuna.pruners.HyperbandPruner,min_resource:{low},"
-                    f"max_resource:{self.baseline['trial_samples']},reduction_factor:3}}")  # fmt: skip
+            return (
+                f"{{_target_:optuna.pruners.HyperbandPruner,min_resource:{low},"
+                f"max_resource:{self.baseline['trial_samples']},reduction_factor:3}}"
+            )
         if self.settings.pruner == "none":
             return "none"
         return (
@@ -303,6 +340,8 @@ def study_sampler(settings, seed: int):
     # TPE's model starts after budget_trials / 5 random trials, at most 20 (hyperopt's
     # default): fewer let it settle before each choice (a batch size) has been seen
     return optuna.samplers.TPESampler(
-        seed=seed, multivariate=True, group=True,
+        seed=seed,
+        multivariate=True,
+        group=True,
         n_startup_trials=max(3, min(20, settings.budget_trials // 5)),
-    )  # fmt: skip
+    )

@@ -18,7 +18,8 @@ class BudgetShare:
         """A race trial's expected seconds: the median of the study's trials so far (or the
         baseline's)."""
         seconds = sorted(t.seconds for t in self.lab.trials if t.label != "speed") or [
-            self.baseline.get("seconds", 1.0)]  # fmt: skip
+            self.baseline.get("seconds", 1.0)
+        ]
         return seconds[len(seconds) // 2]
 
     def share_budget(self) -> None:
@@ -26,9 +27,15 @@ class BudgetShare:
         confirmation to it (study_budget.py), once the baseline's time is known."""
         s = self.settings
         self.confirm_count = study_budget.confirm_count(
-            s.budget_minutes, self.budget.elapsed, self.baseline.get("seconds", 1.0),
-            self._confirm_seconds(), len(self.confirm_seeds), s.confirm, s.min_rounds,
-            max(0, s.budget_trials - len(self.explored())))  # fmt: skip
+            s.budget_minutes,
+            self.budget.elapsed,
+            self.baseline.get("seconds", 1.0),
+            self._confirm_seconds(),
+            len(self.confirm_seeds),
+            s.confirm,
+            s.min_rounds,
+            max(0, s.budget_trials - len(self.explored())),
+        )
 
     def _speed_reserve(self) -> float:
         """The speed stage's first ``min_rounds`` (more rounds while the budget allows)."""
@@ -44,12 +51,18 @@ class BudgetShare:
         found = any(t.user_attrs.get("reached") for t in self.explored())
         released = self._released
         room, self._released = study_budget.explore_reserve(
-            self._left(), self._typical_seconds(),
+            self._left(),
+            self._typical_seconds(),
             study_budget.confirm_seconds(self.confirm_count, seeds, run_s, rounds),
-            study_budget.confirm_seconds(1, seeds, run_s, rounds), found, released)  # fmt: skip
+            study_budget.confirm_seconds(1, seeds, run_s, rounds),
+            found,
+            released,
+        )
         if self._released and not released:
-            self.notes.append("no study trial had reached the target when the minutes left were "
-                              "the confirmation's: the study went on with them")  # fmt: skip
+            self.notes.append(
+                "no study trial had reached the target when the minutes left were "
+                "the confirmation's: the study went on with them"
+            )
         return room
 
     def _confirm_seconds(self) -> float:

@@ -162,8 +162,11 @@ def build_space(params: dict[str, str], sweeps: list[str], checks, is_group) -> 
     params = {k: v for k, v in params.items() if key_of(k) not in given or k in given}
     parsed = parse_space(params, sweeps)
     space = StudySpace(dict(parsed.distributions), dict(parsed.fixed))
-    groups = [k for k, d in space.distributions.items()
-              if isinstance(d, CategoricalDistribution) and is_group(k)]  # fmt: skip
+    groups = [
+        k
+        for k, d in space.distributions.items()
+        if isinstance(d, CategoricalDistribution) and is_group(k)
+    ]
     yours = checks.inspect(()).config
     for key, kept in companions.check_choices(space, checks, groups, yours).items():
         space.distributions[key] = CategoricalDistribution(kept) if kept else None
@@ -217,10 +220,18 @@ def searched(space: StudySpace) -> list[dict]:
             hit = [k for k in implied if key == k or key.startswith(f"{k}.")]
             if hit:
                 where.append(f"not where {choice} (it runs with {hit[0]}={implied[hit[0]]})")
-        rows.append({"key": key, "name": name, "distribution": _text(dist),
-                     "condition": "; ".join(where) or "every trial"})  # fmt: skip
-    rows += [{"key": k, "name": k, "distribution": f"fixed: {v}", "condition": "every trial"}
-             for k, v in space.fixed.items()]  # fmt: skip
+        rows.append(
+            {
+                "key": key,
+                "name": name,
+                "distribution": _text(dist),
+                "condition": "; ".join(where) or "every trial",
+            }
+        )
+    rows += [
+        {"key": k, "name": k, "distribution": f"fixed: {v}", "condition": "every trial"}
+        for k, v in space.fixed.items()
+    ]
     return rows
 
 

@@ -81,8 +81,12 @@ class Speed:
             return None
         base, pick = zip(*self.step_seconds(), strict=True)
         i = paired_speeds(list(base), list(pick), self.search.settings.confidence)
-        return {"estimate": i.estimate, "low": i.low if i.repeats > 1 else None,
-                "high": i.high if i.repeats > 1 else None, "rounds": i.repeats}  # fmt: skip
+        return {
+            "estimate": i.estimate,
+            "low": i.low if i.repeats > 1 else None,
+            "high": i.high if i.repeats > 1 else None,
+            "rounds": i.repeats,
+        }
 
     def count_ratio(self, count) -> dict | None:
         """Steps (``steps_seen``) or samples (``samples_seen``) to target, pick / baseline,
@@ -102,8 +106,12 @@ class Speed:
         pick = seeds(self.pick)
         # the command ran every seed a candidate ran (seeds are added while one is undecided):
         # the pick's seeds are the command's first ones
-        return time_ratio(seeds(self.base)[: len(pick)], pick, self.step_seconds(),
-                          self.search.settings.confidence)  # fmt: skip
+        return time_ratio(
+            seeds(self.base)[: len(pick)],
+            pick,
+            self.step_seconds(),
+            self.search.settings.confidence,
+        )
 
     def time_verdict(self) -> str:
         found = (self.time_ratio() or {}).get("verdict") or "not measured"
@@ -123,13 +131,19 @@ class Speed:
         def at(value):
             return None if value is None else max(0.0, value) * per_step + validation
 
-        return {"estimate": at(interval["estimate"]), "low": at(interval["low"]),
-                "high": at(interval["high"]), "seconds_per_step": per_step,
-                "validation_s": validation,
-                "at_least": missed}  # a miss counts at the steps it ran  # fmt: skip
+        return {
+            "estimate": at(interval["estimate"]),
+            "low": at(interval["low"]),
+            "high": at(interval["high"]),
+            "seconds_per_step": per_step,
+            "validation_s": validation,
+            "at_least": missed,
+        }  # a miss counts at the steps it ran
 
 
 def seeds(entry: dict) -> list[Seed]:
     """A confirmed configuration's runs on the paired seeds, as time_ratio takes them."""
-    return [Seed(steps_seen(t), validation_seconds(t), quantum(t.figure("target_history") or []))
-            for t in entry["trials"]]  # fmt: skip
+    return [
+        Seed(steps_seen(t), validation_seconds(t), quantum(t.figure("target_history") or []))
+        for t in entry["trials"]
+    ]

@@ -91,19 +91,30 @@ def seed_figure(trial: Trial, cost: str = TIME) -> tuple[float, bool]:
 
 def figures(trial: Trial, cost: str = TIME) -> dict:
     """The cost and, beside it, the counts (autotune.json, autotune.md, the console)."""
-    return {"cost": trial_cost(trial, cost), "steps": steps_seen(trial),
-            "samples": samples_seen(trial), "step_s": step_seconds(trial),
-            "validation_s": validation_seconds(trial)}  # fmt: skip
+    return {
+        "cost": trial_cost(trial, cost),
+        "steps": steps_seen(trial),
+        "samples": samples_seen(trial),
+        "step_s": step_seconds(trial),
+        "validation_s": validation_seconds(trial),
+    }
 
 
 def console_line(found: dict, cost: str) -> str:
     """A race run's cost to the target and, beside it, its steps and samples."""
     value = found.get("cost")
-    shown = "-" if value is None else f"{value:.3g} s" if cost == TIME else (
-        f"{value:,.0f} {UNITS[cost]}")  # fmt: skip
+    shown = (
+        "-"
+        if value is None
+        else f"{value:.3g} s"
+        if cost == TIME
+        else (f"{value:,.0f} {UNITS[cost]}")
+    )
     what = "to the target" if found.get("reached") else "so far, target not reached"
-    return (f"{shown} {what} ({found.get('steps') or 0:,} steps, {found.get('samples') or 0:,} "
-            f"samples; autotune.cost={cost})")  # fmt: skip
+    return (
+        f"{shown} {what} ({found.get('steps') or 0:,} steps, {found.get('samples') or 0:,} "
+        f"samples; autotune.cost={cost})"
+    )
 
 
 def quantum(trial: Trial, cost: str = SAMPLES) -> float:

@@ -58,13 +58,22 @@ class Autotune:
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        lab = Lab(self.launcher, sweep_dir, command, self.settings.trial_steps,
-                  first_job=next_job(sweep_dir))  # fmt: skip
+        lab = Lab(
+            self.launcher,
+            sweep_dir,
+            command,
+            self.settings.trial_steps,
+            first_job=next_job(sweep_dir),
+        )
         budget = Budget(self.settings.budget_seconds)
-        trials = ("an Optuna study of trials to the target" if study
-                  else f"trials of {self.settings.trial_steps} steps")  # fmt: skip
-        log.info("autotune: budget %g min, %s, into %s", self.settings.budget_minutes, trials,
-                 sweep_dir)  # fmt: skip
+        trials = (
+            "an Optuna study of trials to the target"
+            if study
+            else f"trials of {self.settings.trial_steps} steps"
+        )
+        log.info(
+            "autotune: budget %g min, %s, into %s", self.settings.budget_minutes, trials, sweep_dir
+        )
         with user_errors():
             if study:
                 from tuneup.autotune.study_search import StudySearch
@@ -72,8 +81,9 @@ class Autotune:
 
                 seed = int(self.compose(command).get("seed") or 0)
                 storage = resolve_storage(self.settings.storage, sweep_dir)
-                search = StudySearch(self.settings, lab, checks, budget, seed, storage, sweeps,
-                                     self.is_group).run()  # fmt: skip
+                search = StudySearch(
+                    self.settings, lab, checks, budget, seed, storage, sweeps, self.is_group
+                ).run()
                 self.answer_study(search, command, sweep_dir)
                 return search
             search = Search(self.settings, lab, checks, budget).run()

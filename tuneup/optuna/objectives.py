@@ -36,8 +36,10 @@ def objective_problems(objectives: list[str], cfg, plan) -> list[str]:
     if not wanted:
         return []
     if cfg.trainer.get("limit_val_batches") in (0, 0.0):
-        return [f"hydra.sweeper.objectives: {', '.join(wanted)} needs validation, but "
-                "trainer.limit_val_batches=0 turns it off"]  # fmt: skip
+        return [
+            f"hydra.sweeper.objectives: {', '.join(wanted)} needs validation, but "
+            "trainer.limit_val_batches=0 turns it off"
+        ]
     if not plan.sound or plan.lightning:  # the core reports an unsound plan; a user's module
         return []  # logs what it logs
     logged = [f"{VAL}{m.removeprefix('val/')}" for m in plan.task.metrics]

@@ -44,8 +44,9 @@ def write_report(study, sweep_dir: Path, objectives: list[str], storage: str) ->
         try:
             written.append(draw_front(complete, best, objectives, study, sweep_dir / FRONT_FILE))
         except ImportError:
-            log.warning("optuna: pareto.png not drawn: it needs matplotlib "
-                        "(pip install 'tuneup[sweep]')")  # fmt: skip
+            log.warning(
+                "optuna: pareto.png not drawn: it needs matplotlib (pip install 'tuneup[sweep]')"
+            )
     log.info("optuna: %s", ", ".join(str(p) for p in written))
     return written
 
@@ -74,28 +75,46 @@ def markdown(study, trials, best, objectives, storage: str, sweep_dir: Path) -> 
     if not best:
         lines.append("**No trial completed**: no best trial.")
     elif len(objectives) == 1:
-        lines.append(f"**Best: trial {numbers}**, {objectives[0]} {_fmt(best[0].value)}: "
-                     + _params_cell(best[0]))  # fmt: skip
+        lines.append(
+            f"**Best: trial {numbers}**, {objectives[0]} {_fmt(best[0].value)}: "
+            + _params_cell(best[0])
+        )
     else:
-        lines.append(f"**Pareto front: trials {numbers}** (no other trial is as good in every "
-                     f"objective and better in one; {FRONT_FILE})")  # fmt: skip
+        lines.append(
+            f"**Pareto front: trials {numbers}** (no other trial is as good in every "
+            f"objective and better in one; {FRONT_FILE})"
+        )
     on_front = {t.number for t in best}
-    lines += ["", "| trial | state | " + " | ".join(objectives) + " | params | run |",
-              "|---" * (len(objectives) + 4) + "|"]  # fmt: skip
+    lines += [
+        "",
+        "| trial | state | " + " | ".join(objectives) + " | params | run |",
+        "|---" * (len(objectives) + 4) + "|",
+    ]
     for t in trials:
-        state = t.state.name.lower() + (" (front)" if on_front and t.number in on_front
-                                         and len(objectives) > 1 else "")  # fmt: skip
+        state = t.state.name.lower() + (
+            " (front)" if on_front and t.number in on_front and len(objectives) > 1 else ""
+        )
         state += _continued(t)
         values = (
             t.values if t.values and t.state == TrialState.COMPLETE else [None] * len(objectives)
         )
-        cells = [str(t.number), state, *(_fmt(v) for v in values),
-                 _params_cell(t), _run(t, sweep_dir)]  # fmt: skip
+        cells = [
+            str(t.number),
+            state,
+            *(_fmt(v) for v in values),
+            _params_cell(t),
+            _run(t, sweep_dir),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     pruned = [t for t in trials if t.state == TrialState.PRUNED]
     if pruned:
-        lines += ["", "## Pruned trials", "",
-                  f"| trial | stopped at step | {objectives[0]} there | run |", "|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "## Pruned trials",
+            "",
+            f"| trial | stopped at step | {objectives[0]} there | run |",
+            "|---|---|---|---|",
+        ]
         for t in pruned:
             step = t.last_step
             value = t.intermediate_values.get(step) if step is not None else None
@@ -106,9 +125,11 @@ def markdown(study, trials, best, objectives, storage: str, sweep_dir: Path) -> 
 def results(best: list[FrozenTrial], objectives: list[str]) -> dict:
     if len(objectives) == 1:
         return {"name": "optuna", "best_params": best[0].params, "best_value": best[0].value}
-    return {"name": "optuna", "objectives": list(objectives),
-            "solutions": [{"trial": t.number, "params": t.params, "values": t.values}
-                          for t in best]}  # fmt: skip
+    return {
+        "name": "optuna",
+        "objectives": list(objectives),
+        "solutions": [{"trial": t.number, "params": t.params, "values": t.values} for t in best],
+    }
 
 
 def draw_front(complete, front, objectives, study, path: Path) -> Path:
@@ -119,19 +140,32 @@ def draw_front(complete, front, objectives, study, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 5), dpi=100)
-    ax.scatter([t.values[0] for t in complete], [t.values[1] for t in complete], color="0.6",
-               label="trial")  # fmt: skip
+    ax.scatter(
+        [t.values[0] for t in complete], [t.values[1] for t in complete], color="0.6", label="trial"
+    )
     ordered = sorted(front, key=lambda t: t.values[0])
-    ax.plot([t.values[0] for t in ordered], [t.values[1] for t in ordered], "o-", color="tab:red",
-            label="Pareto front")  # fmt: skip
+    ax.plot(
+        [t.values[0] for t in ordered],
+        [t.values[1] for t in ordered],
+        "o-",
+        color="tab:red",
+        label="Pareto front",
+    )
     for t in complete:
-        ax.annotate(str(t.number), (t.values[0], t.values[1]), textcoords="offset points",
-                    xytext=(4, 4), fontsize=8)  # fmt: skip
+        ax.annotate(
+            str(t.number),
+            (t.values[0], t.values[1]),
+            textcoords="offset points",
+            xytext=(4, 4),
+            fontsize=8,
+        )
     directions = [d.name.lower() for d in study.directions]
     ax.set_xlabel(f"{objectives[0]} ({directions[0]})")
     ax.set_ylabel(f"{objectives[1]} ({directions[1]})")
-    ax.set_title(f"study {study.study_name}: Pareto front = trials "
-                 + ", ".join(str(t.number) for t in sorted(front, key=lambda t: t.number)))  # fmt: skip
+    ax.set_title(
+        f"study {study.study_name}: Pareto front = trials "
+        + ", ".join(str(t.number) for t in sorted(front, key=lambda t: t.number))
+    )
     ax.legend()
     fig.tight_layout()
     fig.savefig(path)

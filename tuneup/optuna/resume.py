@@ -52,8 +52,13 @@ def continued_sampler(node, sampler, stored: int):
     if isinstance(sampler, optuna.samplers.QMCSampler):
         return sampler
     seed = derived_seed(seed, stored)
-    log.info("optuna: the study has %d trials: the sampler's seed %d -> %d, so that it does not "
-             "draw the first sweep's values again", stored, node.seed, seed)  # fmt: skip
+    log.info(
+        "optuna: the study has %d trials: the sampler's seed %d -> %d, so that it does not "
+        "draw the first sweep's values again",
+        stored,
+        node.seed,
+        seed,
+    )
     return instantiate(node, seed=seed)
 
 

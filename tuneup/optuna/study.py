@@ -187,8 +187,10 @@ def make_pruner(spec):
         return spec
     if isinstance(spec, str):
         if spec not in PRUNERS:
-            raise TuneupError(f"hydra.sweeper.pruner: '{spec}' is not one of {', '.join(PRUNERS)} "
-                              "(or hydra/sweeper/pruner=<name> with its settings)")  # fmt: skip
+            raise TuneupError(
+                f"hydra.sweeper.pruner: '{spec}' is not one of {', '.join(PRUNERS)} "
+                "(or hydra/sweeper/pruner=<name> with its settings)"
+            )
         return PRUNERS[spec]()
     from hydra.utils import instantiate
 
@@ -220,16 +222,23 @@ def recover_interrupted(study, storage) -> list[FrozenTrial]:
     recovered = []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if not is_gone(trial.user_attrs.get(SWEEPER_ATTR)):
-            log.info("optuna: trial %d is running under sweeper %s; left to it", trial.number,
-                     trial.user_attrs.get(SWEEPER_ATTR))  # fmt: skip
+            log.info(
+                "optuna: trial %d is running under sweeper %s; left to it",
+                trial.number,
+                trial.user_attrs.get(SWEEPER_ATTR),
+            )
             continue
-        storage.set_trial_user_attr(trial_id(storage, study.study_name, trial.number),
-                                    INTERRUPTED_ATTR, True)  # fmt: skip
+        storage.set_trial_user_attr(
+            trial_id(storage, study.study_name, trial.number), INTERRUPTED_ATTR, True
+        )
         study.tell(trial.number, state=TrialState.FAIL)
         if trial.params and SWEEPER_ATTR in trial.user_attrs:  # it was launched: run it again
             study.enqueue_trial(trial.params, user_attrs={RETRY_ATTR: trial.number})
-        log.info("optuna: trial %d was running when its sweep stopped: marked failed, its "
-                 "values asked again", trial.number)  # fmt: skip
+        log.info(
+            "optuna: trial %d was running when its sweep stopped: marked failed, its "
+            "values asked again",
+            trial.number,
+        )
         recovered.append(trial)
     return recovered
 

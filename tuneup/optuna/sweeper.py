@@ -64,8 +64,9 @@ class Settings:
         directions = [str(d).lower() for d in _as_list(node.get("direction", "maximize"))]
         for direction in directions:
             if direction not in DIRECTIONS:
-                raise TuneupError(f"hydra.sweeper.direction: '{direction}' is not maximize or "
-                                  "minimize")  # fmt: skip
+                raise TuneupError(
+                    f"hydra.sweeper.direction: '{direction}' is not maximize or minimize"
+                )
         if len(directions) != len(objectives):
             raise TuneupError(
                 f"hydra.sweeper.direction: {len(directions)} direction(s) for "
@@ -80,8 +81,15 @@ class Settings:
         if not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
             raise TuneupError(f"hydra.sweeper.max_failure_rate: {rate!r} is not in [0, 1]")
         storage = node.get("storage")
-        return cls(objectives, directions, node.n_trials, node.n_jobs, float(rate),
-                   node.get("study_name"), None if storage is None else str(storage))  # fmt: skip
+        return cls(
+            objectives,
+            directions,
+            node.n_trials,
+            node.n_jobs,
+            float(rate),
+            node.get("study_name"),
+            None if storage is None else str(storage),
+        )
 
 
 def _as_list(value) -> list:
@@ -128,8 +136,9 @@ class OptunaSearch:
         storage = studies.resolve_storage(settings.storage, sweep_dir)
         opened = studies.open_storage(storage)
         with studies.storage_errors(storage):  # an existing read-only file fails on writing
-            study = studies.create_study(opened, settings.study_name, sampler, pruner,
-                                         settings.directions)  # fmt: skip
+            study = studies.create_study(
+                opened, settings.study_name, sampler, pruner, settings.directions
+            )
             stored = len(study.get_trials(deepcopy=False))
             recovered = studies.recover_interrupted(study, opened)
         if stored:  # a continued study: not the first process's draws again (resume.py)
@@ -139,11 +148,19 @@ class OptunaSearch:
             )
             sampler = study.sampler
         mark_interrupted_runs(sweep_dir, study, recovered)
-        log.info("optuna: study '%s' in %s, %s, %s; %d of %d trials finished", study.study_name,
-                 storage, type(sampler).__name__, type(pruner).__name__,
-                 len(studies.finished(study)), n_trials)  # fmt: skip
-        job = [f"hydra.sweeper.storage={override_value(storage)}",
-               f"hydra.sweeper.study_name={override_value(study.study_name)}"]  # fmt: skip
+        log.info(
+            "optuna: study '%s' in %s, %s, %s; %d of %d trials finished",
+            study.study_name,
+            storage,
+            type(sampler).__name__,
+            type(pruner).__name__,
+            len(studies.finished(study)),
+            n_trials,
+        )
+        job = [
+            f"hydra.sweeper.storage={override_value(storage)}",
+            f"hydra.sweeper.study_name={override_value(study.study_name)}",
+        ]
         run_trials(
             study,
             workers=worker_count(self.launcher, settings.n_jobs),
@@ -184,8 +201,12 @@ class OptunaSearch:
             missing = [
                 k for k, v in zip(self.settings.objectives, values, strict=True) if v is None
             ]
-            log.warning("optuna: trial %d (%s) has no %s in its summary.json: failed",
-                        trial.number, run_dir, ", ".join(missing))  # fmt: skip
+            log.warning(
+                "optuna: trial %d (%s) has no %s in its summary.json: failed",
+                trial.number,
+                run_dir,
+                ", ".join(missing),
+            )
         _tell(study, trial, state=TrialState.FAIL)
         return True
 
@@ -231,8 +252,9 @@ class OptunaSearch:
             sampler = sampler(search_space=grid)
             points = math.prod(len(v) for v in grid.values())
             if points < n_trials:
-                log.info("optuna: the grid has %d points: n_trials %d -> %d", points, n_trials,
-                         points)  # fmt: skip
+                log.info(
+                    "optuna: the grid has %d points: n_trials %d -> %d", points, n_trials, points
+                )
                 n_trials = points
         return sampler, n_trials
 

@@ -62,12 +62,21 @@ def _without_tuneups_optimizer(space: Space, lines: dict, plan, default: dict) -
     if "lr" in takes and OWN_LR not in lines:
         (searched,) = parse_space({OWN_LR: default["optimizer.lr"]}, []).distributions.values()
         space.distributions = {OWN_LR: searched, **space.distributions}
-        log.info("optuna: %s: the search samples its argument %s=%s in place of %s", said,
-                 OWN_LR, default["optimizer.lr"], ", ".join(dropped))  # fmt: skip
+        log.info(
+            "optuna: %s: the search samples its argument %s=%s in place of %s",
+            said,
+            OWN_LR,
+            default["optimizer.lr"],
+            ", ".join(dropped),
+        )
     else:
-        log.info("optuna: %s: the search leaves %s out; search its own arguments with "
-                 "model.<argument>=... (it takes: %s)", said, ", ".join(dropped),
-                 ", ".join(takes) or "none")  # fmt: skip
+        log.info(
+            "optuna: %s: the search leaves %s out; search its own arguments with "
+            "model.<argument>=... (it takes: %s)",
+            said,
+            ", ".join(dropped),
+            ", ".join(takes) or "none",
+        )
     return space
 
 
@@ -88,8 +97,10 @@ def _model_key_problems(cfg, plan, keys: list[str]) -> list[str]:
         name = key.split(".")[1]
         if name != TARGET and not accepts(target, name):
             takes = ", ".join(argument_names(target)) or "none"
-            found.append(f"{key} is not an argument of model {plan.model_name} (it takes: "
-                         f"{takes}); nothing would read it")  # fmt: skip
+            found.append(
+                f"{key} is not an argument of model {plan.model_name} (it takes: "
+                f"{takes}); nothing would read it"
+            )
     return found
 
 

@@ -39,8 +39,7 @@ def worker_count(launcher, n_jobs: int) -> int:
     limit, why = launcher_limit(launcher)
     if limit is None or limit >= n_jobs:
         return n_jobs
-    log.info("optuna: hydra.sweeper.n_jobs=%d, but %s: %d trial(s) at a time", n_jobs, why,
-             limit)  # fmt: skip
+    log.info("optuna: hydra.sweeper.n_jobs=%d, but %s: %d trial(s) at a time", n_jobs, why, limit)
     return max(limit, 1)
 
 
@@ -86,8 +85,12 @@ def run_trials(
     told = failed = 0
     stopped, error = False, None
     while True:
-        while (not stopped and error is None and len(running) < workers
-               and n_trials - len(finished(study)) - len(running) > 0):  # fmt: skip
+        while (
+            not stopped
+            and error is None
+            and len(running) < workers
+            and n_trials - len(finished(study)) - len(running) > 0
+        ):
             trial, overrides = ask()
             running[trial.number] = trial
             _start(launch, trial.number, overrides, ended, inline=workers == 1)
@@ -101,8 +104,13 @@ def run_trials(
         failed += tell(trial, run_dir)
         told += 1
         if not stopped and failed / told > max_failure_rate:
-            log.error("optuna: %d of %d trials failed, more than max_failure_rate=%g: no more "
-                      "trials are asked", failed, told, max_failure_rate)  # fmt: skip
+            log.error(
+                "optuna: %d of %d trials failed, more than max_failure_rate=%g: no more "
+                "trials are asked",
+                failed,
+                told,
+                max_failure_rate,
+            )
             stopped = True
     if error is not None:
         raise error

@@ -89,8 +89,13 @@ def draw_race(report: Report, path: Path) -> Path:
         history = run.summary["target_history"]
         values = [entry["value"] for entry in history]
         for axes, key in ((by_time, "time_s"), (by_samples, "samples")):
-            axes.plot([e[key] for e in history], values, markersize=4,
-                      label=_label(report, run), **styles[run.name])  # fmt: skip
+            axes.plot(
+                [e[key] for e in history],
+                values,
+                markersize=4,
+                label=_label(report, run),
+                **styles[run.name],
+            )
     targets = [run.summary["target"] for run in runs]
     values = {t["value"] for t in targets if t.get("value") is not None}
     metrics = " / ".join(sorted({str(t.get("metric")) for t in targets}))

@@ -141,9 +141,14 @@ def _draw_speed_up(report: Report, axes) -> None:
     axes.barh(positions, [v or 0.0 for v in values], color=colors, height=0.6)
     for position, value, interval in zip(positions, values, intervals, strict=True):
         if interval is not None and value is not None:  # the interval around the bar's end
-            axes.errorbar(value, position, xerr=[[max(0.0, value - interval.low)],
-                          [max(0.0, interval.high - value)]], color="black", capsize=3,
-                          linewidth=1)  # fmt: skip
+            axes.errorbar(
+                value,
+                position,
+                xerr=[[max(0.0, value - interval.low)], [max(0.0, interval.high - value)]],
+                color="black",
+                capsize=3,
+                linewidth=1,
+            )
     axes.set_yticks(list(positions), [label(report, run) for run in runs], fontsize=8)
     axes.axvline(1.0, color="black", linewidth=0.8, linestyle="--")
     for position, run, value, interval in zip(positions, runs, values, intervals, strict=True):

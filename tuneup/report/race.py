@@ -125,8 +125,10 @@ def race_headline(report: Report, race: Race) -> str:
     facts = [f"{best.target} in {_seconds(statistics.median(times))}"]
     interval = t_interval(times)
     if interval is not None:
-        facts[0] += (f" (median of {len(times)} seeds; mean {_seconds(statistics.fmean(times))}, "
-                     f"{CONFIDENCE:.0%} interval {_seconds(interval[0])}-{_seconds(interval[1])})")  # fmt: skip
+        facts[0] += (
+            f" (median of {len(times)} seeds; mean {_seconds(statistics.fmean(times))}, "
+            f"{CONFIDENCE:.0%} interval {_seconds(interval[0])}-{_seconds(interval[1])})"
+        )
     samples = best.figures("samples_to_target")
     if samples:
         facts.append(f"{statistics.median(samples):,.0f} samples")
@@ -136,17 +138,21 @@ def race_headline(report: Report, race: Race) -> str:
         against = "the baseline's configuration itself"
     elif base is not None and base.figures("time_to_target_s"):
         base_time = statistics.median(base.figures("time_to_target_s"))
-        against = (f"the baseline's {code(' '.join(base.overrides) or '-')}: "
-                   f"{_seconds(base_time)} ({len(base.reached)} of {len(base.runs)} reached), "
-                   f"{statistics.median(times) / base_time:.2f}x its time")  # fmt: skip
+        against = (
+            f"the baseline's {code(' '.join(base.overrides) or '-')}: "
+            f"{_seconds(base_time)} ({len(base.reached)} of {len(base.runs)} reached), "
+            f"{statistics.median(times) / base_time:.2f}x its time"
+        )
     elif base is not None:
         against = f"the baseline's {code(' '.join(base.overrides) or '-')} did not reach it"
     else:
         against = "the baseline did not race"
     seeds = sorted({seed_of(run) for run in best.runs if seed_of(run) is not None}, key=int)
     command = reproduce_command(best.runs[0], multirun_seeds=seeds)
-    return (f"**Best: {code(' '.join(best.overrides) or '-')}**: {', '.join(facts)}; {reached}; "
-            f"{against}; reproduce: {code(command)}")  # fmt: skip
+    return (
+        f"**Best: {code(' '.join(best.overrides) or '-')}**: {', '.join(facts)}; {reached}; "
+        f"{against}; reproduce: {code(command)}"
+    )
 
 
 def t_interval(values: list[float]) -> tuple[float, float] | None:
@@ -251,8 +257,10 @@ def order_lines(report: Report) -> list[str]:
     if report.race is None:
         return ["Order: job order (no target value: nothing to rank by)."]
     if report.autotune:
-        return ["Order: job order. These are the autotune's trials, listed, not ranked: its "
-                "answer is [autotune.md](autotune.md)."]  # fmt: skip
+        return [
+            "Order: job order. These are the autotune's trials, listed, not ranked: its "
+            "answer is [autotune.md](autotune.md)."
+        ]
     lines = [
         "Order: configurations whose seeds all reached the target first (then those where "
         "fewer did, then those that never did); among them, by median time to target only "

@@ -90,20 +90,32 @@ def _block(tied: list, slower_follow: bool) -> Block:
     if len(tied) > 1:
         unknown = any(len(g.figures("time_to_target_s")) < 2 for g in tied)
         reason = (
-            "one seed on a side gives no interval" if unknown
+            "one seed on a side gives no interval"
+            if unknown
             else f"each time ratio's {CONFIDENCE:.0%} interval includes 1.0"
-        )  # fmt: skip
+        )
         names = ", ".join(code(_name(g)) for g in tied)
-        return Block(tied, STEPS, f"{names}: their times to target are within noise of the "
-                                  f"fastest ({reason}), so the fewest median steps to target "
-                                  "ranks them")  # fmt: skip
+        return Block(
+            tied,
+            STEPS,
+            f"{names}: their times to target are within noise of the "
+            f"fastest ({reason}), so the fewest median steps to target "
+            "ranks them",
+        )
     if slower_follow:
-        return Block(tied, TIME, f"{code(_name(tied[0]))}: faster to the target, beyond the "
-                                 "noise, than every configuration after it that reached it as "
-                                 f"often (each time ratio's {CONFIDENCE:.0%} interval above "
-                                 "1.0)")  # fmt: skip
-    return Block(tied, ALONE, f"{code(_name(tied[0]))}: the only one left of those that "
-                              "reached the target as often")  # fmt: skip
+        return Block(
+            tied,
+            TIME,
+            f"{code(_name(tied[0]))}: faster to the target, beyond the "
+            "noise, than every configuration after it that reached it as "
+            f"often (each time ratio's {CONFIDENCE:.0%} interval above "
+            "1.0)",
+        )
+    return Block(
+        tied,
+        ALONE,
+        f"{code(_name(tied[0]))}: the only one left of those that reached the target as often",
+    )
 
 
 def _reach(group) -> tuple:

@@ -54,11 +54,16 @@ def answer_line(report: Report) -> str:
     try:
         recipe = json.loads(path.read_text()).get("recipe") or {}
     except (OSError, ValueError):
-        return (f"**The answer is [{ANSWER}]({ANSWER})**: not written here, the search did not "
-                "finish (its console says why).")  # fmt: skip
+        return (
+            f"**The answer is [{ANSWER}]({ANSWER})**: not written here, the search did not "
+            "finish (its console says why)."
+        )
     found = recipe.get("found")
-    facts = [] if found is None else [
-        f"the recipe {code(' '.join(found))}" if found else "your command as it is"]  # fmt: skip
+    facts = (
+        []
+        if found is None
+        else [f"the recipe {code(' '.join(found))}" if found else "your command as it is"]
+    )
     if recipe.get("command"):
         facts.append(f"the full run: {code(recipe['command'])}")
     return f"**The answer is [{ANSWER}]({ANSWER})**" + (f": {'; '.join(facts)}." if facts else ".")

@@ -37,8 +37,13 @@ def mean_interval(values: list[float], confidence: float, floor: float | None = 
         t_quantile(confidence, len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
     )
     low = mean - half if floor is None else max(floor, mean - half)
-    return {"estimate": mean, "low": low, "high": mean + half, "n": len(values),
-            "confidence": confidence}  # fmt: skip
+    return {
+        "estimate": mean,
+        "low": low,
+        "high": mean + half,
+        "n": len(values),
+        "confidence": confidence,
+    }
 
 
 def prediction_interval(
@@ -66,9 +71,14 @@ def prediction_interval(
     sd, df = spread or (statistics.stdev(logs), len(logs) - 1)
     sd = max(sd, quantum / math.sqrt(12) / math.exp(mean))
     half = t_quantile(confidence, df) * sd * math.sqrt(1 + 1 / len(logs))
-    return {"estimate": math.exp(mean), "low": math.exp(mean - half),
-            "high": math.exp(mean + half), "n": len(logs), "confidence": confidence,
-            "scale": "log"}  # fmt: skip
+    return {
+        "estimate": math.exp(mean),
+        "low": math.exp(mean - half),
+        "high": math.exp(mean + half),
+        "n": len(logs),
+        "confidence": confidence,
+        "scale": "log",
+    }
 
 
 def pooled_spread(groups: list[list[float]], log: bool = False) -> tuple[float, int] | None:
@@ -130,12 +140,18 @@ def paired_gain(
     floor = (lattice_sd(*quantum), 0)
     if spread and spread[0] > floor[0]:
         floor = spread
-    found = {"differences": differences, "n": len(differences), "floor_sd": floor[0],
-             "floor_df": floor[1], "interval": _floored_interval(differences, confidence, floor),
-             "baseline_censored": [i for i, (_, ok) in enumerate(baseline) if not ok]}  # fmt: skip
+    found = {
+        "differences": differences,
+        "n": len(differences),
+        "floor_sd": floor[0],
+        "floor_df": floor[1],
+        "interval": _floored_interval(differences, confidence, floor),
+        "baseline_censored": [i for i, (_, ok) in enumerate(baseline) if not ok],
+    }
     start = max(2, first or len(differences))
-    found["p_looks"] = [(n, _p(mean, sd, n, *floor))
-                        for n, mean, sd in _prefixes(differences) if n >= start]  # fmt: skip
+    found["p_looks"] = [
+        (n, _p(mean, sd, n, *floor)) for n, mean, sd in _prefixes(differences) if n >= start
+    ]
     found["p"] = found["p_looks"][-1][1] if found["p_looks"] else 1.0
     interval = found["interval"]
     if missed:
@@ -196,8 +212,13 @@ def _floored_interval(values: list[float], confidence: float, floor: tuple[float
         return {"estimate": mean, "low": None, "high": None, "n": 1, "confidence": confidence}
     sd, df = _spread(values, *floor)
     half = t_quantile(confidence, df) * sd / math.sqrt(len(values))
-    return {"estimate": mean, "low": mean - half, "high": mean + half, "n": len(values),
-            "confidence": confidence}  # fmt: skip
+    return {
+        "estimate": mean,
+        "low": mean - half,
+        "high": mean + half,
+        "n": len(values),
+        "confidence": confidence,
+    }
 
 
 def pick(decisions: dict[str, dict], means: dict[str, float]) -> str | None:

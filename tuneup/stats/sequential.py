@@ -71,8 +71,9 @@ def look_p(decision: dict, seeds: int, max_seeds: int) -> float:
     return min(1.0, min(found, default=1.0))
 
 
-def holm(decisions: dict[str, dict], confidence: float, seeds: int = 1,
-         max_seeds: int = 1) -> dict[str, dict]:  # fmt: skip
+def holm(
+    decisions: dict[str, dict], confidence: float, seeds: int = 1, max_seeds: int = 1
+) -> dict[str, dict]:
     """The decisions with Holm's step-down across them (on :func:`look_p`): ``p_adjusted``
     on each, and ``better`` only where the corrected test accepts it (``corrected``: what the
     verdict was before, where the correction changed it)."""
@@ -84,8 +85,7 @@ def holm(decisions: dict[str, dict], confidence: float, seeds: int = 1,
         running = max(running, min(1.0, p[name] * (m - rank)))  # step-down: never below
         accepted = not failed and running <= level(confidence)
         failed = failed or not accepted
-        row = {**decision, "p_adjusted": running, "candidates": m,
-               "looks": looks(seeds, max_seeds)}  # fmt: skip
+        row = {**decision, "p_adjusted": running, "candidates": m, "looks": looks(seeds, max_seeds)}
         if decision["verdict"] in (MISSED, WORSE):
             found[name] = row
         elif accepted:
@@ -151,8 +151,9 @@ def is_open(decision: dict, confidence: float, seeds: int, max_seeds: int, m: in
     return can_still_win(decision, confidence, seeds, max_seeds)
 
 
-def decide_all(figures: dict[str, list[Figure]], confidence: float, seeds: int,
-               max_seeds: int) -> dict[str, dict]:  # fmt: skip
+def decide_all(
+    figures: dict[str, list[Figure]], confidence: float, seeds: int, max_seeds: int
+) -> dict[str, dict]:
     """Every candidate's decision against ``figures[BASELINE]``, each with the differences'
     spread floored at the lattice and at the spread pooled over the configurations that
     reached the target on all their seeds, then corrected (:func:`holm`)."""
@@ -168,15 +169,23 @@ def decide_all(figures: dict[str, list[Figure]], confidence: float, seeds: int,
         if name == BASELINE or not runs:
             continue
         decisions[name] = paired_gain(
-            [(v, ok) for v, ok, _ in base], [(v, ok) for v, ok, _ in runs], confidence,
+            [(v, ok) for v, ok, _ in base],
+            [(v, ok) for v, ok, _ in runs],
+            confidence,
             quantum=(_quantum(base[: len(runs)]), _quantum(runs)),
-            spread=pooled, first=seeds,
-        )  # fmt: skip
+            spread=pooled,
+            first=seeds,
+        )
     return holm(decisions, confidence, seeds, max_seeds)
 
 
-def run_seeds(run: Callable[[str, int], Figure | None], names: list[str], confidence: float,
-              seeds: int, max_seeds: int) -> tuple[dict[str, list[Figure]], dict[str, dict]]:  # fmt: skip
+def run_seeds(
+    run: Callable[[str, int], Figure | None],
+    names: list[str],
+    confidence: float,
+    seeds: int,
+    max_seeds: int,
+) -> tuple[dict[str, list[Figure]], dict[str, dict]]:
     """The confirmation: ``run(name, i)`` runs a configuration (``BASELINE`` or a candidate)
     on the i-th paired seed and gives its :data:`Figure`, or None when the budget is spent
     (then nothing more is run). The baseline, then each candidate, on the first ``seeds``

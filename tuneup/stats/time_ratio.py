@@ -69,9 +69,17 @@ def time_ratio(
     ratio = math.exp(log_r)
     d = [math.log(_time(p, ratio * step_s) / _time(c, step_s)) for c, p in pairs]
     share = statistics.fmean(_train_share(p, ratio * step_s) for _, p in pairs)
-    found = {"estimate": math.exp(statistics.fmean(d)), "low": None, "high": None,
-             "confidence": confidence, "seeds": len(d), "rounds": len(logs),
-             "step_ratio": ratio, "steps_ratio": _steps_ratio(pairs), "df": None}  # fmt: skip
+    found = {
+        "estimate": math.exp(statistics.fmean(d)),
+        "low": None,
+        "high": None,
+        "confidence": confidence,
+        "seeds": len(d),
+        "rounds": len(logs),
+        "step_ratio": ratio,
+        "steps_ratio": _steps_ratio(pairs),
+        "df": None,
+    }
     if len(d) < 2 or len(logs) < 2:
         return {**found, "verdict": NOISE}
     floor = statistics.fmean(

@@ -65,6 +65,15 @@ def build_data(cfg, plugins=None) -> DataModule:
 
 
 __all__ = [
-    "DATA", "DataModule", "Digits", "ImageFolder", "PythonSource", "Shards", "SyntheticImages", "SyntheticTokens", "TextFile",
-    "build_data", "check_data",
-]  # fmt: skip
+    "DATA",
+    "DataModule",
+    "Digits",
+    "ImageFolder",
+    "PythonSource",
+    "Shards",
+    "SyntheticImages",
+    "SyntheticTokens",
+    "TextFile",
+    "build_data",
+    "check_data",
+]

@@ -37,8 +37,9 @@ def digit_pixels(image_size: int, channels: int) -> tuple[torch.Tensor, torch.Te
     digits = load_digits()
     values = torch.as_tensor(digits.images, dtype=torch.float32)[:, None] * (255 / GREY_LEVELS)
     if image_size != values.shape[-1]:
-        values = F.interpolate(values, size=(image_size, image_size), mode="bilinear",
-                               align_corners=False)  # fmt: skip
+        values = F.interpolate(
+            values, size=(image_size, image_size), mode="bilinear", align_corners=False
+        )
     pixels = values.round_().clamp_(0, 255).to(torch.uint8).expand(-1, channels, -1, -1)
     return pixels.contiguous(), torch.as_tensor(digits.target, dtype=torch.long)
 
@@ -84,17 +85,21 @@ class Digits(ImageData):
     @classmethod
     def problems(cls, cfg) -> list[str]:
         if importlib.util.find_spec("sklearn") is None:
-            return ["data=digits reads the digits bundled with scikit-learn, which is not "
-                    "installed: pip install 'tuneup[digits]' (or scikit-learn)"]  # fmt: skip
+            return [
+                "data=digits reads the digits bundled with scikit-learn, which is not "
+                "installed: pip install 'tuneup[digits]' (or scikit-learn)"
+            ]
         found = problems(cfg, cls.rules)
         if found:
             return found
         train = train_count(cfg.data.val_fraction, cfg.data.get("test_fraction", 0.0))
         batch = cfg.data.batch_size
         if batch > train:
-            found.append(f"data.batch_size={batch} is larger than the {train} training digits "
-                         f"(data.val_fraction={cfg.data.val_fraction}): no full batch; lower "
-                         "the batch size")  # fmt: skip
+            found.append(
+                f"data.batch_size={batch} is larger than the {train} training digits "
+                f"(data.val_fraction={cfg.data.val_fraction}): no full batch; lower "
+                "the batch size"
+            )
         return found
 
     def setup(self, stage: str | None = None) -> None:
@@ -113,8 +118,10 @@ class Digits(ImageData):
         self.val_set = Images(pixels[val], labels[val], transform)
         self.test_set = Images(pixels[test], labels[test], transform) if len(test) else None
 
-    test_hint = ("give data.test_fraction=0.2 (a share of the digits held out for testing, "
-                 "taken from the training part: give it to the fit too)")  # fmt: skip
+    test_hint = (
+        "give data.test_fraction=0.2 (a share of the digits held out for testing, "
+        "taken from the training part: give it to the fit too)"
+    )
 
     def test_split(self):
         self.setup("test")

@@ -41,8 +41,11 @@ class DecodeClock:
         busy = int((self.table[:, 0] > 0).sum())
         if not images or not seconds:
             return {}
-        return {"decoded_images": int(images), "decoding_processes": busy,
-                "decode_images_per_s_per_worker": images / seconds}  # fmt: skip
+        return {
+            "decoded_images": int(images),
+            "decoding_processes": busy,
+            "decode_images_per_s_per_worker": images / seconds,
+        }
 
 
 class ImageFiles(Dataset):

@@ -82,8 +82,11 @@ class ImageFolder(ImageData):
         found = problems(cfg, cls.rules) + _setting_problems(cfg.data)
         root = OmegaConf.select(cfg, "data.root", throw_on_missing=False)
         if not root:
-            return [*found, "data.root is not set: give the folder holding train/ and val/, "
-                    "e.g. data.root=/data/imagenet"]  # fmt: skip
+            return [
+                *found,
+                "data.root is not set: give the folder holding train/ and val/, "
+                "e.g. data.root=/data/imagenet",
+            ]
         root = Path(str(root)).expanduser()
         for split in ("train", "val"):
             folder = root / split
@@ -156,8 +159,13 @@ class ImageFolder(ImageData):
     def _crops(self) -> tuple[TrainCrop, CenterCrop]:
         s = self.settings
         decoder = "pillow" if self.decoder == "nvjpeg" else self.decoder  # header and size only
-        train = TrainCrop(s.image_size, (s.min_scale, s.get("max_scale", 1.0)), flip=s.flip,
-                          decoder=decoder, draft=s.draft)  # fmt: skip
+        train = TrainCrop(
+            s.image_size,
+            (s.min_scale, s.get("max_scale", 1.0)),
+            flip=s.flip,
+            decoder=decoder,
+            draft=s.draft,
+        )
         val = CenterCrop(s.image_size, s.val_crop_fraction, decoder=decoder, draft=s.draft)
         return train, val
 
@@ -178,7 +186,12 @@ class ImageFolder(ImageData):
         log.info(
             "data.normalize=compute: mean=%s std=%s, measured on %d training images; to skip "
             "the measurement: data.normalize=given 'data.mean=%s' 'data.std=%s'",
-            mean, std, len(subset), list(mean), list(std))  # fmt: skip
+            mean,
+            std,
+            len(subset),
+            list(mean),
+            list(std),
+        )
         self.normalized_by = f"computed on {len(subset)} training images"
         return mean, std
 

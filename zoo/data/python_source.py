@@ -66,10 +66,12 @@ def split_problems(settings, size: int) -> list[str]:
     cut = split_point(size, settings.val_fraction)
     train = (cut - 1) // context
     if size - cut < context + 1 or train < batch:
-        return [f"data=python_source: {size} bytes (data.max_bytes={settings.max_bytes}) give "
-                f"{train} training windows of data.context={context} and "
-                f"{(size - cut - 1) // context} for validation; need data.batch_size={batch} "
-                "and 1: raise data.max_bytes, or shorten the context"]  # fmt: skip
+        return [
+            f"data=python_source: {size} bytes (data.max_bytes={settings.max_bytes}) give "
+            f"{train} training windows of data.context={context} and "
+            f"{(size - cut - 1) // context} for validation; need data.batch_size={batch} "
+            "and 1: raise data.max_bytes, or shorten the context"
+        ]
     return []
 
 
@@ -92,8 +94,10 @@ class PythonSource(TextFile):
         root = stdlib()
         size = corpus_size(root, cfg.data.max_bytes)
         if size == 0:
-            return [f"data=python_source found no .py files under {root} (the standard library "
-                    "of this Python); use data=textfile data.path=<a text file>"]  # fmt: skip
+            return [
+                f"data=python_source found no .py files under {root} (the standard library "
+                "of this Python); use data=textfile data.path=<a text file>"
+            ]
         return split_problems(cfg.data, size)
 
     def setup(self, stage: str | None = None) -> None:

@@ -86,19 +86,25 @@ def read_descriptor(root: Path, split: str) -> dict:
     """The split's wids descriptor, checked for what tuneup reads from it."""
     path = descriptor_path(root, split)
     if not path.is_file():
-        raise ShardError(f"{path} does not exist: not a folder of shards written by "
-                         f"tuneup-shards (convert with: tuneup-shards SRC {root})")  # fmt: skip
+        raise ShardError(
+            f"{path} does not exist: not a folder of shards written by "
+            f"tuneup-shards (convert with: tuneup-shards SRC {root})"
+        )
     try:
         found = json.loads(path.read_text())
         info, shards = found["tuneup"], found["shardlist"]
         if info["format"] != FORMAT or info["kind"] not in ("images", "tokens") or not shards:
-            raise ValueError(f"format {info['format']} (this tuneup reads {FORMAT}), kind "
-                             f"{info['kind']!r} (images or tokens), or no shards")  # fmt: skip
+            raise ValueError(
+                f"format {info['format']} (this tuneup reads {FORMAT}), kind "
+                f"{info['kind']!r} (images or tokens), or no shards"
+            )
         for shard in shards:
             int(shard["nsamples"]), int(shard["filesize"]), str(shard["url"])
     except (ValueError, KeyError, TypeError) as exc:
-        raise ShardError(f"{path} is not a tuneup shards descriptor ({type(exc).__name__}: "
-                         f"{exc}); convert again with tuneup-shards SRC {root}") from exc  # fmt: skip
+        raise ShardError(
+            f"{path} is not a tuneup shards descriptor ({type(exc).__name__}: "
+            f"{exc}); convert again with tuneup-shards SRC {root}"
+        ) from exc
     return found
 
 
@@ -111,8 +117,10 @@ def shard_problems(root: Path, descriptor: dict) -> list[str]:
         try:
             size = path.stat().st_size
         except OSError as exc:
-            found.append(f"{path} cannot be read ({exc.strerror}); copy it again, or convert "
-                         f"again with tuneup-shards SRC {root}")  # fmt: skip
+            found.append(
+                f"{path} cannot be read ({exc.strerror}); copy it again, or convert "
+                f"again with tuneup-shards SRC {root}"
+            )
             continue
         if size != shard["filesize"]:
             found.append(_wrong_size(path, size, shard["filesize"], root))
@@ -120,8 +128,10 @@ def shard_problems(root: Path, descriptor: dict) -> list[str]:
 
 
 def _wrong_size(path: Path, size: int, expected: int, root) -> str:
-    return (f"{path} is {size} bytes, not the {expected} its descriptor lists: a half-written or "
-            f"damaged shard; copy it again, or convert again with tuneup-shards SRC {root}")  # fmt: skip
+    return (
+        f"{path} is {size} bytes, not the {expected} its descriptor lists: a half-written or "
+        f"damaged shard; copy it again, or convert again with tuneup-shards SRC {root}"
+    )
 
 
 class ShardRecords:
@@ -164,8 +174,10 @@ class ShardRecords:
         except OSError as exc:
             raise ShardError(f"{path} cannot be read ({exc.strerror})") from exc
         except Exception as exc:  # a damaged tar: wids asserts, or the header parse fails
-            raise ShardError(f"{path} is not a whole WebDataset shard ({type(exc).__name__}: "
-                             f"{exc}); copy it again, or convert again") from exc  # fmt: skip
+            raise ShardError(
+                f"{path} is not a whole WebDataset shard ({type(exc).__name__}: "
+                f"{exc}); copy it again, or convert again"
+            ) from exc
         self.opened[k] = OpenShard(shard)
         return self.opened[k]
 
@@ -267,12 +279,16 @@ class Shards(DataModule):
             return [f"data=shards reads WebDataset shards through wids, {missing}"]
         path = OmegaConf.select(cfg, "data.path", throw_on_missing=False)
         if not path:
-            return ["data.path is not set: give the folder tuneup-shards wrote, e.g. "
-                    "data.path=/data/imagenet-shards"]  # fmt: skip
+            return [
+                "data.path is not set: give the folder tuneup-shards wrote, e.g. "
+                "data.path=/data/imagenet-shards"
+            ]
         root, where = _root(path), f"data.path={str(path)!r}"
         if not root.is_dir():
-            return [f"{where}: {root} does not exist; convert an image folder or a text file "
-                    f"into it first: tuneup-shards SRC {path}"]  # fmt: skip
+            return [
+                f"{where}: {root} does not exist; convert an image folder or a text file "
+                f"into it first: tuneup-shards SRC {path}"
+            ]
         found, train = [], None
         for split in SPLITS:
             try:
@@ -295,8 +311,10 @@ class Shards(DataModule):
         if isinstance(wanted, int) and wanted < count:
             count = wanted
         if not found and isinstance(batch, int) and count < batch:
-            found.append(f"{where} has {count} training samples, fewer than "
-                         f"data.batch_size={batch}: no full batch; lower the batch size")  # fmt: skip
+            found.append(
+                f"{where} has {count} training samples, fewer than "
+                f"data.batch_size={batch}: no full batch; lower the batch size"
+            )
         return found
 
     def records(self, split: str) -> tuple[ShardRecords, dict]:
@@ -330,9 +348,11 @@ class ShardImages(Shards, ImageFolder):
             formats = self.records(split)[1]["formats"]
             others = {ext: n for ext, n in formats.items() if not ext.endswith(JPEG_SUFFIXES)}
             if others:
-                raise TuneupError(f"data.decoder=nvjpeg decodes JPEG only, and {self.where} "
-                                  f"{split} holds other images ({others}); use "
-                                  "data.decoder=pillow")  # fmt: skip
+                raise TuneupError(
+                    f"data.decoder=nvjpeg decodes JPEG only, and {self.where} "
+                    f"{split} holds other images ({others}); use "
+                    "data.decoder=pillow"
+                )
 
     def _name_steps(self) -> None:
         super()._name_steps()
@@ -364,8 +384,13 @@ class ShardTokens(Shards):
         self.val_set = TokenWindows(self.records("val")[0], s.val_samples)
 
     def describe(self) -> dict:
-        return {"data": "shards", "batches": "int64 tokens", "worker": "read from shard",
-                "device": "copy", **self.loading}  # fmt: skip
+        return {
+            "data": "shards",
+            "batches": "int64 tokens",
+            "worker": "read from shard",
+            "device": "copy",
+            **self.loading,
+        }
 
 
 def _root(path) -> Path:

@@ -52,9 +52,11 @@ class SyntheticImages(ImageData):
     def problems(cls, cfg) -> list[str]:
         found = super().problems(cfg)
         if cfg.data.get("on_device") and cfg.data.get("preprocess") == "worker":
-            found.append("data.on_device=true keeps uint8 images on the device and converts "
-                          "them there, but data.preprocess='worker' asks the workers for floats; "
-                          "use data.preprocess=device with on_device")  # fmt: skip
+            found.append(
+                "data.on_device=true keeps uint8 images on the device and converts "
+                "them there, but data.preprocess='worker' asks the workers for floats; "
+                "use data.preprocess=device with on_device"
+            )
         return found
 
     def setup(self, stage: str | None = None) -> None:
@@ -85,11 +87,14 @@ class SyntheticImages(ImageData):
             patterns, state, device = self._held_out
             generator = torch.Generator()
             generator.set_state(state)
-            pixels, labels = synthetic_pixels(patterns, self.settings.test_samples,
-                                              self.settings.signal, generator)  # fmt: skip
-            self.test_set = (ResidentImages(pixels.to(device), labels.to(device)) if self.resident
-                             else Images(pixels, labels, None if self.device_work
-                                         else self._normalize))  # fmt: skip
+            pixels, labels = synthetic_pixels(
+                patterns, self.settings.test_samples, self.settings.signal, generator
+            )
+            self.test_set = (
+                ResidentImages(pixels.to(device), labels.to(device))
+                if self.resident
+                else Images(pixels, labels, None if self.device_work else self._normalize)
+            )
         return self.test_set
 
     def _normalize(self, pixels: torch.Tensor) -> torch.Tensor:

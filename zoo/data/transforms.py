@@ -195,8 +195,15 @@ class TrainCrop:
     Returns ``(pixels, flip)``: uint8 ``[3, size, size]`` not yet flipped, and whether to flip.
     """
 
-    def __init__(self, size: int, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), flip: bool = True,
-                 decoder: str = "pillow", draft: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        size: int,
+        scale=(0.08, 1.0),
+        ratio=(3 / 4, 4 / 3),
+        flip: bool = True,
+        decoder: str = "pillow",
+        draft: bool = False,
+    ) -> None:
         self.size, self.scale, self.ratio = size, tuple(scale), tuple(ratio)
         self.flip, self.decoder, self.draft = flip, decoder, draft
 
@@ -219,8 +226,9 @@ class TrainCrop:
 class CenterCrop(TrainCrop):
     """Validation, worker part: shorter side to ``size / crop_fraction``, centre ``size``²; no flip."""
 
-    def __init__(self, size: int, crop_fraction: float = 0.875, decoder: str = "pillow",
-                 draft: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self, size: int, crop_fraction: float = 0.875, decoder: str = "pillow", draft: bool = False
+    ) -> None:
         super().__init__(size, flip=False, decoder=decoder, draft=draft)
         self.crop_fraction = crop_fraction
 
@@ -294,8 +302,9 @@ def device_images(pixels: torch.Tensor, flips: torch.Tensor | None, mean, std) -
     return normalize(pixels, mean, std)
 
 
-def decode_on_device(encoded: list[torch.Tensor], boxes: torch.Tensor, size: int, device,
-                     decode=None) -> torch.Tensor:  # fmt: skip
+def decode_on_device(
+    encoded: list[torch.Tensor], boxes: torch.Tensor, size: int, device, decode=None
+) -> torch.Tensor:
     """``data.decoder=nvjpeg``: JPEG bytes decoded on ``device`` (torchvision's nvJPEG, in one
     batched call), each ``box`` cropped and resized to ``size``² with antialiased bilinear
     interpolation, as uint8 ``[B, 3, size, size]``. ``decode`` replaces the decoder (tests).
@@ -306,16 +315,18 @@ def decode_on_device(encoded: list[torch.Tensor], boxes: torch.Tensor, size: int
         images = decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device)
     else:
         images = decode(encoded, device)
-    return torch.stack([crop_resize(img, box, size) for img, box in zip(images, boxes.tolist(),
-                                                                         strict=True)])  # fmt: skip
+    return torch.stack(
+        [crop_resize(img, box, size) for img, box in zip(images, boxes.tolist(), strict=True)]
+    )
 
 
 def crop_resize(image: torch.Tensor, box, size: int) -> torch.Tensor:
     """``box`` of one uint8 ``[3, H, W]`` image resized to ``size``² (antialiased), uint8."""
     left, top, right, bottom = (round(v) for v in box)
     crop = image[None, :, top:bottom, left:right].float()
-    out = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=True,
-                        align_corners=False)  # fmt: skip
+    out = F.interpolate(
+        crop, size=(size, size), mode="bilinear", antialias=True, align_corners=False
+    )
     return out[0].round_().clamp_(0, 255).to(torch.uint8)
 
 

@@ -60,8 +60,14 @@ def _resnet(settings, input_shape, num_classes):
 
 def _gpt(settings, input_shape, num_classes):
     context = settings.get("context") or input_shape[0]
-    return GPT(num_classes, context, settings.layers, settings.heads, settings.width,
-               settings.get("dropout", 0.0))  # fmt: skip
+    return GPT(
+        num_classes,
+        context,
+        settings.layers,
+        settings.heads,
+        settings.width,
+        settings.get("dropout", 0.0),
+    )
 
 
 RESNET_RULES = {"model.width": Integer(low=1), "model.stem": OneOf(("auto", "imagenet", "cifar"))}
@@ -92,8 +98,10 @@ def check_model(cfg) -> list[str]:
     for key in ("blocks", "hidden"):
         values = cfg.model.get(key)
         if values is not None and (isinstance(values, str) or not isinstance(values, Sequence)):
-            found.append(f"model.{key}={values!r} is not allowed: expected a non-empty list of "
-                         f"integers >= 1, e.g. model.{key}=[{values}]")  # fmt: skip
+            found.append(
+                f"model.{key}={values!r} is not allowed: expected a non-empty list of "
+                f"integers >= 1, e.g. model.{key}=[{values}]"
+            )
         elif values is not None and (
             len(values) == 0 or not all(Integer(low=1)(v) for v in values)
         ):
@@ -129,6 +137,16 @@ def build_model(cfg, input_shape: tuple[int, ...], num_classes: int) -> nn.Modul
 
 
 __all__ = [
-    "GPT", "MLP", "MODELS", "BasicBlock", "Block", "Bottleneck", "ModelSpec", "ResNet",
-    "SmallResNet", "build_model", "check_model", "resnet",
-]  # fmt: skip
+    "GPT",
+    "MLP",
+    "MODELS",
+    "BasicBlock",
+    "Block",
+    "Bottleneck",
+    "ModelSpec",
+    "ResNet",
+    "SmallResNet",
+    "build_model",
+    "check_model",
+    "resnet",
+]

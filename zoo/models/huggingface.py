@@ -38,8 +38,10 @@ from tuneup.trainer.validation import OneOf, problem
 DTYPES = ("float32", "bfloat16", "float16")
 RULES = {"model.dtype": OneOf(DTYPES)}
 #: What model.path must name, for the messages.
-EXPECTED = ("a directory written by save_pretrained (config.json and *.safetensors), or the "
-            "name of a Hugging Face hub model already in the local cache (nothing is downloaded)")  # fmt: skip
+EXPECTED = (
+    "a directory written by save_pretrained (config.json and *.safetensors), or the "
+    "name of a Hugging Face hub model already in the local cache (nothing is downloaded)"
+)
 #: Checkpoint keys transformers skips for every model (modeling_utils: rotary buffers and
 #: position ids that older checkpoints stored).
 IGNORED = (r"rotary_emb\.inv_freq", r"(^|\.)position_ids$")
@@ -72,8 +74,10 @@ def resolve(path) -> Path:
     try:
         return Path(snapshot_download(str(path), local_files_only=True))
     except Exception as exc:  # not a repo name, or not in the cache
-        raise TuneupError(f"model.path={str(path)!r} is neither a directory nor a hub model in "
-                          f"the local cache: expected {EXPECTED}") from exc  # fmt: skip
+        raise TuneupError(
+            f"model.path={str(path)!r} is neither a directory nor a hub model in "
+            f"the local cache: expected {EXPECTED}"
+        ) from exc
 
 
 def auto_class(name: str):
@@ -82,9 +86,14 @@ def auto_class(name: str):
 
     found = getattr(transformers, str(name), None) if str(name).startswith("AutoModel") else None
     if found is None or not hasattr(found, "from_config"):
-        raise TuneupError(problem("model.auto_class", name,
-                                  "a transformers AutoModel class, e.g. AutoModelForCausalLM, "
-                                  "AutoModelForSequenceClassification, AutoModelForMaskedLM"))  # fmt: skip
+        raise TuneupError(
+            problem(
+                "model.auto_class",
+                name,
+                "a transformers AutoModel class, e.g. AutoModelForCausalLM, "
+                "AutoModelForSequenceClassification, AutoModelForMaskedLM",
+            )
+        )
     return found
 
 
@@ -97,8 +106,10 @@ def problems(cfg) -> list[str]:
 
     node = cfg.model
     if OmegaConf.is_missing(node, "path"):
-        return [f"model.path is not set: model=huggingface needs {EXPECTED}, e.g. "
-                "model.path=/models/my-llama"]  # fmt: skip
+        return [
+            f"model.path is not set: model=huggingface needs {EXPECTED}, e.g. "
+            "model.path=/models/my-llama"
+        ]
     try:
         directory = resolve(node.path)
         auto_class(node.auto_class)
@@ -107,18 +118,28 @@ def problems(cfg) -> list[str]:
     if not (directory / "config.json").is_file():
         return [f"model.path={str(node.path)!r} has no config.json: expected {EXPECTED}"]
     if not safetensors_files(directory):
-        return [f"model.path={str(node.path)!r} has no *.safetensors file: expected {EXPECTED} "
-                "(.bin checkpoints are not read: save the model again with save_pretrained, "
-                "whose default is safetensors)"]  # fmt: skip
+        return [
+            f"model.path={str(node.path)!r} has no *.safetensors file: expected {EXPECTED} "
+            "(.bin checkpoints are not read: save the model again with save_pretrained, "
+            "whose default is safetensors)"
+        ]
     try:
         with torch.device("meta"):
             model = build(node)
     except Exception as exc:  # transformers' own words: an unknown architecture, a bad config
-        return [f"model.path={str(node.path)!r}: {node.auto_class} cannot build the model of its "
-                f"config.json: {type(exc).__name__}: {str(exc).splitlines()[0]}"]  # fmt: skip
+        return [
+            f"model.path={str(node.path)!r}: {node.auto_class} cannot build the model of its "
+            f"config.json: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+        ]
     found = mismatch(model, stored_shapes(directory))
-    return [f"model.path={str(node.path)!r} does not fit {type(model).__name__} "
-            f"({node.auto_class} of its config.json): {found}"] if found else []  # fmt: skip
+    return (
+        [
+            f"model.path={str(node.path)!r} does not fit {type(model).__name__} "
+            f"({node.auto_class} of its config.json): {found}"
+        ]
+        if found
+        else []
+    )
 
 
 def safetensors_files(directory: Path) -> list[Path]:
@@ -153,8 +174,7 @@ def checkpoint_names(model: nn.Module, stored) -> tuple[dict[str, str], list[str
             names[key] = name
     ignored = [*IGNORED, *(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ())]
     used = set(names.values()) | tied
-    unexpected = [n for n in stored
-                  if n not in used and not any(re.search(p, n) for p in ignored)]  # fmt: skip
+    unexpected = [n for n in stored if n not in used and not any(re.search(p, n) for p in ignored)]
     return names, missing, unexpected
 
 
@@ -163,12 +183,17 @@ def mismatch(model: nn.Module, stored: dict[str, tuple[int, ...]], shown: int = 
     does): names the model has and the checkpoint lacks, the reverse, then shapes."""
     names, missing, unexpected = checkpoint_names(model, stored)
     state = model.state_dict()
-    shapes = [f"{key} {list(stored[name])} in the checkpoint, {list(state[key].shape)} in the "
-              f"model" for key, name in names.items()
-              if tuple(stored[name]) != tuple(state[key].shape)]  # fmt: skip
+    shapes = [
+        f"{key} {list(stored[name])} in the checkpoint, {list(state[key].shape)} in the model"
+        for key, name in names.items()
+        if tuple(stored[name]) != tuple(state[key].shape)
+    ]
     parts = []
-    for what, items in (("not in the checkpoint", missing), ("not in the model", unexpected),
-                        ("shapes differ", shapes)):  # fmt: skip
+    for what, items in (
+        ("not in the checkpoint", missing),
+        ("not in the model", unexpected),
+        ("shapes differ", shapes),
+    ):
         if items:
             more = f" and {len(items) - shown} more" if len(items) > shown else ""
             parts.append(f"{what}: {', '.join(items[:shown])}{more}")
@@ -205,8 +230,11 @@ def load_shards(model: nn.Module, path) -> None:
     state = get_model_state_dict(model)
     wanted = {name: state[key] for key, name in names.items()}
     dcp.load(wanted, storage_reader=HuggingFaceStorageReader(str(directory)))
-    set_model_state_dict(model, {key: wanted[name] for key, name in names.items()},
-                         options=StateDictOptions(strict=False))  # fmt: skip
+    set_model_state_dict(
+        model,
+        {key: wanted[name] for key, name in names.items()},
+        options=StateDictOptions(strict=False),
+    )
     compute_buffers(model)
 
 

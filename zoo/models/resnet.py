@@ -20,8 +20,11 @@ from __future__ import annotations
 from torch import nn
 
 #: Blocks per stage and block type of each depth (He et al. 2016, torchvision).
-DEPTHS = {"resnet18": ("basic", [2, 2, 2, 2]), "resnet34": ("basic", [3, 4, 6, 3]),
-          "resnet50": ("bottleneck", [3, 4, 6, 3])}  # fmt: skip
+DEPTHS = {
+    "resnet18": ("basic", [2, 2, 2, 2]),
+    "resnet34": ("basic", [3, 4, 6, 3]),
+    "resnet50": ("bottleneck", [3, 4, 6, 3]),
+}
 
 #: Images at most this many pixels on a side get the CIFAR stem under ``stem: auto``.
 CIFAR_STEM_MAX_SIZE = 64
