@@ -42,10 +42,14 @@ class BudgetShare:
         return study_budget.speed_seconds(self.settings.min_rounds, self._confirm_seconds())
 
     def _reserve(self) -> float:
-        """Room kept for confirm and speed (study_budget.explore_reserve)."""
+        """Room kept for confirm and speed (study_budget.explore_reserve). A confirm run is
+        taken at ``autotune.race_margin`` x its expected seconds: your command runs to the
+        target on seeds the search never saw, which may need more steps than the search seed
+        (a candidate's runs there are capped at that margin of your command's samples), and
+        the room is kept before any of them has run."""
         seeds, run_s, rounds = (
             len(self.confirm_seeds),
-            self._confirm_seconds(),
+            self._confirm_seconds() * self.settings.race_margin,
             self.settings.min_rounds,
         )
         found = any(t.user_attrs.get("reached") for t in self.explored())
