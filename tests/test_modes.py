@@ -15,8 +15,8 @@ import tuneup
 from tests.conftest import compose_config
 from tuneup import TuneupError
 from tuneup.trainer.components import Plan
-from tuneup.trainer.datamodule import UserData, datasets_of
 from tuneup.trainer.runner import ConfigError
+from tuneup.trainer.user_data import UserData, datasets_of
 
 #: 96 held-out samples: three full batches of 32.
 TEST = ["data.test_samples=96"]

@@ -12,7 +12,7 @@ config                                      what is built
 ``data=<name>`` (``data.name``)             a zoo data set, :mod:`tuneup.zoo.data`
 ``data=custom data._target_=pkg.DM``        the user's ``LightningDataModule``, or a
                                             callable returning train/val ``Dataset``\\ s
-                                            (:class:`~tuneup.trainer.datamodule.UserData`)
+                                            (:class:`~tuneup.trainer.user_data.UserData`)
 ==========================================  =============================================
 
 A :class:`Plan` holds what is known before anything real is built: the names, the data
@@ -34,7 +34,7 @@ from torch import nn
 from tuneup import TuneupError
 from tuneup.trainer import task as tasks
 from tuneup.trainer.batches import first_tensor, input_kind, pair, to_meta
-from tuneup.trainer.datamodule import DataModule, UserData
+from tuneup.trainer.datamodule import DataModule
 from tuneup.trainer.pairing import pairing_problems
 from tuneup.trainer.targets import (
     DATA_KEYS,
@@ -45,6 +45,7 @@ from tuneup.trainer.targets import (
     locate,
     target_path,
 )
+from tuneup.trainer.user_data import UserData
 
 log = logging.getLogger(__name__)
 
