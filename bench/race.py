@@ -25,6 +25,7 @@ misses, the performance profile), race.json and race_profile.png to ``--out``.
     python bench/race.py --smoke                    # 2 tasks, 1 seed, 2-trial searches: the pipeline in ~2 min
     python bench/race.py --check                    # every command and the frozen settings checked, nothing trained
     python bench/race.py --choose-targets --tasks digits_deep     # the default on seed 0 at full length
+    python bench/race.py --out all --combine out-digits out-conv   # one report over earlier runs
 """
 
 from __future__ import annotations
@@ -67,6 +68,13 @@ def parse(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--unfrozen", action="store_true", help="allow search settings other than the frozen file's"
+    )
+    parser.add_argument(
+        "--combine",
+        nargs="+",
+        type=Path,
+        metavar="DIR",
+        help="no run: one report over the race.json of these earlier --out folders",
     )
     parser.add_argument("--speed-rounds", type=int, default=3)
     parser.add_argument("--speed-steps", type=int, default=32)
@@ -243,9 +251,31 @@ def report(results: list[dict], args, frozen: dict | None, seconds: float) -> st
     lines = [*head]
     for result in results:
         lines += race_report.task_table(result)
-    lines += race_report.overall_table(results) + race_report.misses(results, args.seeds)
+    lines += race_report.overall_table(results) + race_report.goals(results)
+    lines += race_report.misses(results, args.seeds)
     lines += ["Command:", "", "```", f"python bench/race.py {shlex.join(args.argv)}", "```", ""]
     return "\n".join(lines)
+
+
+def combine(args, out: Path) -> None:
+    """One report over earlier runs' race.json (each task's recipes timed in its own window)."""
+    results, frozen = [], None
+    for folder in args.combine:
+        data = json.loads((folder / "race.json").read_text())
+        results += data["results"]
+        frozen = frozen or data.get("frozen")
+        args.seeds = data.get("seeds", args.seeds)
+    write(out, report(results, args, frozen, 0.0), results, frozen, args.seeds)
+
+
+def write(out: Path, text: str, results: list[dict], frozen, seeds) -> None:
+    (out / "race.md").write_text(text)
+    race_report.profile_png(results, out / "race_profile.png")
+    (out / "race.json").write_text(
+        json.dumps({"frozen": frozen, "seeds": seeds, "results": results}, default=str, indent=1)
+    )
+    print(text)
+    print(f"written: {out / 'race.md'}, {out / 'race_profile.png'}, {out / 'race.json'}")
 
 
 def main(argv=None) -> None:
@@ -256,6 +286,8 @@ def main(argv=None) -> None:
         out.mkdir(parents=True, exist_ok=True)
         if args.choose_targets:
             return choose_targets(args, out / "targets")
+        if args.combine:
+            return combine(args, out)
         searches = any(r in SEARCHES for r in args.runs)
         frozen = frozen_settings(args) if searches or args.check else None
         found = race_tasks.problems(args.tasks, out, frozen, args.runs)
@@ -266,15 +298,7 @@ def main(argv=None) -> None:
             return None
         results = [run_task(name, args, frozen, out / name) for name in args.tasks]
         text = report(results, args, frozen, time.monotonic() - started)
-        (out / "race.md").write_text(text)
-        race_report.profile_png(results, out / "race_profile.png")
-        (out / "race.json").write_text(
-            json.dumps(
-                {"frozen": frozen, "seeds": args.seeds, "results": results}, default=str, indent=1
-            )
-        )
-        print(text)
-        print(f"written: {out / 'race.md'}, {out / 'race_profile.png'}, {out / 'race.json'}")
+        write(out, text, results, frozen, args.seeds)
     return None
 
 

@@ -225,3 +225,74 @@ def profile_png(results: list[dict], path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def goals(results: list[dict]) -> list[str]:
+    """The race's goals (issue 50), each checked on the figures of ``results``: met, not met,
+    or not measured (a contender missing from the run)."""
+    per_task = {r["task"]: contender_times(r) for r in results}
+    lines = ["### Goals", ""]
+
+    def verdict(ok: bool | None) -> str:
+        return "not measured" if ok is None else ("met" if ok else "NOT met")
+
+    for pick, figure, unit in (("autotune", "time", "time"), ("autotune_steps", "steps", "steps")):
+        worse = []
+        measured = False
+        for task, times in per_task.items():
+            if pick not in times:
+                continue
+            measured = True
+            mine = times[pick][figure]
+            others = [n for n in times if n not in (pick, "autotune", "autotune_steps")]
+            worse += [
+                f"{task}: {n} {_n(times[n][figure], 2)} < {_n(mine, 2)}"
+                for n in others
+                if times[n][figure] < mine
+            ]
+        ok = None if not measured else not worse
+        lines.append(
+            f"- {pick}'s median pick in no more {unit} than every other contender, on every "
+            f"task: {verdict(ok)}" + (f" ({'; '.join(worse)})" if worse else "")
+        )
+    ratios = [
+        t["default"]["time"] / t["autotune"]["time"]
+        for t in per_task.values()
+        if "autotune" in t and "default" in t and t["autotune"]["time"] > 0
+    ]
+    finite = [r for r in ratios if 0 < r < math.inf]
+    mean = (
+        math.exp(statistics.fmean(map(math.log, finite)))
+        if finite and len(finite) == len(ratios)
+        else None
+    )
+    lines.append(
+        f"- autotune's median pick at least 1.5x faster than the default over the tasks "
+        f"(geometric mean): {verdict(None if not ratios else (mean or 0) >= 1.5)}"
+        + (f" ({_n(mean, 2)}x)" if mean else " (a pick or the default missed)" if ratios else "")
+    )
+    slower = [
+        f"{task} ({_n(t['autotune']['worst_time'], 2)} s > {_n(t['default']['time'], 2)} s)"
+        for task, t in per_task.items()
+        if "autotune" in t and t["autotune"]["worst_time"] > t["default"]["time"]
+    ]
+    searched = any("autotune" in t for t in per_task.values())
+    lines.append(
+        f"- the worst of autotune's searches never slower than the default: "
+        f"{verdict(None if not searched else not slower)}"
+        + (f" ({'; '.join(slower)})" if slower else "")
+    )
+    held = [
+        inside
+        for r in results
+        for row in r["rows"]
+        if row["contender"] in ("autotune", "autotune_steps")
+        for inside in _inside(row)
+    ]
+    share = sum(held) / len(held) if held else None
+    lines.append(
+        f"- the picks' stated new-seed intervals hold at least 80 % of the unseen re-runs: "
+        f"{verdict(None if share is None else share >= 0.8)}"
+        + (f" ({sum(held)} of {len(held)}, {share:.0%})" if held else "")
+    )
+    return [*lines, ""]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -283,3 +284,52 @@ def test_race_profile_counts_the_tasks_within_tau_of_the_best_and_a_miss_never(t
     )
     report.profile_png(results, tmp_path / "profile.png")
     assert (tmp_path / "profile.png").read_bytes()[:4] == b"\x89PNG"
+    goals = "\n".join(report.goals(results))
+    assert (
+        "median pick in no more time than every other contender, on every task: NOT met (b:"
+        in goals
+    )
+    assert (
+        "autotune_steps's median pick in no more steps than every other contender, on every task: not measured"
+        in goals
+    )
+    assert "worst of autotune's searches never slower than the default: NOT met (b (missed" in goals
+    assert "hold at least 80 % of the unseen re-runs: NOT met (0 of 1, 0%)" in goals
+    assert (
+        "at least 1.5x faster than the default over the tasks (geometric mean): NOT met (a pick or the default missed)"
+        in goals
+    )
+    assert "1.5x faster than the default over the tasks (geometric mean): met (2.00x)" in "\n".join(
+        report.goals(results[:1])
+    )
+
+
+def test_race_combine_writes_one_report_over_earlier_runs(tmp_path):
+    race = bench_module("race")
+    rows = [
+        {
+            "contender": "default",
+            "label": "default",
+            "overrides": [],
+            "interval": None,
+            "summaries": [{"steps_to_target": 40, "samples_to_target": 1280}],
+        }
+    ]
+    for task in ("a", "b"):
+        result = {
+            "task": task,
+            "command": "-",
+            "rows": rows,
+            "notes": [],
+            "speed": {"default": {"seconds_per_step": 0.5}},
+        }
+        (tmp_path / task).mkdir()
+        (tmp_path / task / "race.json").write_text(
+            json.dumps({"frozen": None, "seeds": [10], "results": [result]})
+        )
+    race.main(
+        ["--out", str(tmp_path / "all"), "--combine", str(tmp_path / "a"), str(tmp_path / "b")]
+    )
+    text = (tmp_path / "all" / "race.md").read_text()
+    assert "| a | 20.00 (40; 1,280) |" in text and "| b | 20.00 (40; 1,280) |" in text
+    assert len(json.loads((tmp_path / "all" / "race.json").read_text())["results"]) == 2
