@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer import callbacks, console
 from tuneup.trainer import summary as run_summary
 from tuneup.trainer.bridge import Bridge

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 from omegaconf import OmegaConf
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer.state import layout
 
 log = logging.getLogger(__name__)

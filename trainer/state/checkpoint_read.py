@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer.state import sharded
 from tuneup.trainer.state.checkpoint_write import COMMENT_LENGTH, EOCD, EOCD_SIZE, SEAL, SEAL_SIZE
 

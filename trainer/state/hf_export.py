@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 
 INDEX = "model.safetensors.index.json"
 EXPORT_DIR = "hf"  # checkpoint.export=hf writes <run dir>/hf

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer.state import changes
 from tuneup.trainer.state.checkpoint_read import UnreadableCheckpoint, load
 from tuneup.trainer.state.checkpoints import checkpoint_files, intact_beside, newest_valid

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import pytorch_lightning as pl
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer.bridge import skip_no_op_hooks
 from tuneup.trainer.optim import set_lr_from_schedule
 from tuneup.trainer.state import rng
