@@ -300,19 +300,6 @@ class PluginManager(pluggy.PluginManager):
             if name in states and hasattr(plugin, "load_state_dict"):
                 plugin.load_state_dict(states[name])
 
-    def switched_off(self, cfg) -> dict[str, str]:
-        """Installed plugins this run leaves out -> why (trainer/plugin_listing.py)."""
-        from tuneup.trainer.plugin_listing import switched_off
-
-        return switched_off(self, cfg)
-
-    def listing(self, cfg) -> str:
-        """``--plugins``: active plugins, the ones switched off, hooks in call order
-        (trainer/plugin_listing.py)."""
-        from tuneup.trainer.plugin_listing import listing
-
-        return listing(self, cfg)
-
 
 def _setting(cfg, key: str) -> str:
     """How the user chose config node ``key``: ``precision=fp16``, from Hydra's choices or the

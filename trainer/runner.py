@@ -26,6 +26,7 @@ from tuneup.trainer.empty_init import empty_parameters, wanted
 from tuneup.trainer.environment import Environment, threads_as_asked
 from tuneup.trainer.evaluate import evaluate
 from tuneup.trainer.module import TrainingModule, with_batch_transforms
+from tuneup.trainer.plugin_listing import listing
 from tuneup.trainer.plugin_manager import PluginManager
 from tuneup.trainer.state.data_order import dropped_per_epoch
 from tuneup.trainer.state.preemption import (
@@ -83,7 +84,7 @@ def run(cfg, run_dir: str | Path | None = None):
     check) raises and leaves that run as it was, for its own command to continue.
     """
     if cfg.get("plugins", {}).get("list", False):
-        print(PluginManager.from_config(cfg).listing(cfg))
+        print(listing(PluginManager.from_config(cfg), cfg))
         if run_dir is None:
             _remove_if_empty(run_dir_from_hydra())  # made by Hydra, and nothing was run there
         return None
