@@ -157,7 +157,9 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool, claim: Claim):
                 load_weights(path, checkpoint, module, cfg.get("mode", "fit"))
                 summary["resumed_weights_only"] = True
             else:
-                check_config(path, checkpoint, cfg, trainer, module)
+                check_config(
+                    path, checkpoint, cfg, trainer, module, owns_optimizer=not plan.lightning
+                )
                 ckpt_path = path
             summary["resumed_from"] = str(path)  # not claimed when refused (above, or in fit)
             resume_from = checkpoint = None  # Lightning loads it again, into the model
@@ -272,7 +274,7 @@ def build(cfg, plugins: PluginManager, plan: Plan, run_dir: Path, empty: bool = 
     with empty_parameters() if empty else nullcontext():
         model = plan.build_model()
     model = plugins.pipeline("configure_model", "model", model, cfg=cfg)
-    run_state = RunState(cfg, watches_outputs=plan.lightning)
+    run_state = RunState(cfg, watches_outputs=plan.lightning, owns_optimizer=not plan.lightning)
     if not plan.lightning:
         model = TrainingModule(cfg, model, plugins, plan.task, run_state)
     # the pipeline only where a plugin transforms batches: an overridden on_after_batch_transfer
