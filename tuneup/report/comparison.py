@@ -1,8 +1,8 @@
 """A sweep's runs compared: the report's settings, the baseline, the ranking and the best run.
 
 :class:`Report` is what the report's parts draw (markdown.py, figure.py, curves.py, race.py,
-trials.py); :func:`tuneup.report.build_report` fills it. The parts import it from here and
-the package imports the parts, so no part imports the package.
+trials.py) and :func:`.build.build_report` fills; they import it from here. The package's
+``__init__`` only re-exports, so no module of the package imports the package itself.
 """
 
 from __future__ import annotations
