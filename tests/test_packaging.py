@@ -3,10 +3,12 @@ entry point, and imports point one way (the core finds the plugins by entry poin
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 from tests.conftest import ROOT
 
@@ -49,3 +51,38 @@ def test_imports_point_one_way():
     script = ROOT / ".ci" / "lint_imports.py"
     done = subprocess.run([sys.executable, script], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def own_imports(package: str, init: Path) -> set[str]:
+    """The package's own modules its ``__init__.py`` imports, anywhere in it (in a function
+    too: import-linter counts those)."""
+    found = set()
+    for node in ast.walk(ast.parse(init.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package if node.level else node.module or ""
+            names = [f"{base}.{node.module}" if node.level and node.module else base]
+            names += [f"{names[0]}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        found |= {name for name in names if name.startswith(f"{package}.")}
+    return found
+
+
+def test_every_package_whose_init_imports_its_modules_is_guarded_against_their_import_back():
+    """acyclic_siblings does not see a circle through a package's own __init__: the forbidden
+    contract must name every package whose __init__ imports its modules (tuneup itself has a
+    contract of its own)."""
+    importing = sorted(
+        package
+        for package, folder in package_folders().items()
+        if package.startswith("tuneup.") and own_imports(package, Path(folder) / "__init__.py")
+    )
+    contract = next(
+        c
+        for c in PYPROJECT["tool"]["importlinter"]["contracts"]
+        if c["name"] == "A package whose __init__ imports its modules is not imported by them"
+    )
+    assert sorted(contract["forbidden_modules"]) == importing
+    assert sorted(contract["source_modules"]) == [f"{package}.**" for package in importing]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytorch_lightning as pl
 from omegaconf import OmegaConf
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer.targets import locate
 
 

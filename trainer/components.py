@@ -31,7 +31,7 @@ from functools import cached_property
 import torch
 from torch import nn
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer import task as tasks
 from tuneup.trainer.batches import first_tensor, input_kind, pair, to_meta
 from tuneup.trainer.datamodule import DataModule

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from tuneup import PROJECT
+from tuneup.trainer.hookspecs import PROJECT
 
 #: The built-in configs, as a Hydra search-path entry and on disk.
 BUILTIN = f"pkg://{PROJECT}.conf"

@@ -49,7 +49,7 @@ from lightning_fabric.utilities.apply_func import move_data_to_device
 from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader, Dataset
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer.prefetch import PrefetchLoader, ResumablePrefetchLoader, Staged
 from tuneup.trainer.state.data_order import (
     ResumableSampler,

@@ -61,7 +61,9 @@ from __future__ import annotations
 
 import pluggy
 
-hookspec = pluggy.HookspecMarker("tuneup")
+#: The name plugins are known by: pluggy's project, the entry-point group, the config package.
+PROJECT = "tuneup"
+hookspec = pluggy.HookspecMarker(PROJECT)
 
 # --------------------------------------------------------------------------------------
 # check: before anything is built

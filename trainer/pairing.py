@@ -2,22 +2,19 @@
 
 Asked by :func:`tuneup.trainer.components.component_problems` once model, data and task
 are each sound; answered on the meta device (shapes only) from the run's
-:class:`~tuneup.trainer.components.Plan`.
+:class:`~tuneup.trainer.components.Plan`, the ``plan`` every function here takes (passed
+in, not imported: components.py imports this module).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import torch
 
 from tuneup.trainer import task as tasks
 from tuneup.trainer.batches import describe, pair
 from tuneup.trainer.targets import arguments
-
-if TYPE_CHECKING:
-    from tuneup.trainer.components import Plan
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +24,7 @@ def about_meta(exc: Exception) -> bool:
     return "meta" in str(exc).lower() or isinstance(exc, NotImplementedError)
 
 
-def pairing_problems(plan: Plan) -> list[str]:
+def pairing_problems(plan) -> list[str]:
     """Whether the model can read the data's batches and the task can score its output (a zoo
     model's inputs against the zoo's data are checked before, in components.py)."""
     cfg = plan.cfg
@@ -69,7 +66,7 @@ def pairing_problems(plan: Plan) -> list[str]:
     return _output_problems(plan, output, plan.sample[1] if plan.user_data else batch[1])
 
 
-def _shifted_labels_problems(plan: Plan) -> list[str]:
+def _shifted_labels_problems(plan) -> list[str]:
     """A transformers causal LM under task=model_loss gets ``labels=y`` and shifts them by one
     itself: targets that are already the next tokens (tuneup's token data, or a user's whose
     ``y[:, :-1]`` is ``x[:, 1:]``) would teach it the token after next."""
@@ -98,7 +95,7 @@ def _shifted_labels_problems(plan: Plan) -> list[str]:
     ]
 
 
-def _loss_problems(plan: Plan, output) -> list[str]:
+def _loss_problems(plan, output) -> list[str]:
     if output is None:
         return []
     try:
@@ -108,7 +105,7 @@ def _loss_problems(plan: Plan, output) -> list[str]:
     return []
 
 
-def _output_problems(plan: Plan, output, target) -> list[str]:
+def _output_problems(plan, output, target) -> list[str]:
     """The output's shape against the targets' and the data's classes, per task."""
     both = f"model {plan.model_name} and data {plan.data_name}"
     if not isinstance(output, torch.Tensor):

@@ -1,7 +1,7 @@
 """What ``--plugins`` prints and which installed plugins a run leaves out: the listing of a
 run's :class:`~tuneup.trainer.plugin_manager.PluginManager` (active plugins and their sources,
 the ones switched off with the choice that switches each on, every hook's implementations in
-call order). Split from plugin_manager.py, which registers and calls the plugins."""
+call order). It reads the manager that plugin_manager.py builds; the runner prints it."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 import pluggy
 from omegaconf import DictConfig, OmegaConf
 
-from tuneup import PROJECT, TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer import console, hookspecs
 from tuneup.trainer.config import is_builtin, plugin_dir
 
@@ -47,7 +47,7 @@ class PluginError(TuneupError):
 def entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     """Every plugin entry point by name; a name claimed by two distributions is an error."""
     found: dict[str, importlib.metadata.EntryPoint] = {}
-    for ep in importlib.metadata.entry_points(group=PROJECT):
+    for ep in importlib.metadata.entry_points(group=hookspecs.PROJECT):
         if ep.name in found and found[ep.name].value != ep.value:
             raise PluginError(
                 f"plugin name '{ep.name}' is claimed by {_origin(found[ep.name])} and by "
@@ -84,7 +84,7 @@ class PluginManager(pluggy.PluginManager):
     """pluggy's manager plus tuneup's loading rules, pipelines and error naming."""
 
     def __init__(self) -> None:
-        super().__init__(PROJECT)
+        super().__init__(hookspecs.PROJECT)
         self.add_hookspecs(hookspecs)
         self.sources: dict[str, str] = {}  # plugin name -> where it came from
         self.config_keys: dict[str, str] = {}  # plugin named by config -> its config node
@@ -299,19 +299,6 @@ class PluginManager(pluggy.PluginManager):
         for name, plugin in self.named_plugins():
             if name in states and hasattr(plugin, "load_state_dict"):
                 plugin.load_state_dict(states[name])
-
-    def switched_off(self, cfg) -> dict[str, str]:
-        """Installed plugins this run leaves out -> why (trainer/plugin_listing.py)."""
-        from tuneup.trainer.plugin_listing import switched_off
-
-        return switched_off(self, cfg)
-
-    def listing(self, cfg) -> str:
-        """``--plugins``: active plugins, the ones switched off, hooks in call order
-        (trainer/plugin_listing.py)."""
-        from tuneup.trainer.plugin_listing import listing
-
-        return listing(self, cfg)
 
 
 def _setting(cfg, key: str) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer import callbacks, console
 from tuneup.trainer import summary as run_summary
 from tuneup.trainer.bridge import Bridge
@@ -26,6 +26,7 @@ from tuneup.trainer.empty_init import empty_parameters, wanted
 from tuneup.trainer.environment import Environment, threads_as_asked
 from tuneup.trainer.evaluate import evaluate
 from tuneup.trainer.module import TrainingModule, with_batch_transforms
+from tuneup.trainer.plugin_listing import listing
 from tuneup.trainer.plugin_manager import PluginManager
 from tuneup.trainer.state.data_order import dropped_per_epoch
 from tuneup.trainer.state.preemption import (
@@ -83,7 +84,7 @@ def run(cfg, run_dir: str | Path | None = None):
     check) raises and leaves that run as it was, for its own command to continue.
     """
     if cfg.get("plugins", {}).get("list", False):
-        print(PluginManager.from_config(cfg).listing(cfg))
+        print(listing(PluginManager.from_config(cfg), cfg))
         if run_dir is None:
             _remove_if_empty(run_dir_from_hydra())  # made by Hydra, and nothing was run there
         return None
@@ -156,7 +157,9 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool, claim: Claim):
                 load_weights(path, checkpoint, module, cfg.get("mode", "fit"))
                 summary["resumed_weights_only"] = True
             else:
-                check_config(path, checkpoint, cfg, trainer, module)
+                check_config(
+                    path, checkpoint, cfg, trainer, module, owns_optimizer=not plan.lightning
+                )
                 ckpt_path = path
             summary["resumed_from"] = str(path)  # not claimed when refused (above, or in fit)
             resume_from = checkpoint = None  # Lightning loads it again, into the model
@@ -271,7 +274,7 @@ def build(cfg, plugins: PluginManager, plan: Plan, run_dir: Path, empty: bool = 
     with empty_parameters() if empty else nullcontext():
         model = plan.build_model()
     model = plugins.pipeline("configure_model", "model", model, cfg=cfg)
-    run_state = RunState(cfg, watches_outputs=plan.lightning)
+    run_state = RunState(cfg, watches_outputs=plan.lightning, owns_optimizer=not plan.lightning)
     if not plan.lightning:
         model = TrainingModule(cfg, model, plugins, plan.task, run_state)
     # the pipeline only where a plugin transforms batches: an overridden on_after_batch_transfer

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import inspect
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 
 TARGET = "_target_"
 #: Keys of ``data`` that are tuneup's own, not arguments of a data target.

@@ -12,7 +12,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, SequentialSampler
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer.datamodule import BATCH_HOOKS, DataModule
 
 log = logging.getLogger(__name__)

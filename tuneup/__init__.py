@@ -32,8 +32,8 @@ do not wait for torch or Lightning.
 import pluggy
 
 from tuneup.errors import TuneupError
+from tuneup.trainer.hookspecs import PROJECT
 
-PROJECT = "tuneup"
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 

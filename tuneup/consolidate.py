@@ -149,7 +149,7 @@ def consolidate_hf(source: str | Path, out: str | Path) -> int:
     from tuneup.trainer.state import hf_export
 
     source, out = paths(source, out)
-    model = hf_export.run_model(source)
+    model = run_model(source)
     problem = hf_export.model_problem(model, "--format hf")
     if problem:
         raise TuneupError(problem)
@@ -162,6 +162,34 @@ def consolidate_hf(source: str | Path, out: str | Path) -> int:
             "model (built from its record): not this run's checkpoint?"
         )
     return hf_export.write(out, model, {key: tensors[key] for key in keys}, read)
+
+
+def run_model(checkpoint: Path):
+    """The model of the run that wrote ``checkpoint``, built on the meta device from the run's
+    record (``<run dir>/.hydra/config.yaml``, beside its ``checkpoints/``)."""
+    from omegaconf import OmegaConf
+
+    from tuneup import TuneupError
+    from tuneup.trainer.components import Plan
+    from tuneup.trainer.state.run_dir import RECORD_DIR
+
+    records = [p / RECORD_DIR / "config.yaml" for p in list(checkpoint.resolve().parents)[:3]]
+    record = next((r for r in records if r.is_file()), None)
+    if record is None:
+        raise TuneupError(
+            f"--format hf: no {RECORD_DIR}/config.yaml of the run beside "
+            f"{checkpoint} (its run directory's record): the model is built "
+            "from it for config.json; keep the checkpoint in its run directory"
+        )
+    try:
+        with torch.device("meta"):
+            return Plan(OmegaConf.load(record)).build_model()
+    except Exception as exc:
+        cause = exc.__cause__ or exc
+        raise TuneupError(
+            f"--format hf: the run's model ({record}) could not be built: "
+            f"{type(cause).__name__}: {cause}"
+        ) from exc
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,8 @@
 """Run-state mechanics: what makes a run survive kills, preemption and bad files.
 
 - :mod:`.checkpoint_write`: a checkpoint file written atomically, with its checksum sealed in
-- :mod:`.checkpoint_read`: a checkpoint file read safely (weights only), checksum verified
+- :mod:`.checkpoint_file`: a checkpoint file read safely (weights only), checksum verified
+- :mod:`.checkpoint_read`: a checkpoint read, a file or a sharded directory (:mod:`.sharded`)
 - :mod:`.checkpoints`: a directory of them: names; the newest (by training progress, never file
   time); pruning; damaged files set aside
 - :mod:`.checkpoint_io`: the above behind Lightning's CheckpointIO

@@ -36,8 +36,9 @@ from dataclasses import dataclass
 import torch
 from omegaconf import OmegaConf
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer.state import layout
+from tuneup.trainer.state.layout import Context
 
 log = logging.getLogger(__name__)
 
@@ -92,19 +93,6 @@ class Change:
 
     def __str__(self) -> str:
         return f"{self.key}: {self.old!r} -> {self.new!r}: {self.note}"
-
-
-@dataclass
-class Context:
-    """What the judgement of a change depends on besides the key."""
-
-    step: int  # the checkpoint's optimizer step
-    position: int  # samples of this rank's share already trained in the checkpoint's epoch
-    saved: dict  # the checkpoint's run facts (trainer/state/resume.py run_facts)
-    current: dict  # this run's
-    weights_problem: str | None  # why the checkpoint's weights do not fit the model now
-    owns_optimizer: bool  # tuneup builds the optimizer from the config (not model=lightning)
-    order: dict | None = None  # the checkpoint's data order (trainer/state/data_order.py)
 
 
 def differences(saved: dict, current: dict) -> list[tuple[str, object, object]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer.state import sharded
 from tuneup.trainer.state.async_save import BackgroundWriter
 from tuneup.trainer.state.checkpoint_read import load, verify

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 
 #: A save's temporary file: this prefix, the final name, this mark, the writer's pid.
 TEMP_PREFIX = "."

@@ -25,7 +25,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer.state import sharded
 from tuneup.trainer.state.checkpoint_read import (
     UnreadableCheckpoint,

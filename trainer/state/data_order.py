@@ -44,7 +44,7 @@ import math
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 
 
 class ResumableSampler(Sampler[int]):

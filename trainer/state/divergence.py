@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 
 
 class Diverged(TuneupError):

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 
 INDEX = "model.safetensors.index.json"
 EXPORT_DIR = "hf"  # checkpoint.export=hf writes <run dir>/hf
@@ -288,30 +288,3 @@ def write(
         raise
     replace(temp, out)
     return sum(t.numel() for t in shapes.values())
-
-
-def run_model(checkpoint: Path):
-    """The model of the run that wrote ``checkpoint``, built on the meta device from the run's
-    record (``<run dir>/.hydra/config.yaml``, beside its ``checkpoints/``)."""
-    from omegaconf import OmegaConf
-
-    from tuneup.trainer.components import Plan
-    from tuneup.trainer.state.run_dir import RECORD_DIR
-
-    records = [p / RECORD_DIR / "config.yaml" for p in list(checkpoint.resolve().parents)[:3]]
-    record = next((r for r in records if r.is_file()), None)
-    if record is None:
-        raise TuneupError(
-            f"--format hf: no {RECORD_DIR}/config.yaml of the run beside "
-            f"{checkpoint} (its run directory's record): the model is built "
-            "from it for config.json; keep the checkpoint in its run directory"
-        )
-    try:
-        with torch.device("meta"):
-            return Plan(OmegaConf.load(record)).build_model()
-    except Exception as exc:
-        cause = exc.__cause__ or exc
-        raise TuneupError(
-            f"--format hf: the run's model ({record}) could not be built: "
-            f"{type(cause).__name__}: {cause}"
-        ) from exc

@@ -33,12 +33,23 @@ gradient is lost. A different dataset size mid-epoch is refused (by the sampler)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from tuneup.trainer.state.data_order import batches_left, epoch_samples, rest_trained
 
-if TYPE_CHECKING:
-    from tuneup.trainer.state.changes import Context
+
+@dataclass
+class Context:
+    """What the judgement of a change depends on besides the key."""
+
+    step: int  # the checkpoint's optimizer step
+    position: int  # samples of this rank's share already trained in the checkpoint's epoch
+    saved: dict  # the checkpoint's run facts (trainer/state/resume.py run_facts)
+    current: dict  # this run's
+    weights_problem: str | None  # why the checkpoint's weights do not fit the model now
+    owns_optimizer: bool  # tuneup builds the optimizer from the config (not model=lightning)
+    order: dict | None = None  # the checkpoint's data order (trainer/state/data_order.py)
+
 
 #: A changed key of the layout, with what its change does: (key, old, new, note).
 Row = tuple[str, object, object, str]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import signal
 import threading
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 
 #: Exit status after a preemption checkpoint: EX_TEMPFAIL of sysexits.h, "try again later".
 EXIT_CODE = 75

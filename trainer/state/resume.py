@@ -28,7 +28,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer.state import changes
 from tuneup.trainer.state.checkpoint_read import UnreadableCheckpoint, load
 from tuneup.trainer.state.checkpoints import checkpoint_files, intact_beside, newest_valid
@@ -181,11 +181,13 @@ def weights_problem(module, checkpoint: dict) -> str | None:
     return None
 
 
-def check_config(path: Path, checkpoint: dict, cfg, trainer, module) -> None:
+def check_config(
+    path: Path, checkpoint: dict, cfg, trainer, module, *, owns_optimizer: bool
+) -> None:
     """Warn about every setting that changed since ``checkpoint`` and what it does; raise
-    TuneupError, naming each, where the checkpoint cannot continue under the change."""
-    from tuneup.trainer.module import TrainingModule
-
+    TuneupError, naming each, where the checkpoint cannot continue under the change.
+    ``owns_optimizer``: tuneup built the optimizer from the config (its TrainingModule, not a
+    user's LightningModule), so changed ``optimizer.*``/``scheduler.*`` settings apply."""
     saved = checkpoint.get(RUN_KEY)
     problem = weights_problem(module, checkpoint)
     if not isinstance(saved, dict):
@@ -200,7 +202,7 @@ def check_config(path: Path, checkpoint: dict, cfg, trainer, module) -> None:
         saved=saved,
         current=run_facts(cfg, trainer),
         weights_problem=problem,
-        owns_optimizer=isinstance(module, TrainingModule),
+        owns_optimizer=owns_optimizer,
         order=checkpoint.get(ORDER_KEY) if isinstance(checkpoint.get(ORDER_KEY), dict) else None,
     )
     changes.report(path, changes.review(context))

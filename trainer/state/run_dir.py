@@ -30,7 +30,7 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 
 LOCK_FILE = ".tuneup.lock"
 RECORD_DIR = ".hydra"

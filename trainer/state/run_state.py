@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import pytorch_lightning as pl
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer.bridge import skip_no_op_hooks
 from tuneup.trainer.optim import set_lr_from_schedule
 from tuneup.trainer.state import rng
@@ -51,11 +51,15 @@ def defer_loss_check(loss, trainer) -> bool:
 
 
 class RunState(pl.Callback):
-    def __init__(self, cfg, watches_outputs: bool = True) -> None:
+    def __init__(self, cfg, watches_outputs: bool = True, owns_optimizer: bool = False) -> None:
         """``watches_outputs``: take the loss from each batch's outputs (a user's
-        LightningModule); tuneup's TrainingModule calls :meth:`observe` itself, before backward."""
+        LightningModule); tuneup's TrainingModule calls :meth:`observe` itself, before backward.
+        ``owns_optimizer``: tuneup built the optimizer from the config (its TrainingModule, not
+        a user's LightningModule), so a resumed run adopts the config's optimizer settings and
+        schedule."""
         self.cfg = cfg
         self.watches_outputs = watches_outputs
+        self.owns_optimizer = owns_optimizer
         skip_no_op_hooks(self, pl.Callback)  # of the per-step hooks, it has on_train_batch_end
         self.loss_watch = LossWatch()
         self.validated_at_step: int | None = None
@@ -132,7 +136,7 @@ class RunState(pl.Callback):
                 "or start a new run from its weights only: resume=<path> "
                 "resume_weights_only=true hydra.run.dir=<a new directory>"
             )
-        if self._owns_optimizer(pl_module):
+        if self.owns_optimizer:
             adopt_optimizer_settings(self._resumed, trainer)
 
     def on_train_start(self, trainer, pl_module):
@@ -144,7 +148,7 @@ class RunState(pl.Callback):
             rng.restore(self._resumed_rng)
         if self._between_epochs:
             start_epoch_afresh(trainer)
-        if self._resumed is not None and self._owns_optimizer(pl_module):
+        if self._resumed is not None and self.owns_optimizer:
             for config in trainer.lr_scheduler_configs:  # the new schedule, at the resumed step
                 set_lr_from_schedule(config.scheduler)
         self.restored = self._resumed is not None
@@ -152,10 +156,3 @@ class RunState(pl.Callback):
         self._between_epochs = False
         if self.on_start is not None:
             self.on_start()
-
-    @staticmethod
-    def _owns_optimizer(pl_module) -> bool:
-        """Whether tuneup built the optimizer from the config (not a user's LightningModule)."""
-        from tuneup.trainer.module import TrainingModule
-
-        return isinstance(pl_module, TrainingModule)

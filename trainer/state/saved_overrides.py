@@ -135,8 +135,8 @@ def _composed_run_dir(overrides: list[str]) -> str | None:
     try:
         from hydra import compose, initialize_config_module
 
-        from tuneup import PROJECT
         from tuneup.trainer import config
+        from tuneup.trainer.hookspecs import PROJECT
 
         with initialize_config_module(config_module=f"{PROJECT}.conf", version_base="1.3"):
             config.register()

@@ -20,7 +20,7 @@ host memory and written by DCP's ``async_save``, then the checksums, manifest an
 
 Verified on load (:func:`verify`): no manifest means the save did not finish; a file whose
 bytes do not hash to the manifest's value is damaged. Either is
-:class:`~tuneup.trainer.state.checkpoint_read.UnreadableCheckpoint`, so ``resume=auto``
+:class:`~tuneup.trainer.state.checkpoint_file.UnreadableCheckpoint`, so ``resume=auto``
 falls back to the previous checkpoint and says so, as for a single file.
 
 DCP reshards on load: a checkpoint written by 4 processes loads into 2, into 1, or into a
@@ -44,6 +44,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from tuneup.trainer.state.checkpoint_file import UnreadableCheckpoint, load_file
 
 MANIFEST = "tuneup-sha256.json"
 META = "meta.pt"  # lightning_fabric.utilities.load._METADATA_FILENAME
@@ -191,8 +193,6 @@ def leftovers(directory: Path) -> list[Path]:
 
 def verify(path: Path) -> None:
     """Raise ``UnreadableCheckpoint`` unless every file of the manifest is there, intact."""
-    from tuneup.trainer.state.checkpoint_read import UnreadableCheckpoint
-
     manifest = path / MANIFEST
     if not manifest.is_file():
         raise UnreadableCheckpoint(
@@ -222,13 +222,13 @@ def load_meta(path: Path, verify_checksum: bool = True) -> dict:
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    from tuneup.trainer.state.checkpoint_read import UnreadableCheckpoint, load
-
     if verify_checksum:
         verify(path)
     if not (path / META).is_file():
         raise UnreadableCheckpoint(f"{path} is not a complete sharded checkpoint: no {META}")
-    contents = load(path / META, verify_checksum=False)  # the manifest covers it (or not asked)
+    contents = load_file(
+        path / META, verify_checksum=False
+    )  # the manifest covers it (or not asked)
     try:
         index = FileSystemReader(str(path)).read_metadata().state_dict_metadata
     except Exception as exc:  # a damaged .metadata: DCP raises what its unpickler raises
@@ -264,8 +264,6 @@ def load_plugin_shards(path: Path, checkpoint: dict, model) -> None:
     from lightning_fabric.strategies.model_parallel import _distributed_checkpoint_load
     from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
-
-    from tuneup.trainer.state.checkpoint_read import UnreadableCheckpoint
 
     wanted = plugin_shards(checkpoint, marked=True)
     if not wanted:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tuneup.report import RANK_BY, ReportError, build_report, write_report
+from tuneup.report.build import build_report, write_report
+from tuneup.report.comparison import RANK_BY, ReportError
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -27,7 +27,8 @@ class SweepReport(Callback):
         self.sweep_dir = Path(config.hydra.sweep.dir)
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        from tuneup.report import ReportError, Settings, build_report, write_report
+        from tuneup.report.build import build_report, write_report
+        from tuneup.report.comparison import ReportError, Settings
 
         sweep_dir = self.sweep_dir or Path(config.hydra.sweep.dir)
         try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuneup.report import Report
+from tuneup.report.comparison import Report
 from tuneup.report.race import racing, seed_groups, without_seed
 from tuneup.report.runs import Run
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tuneup.report import Report
+from tuneup.report.comparison import Report
 from tuneup.report.runs import Run
 from tuneup.stats.interval import NOISE
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tuneup.report import Report, best_rule
 from tuneup.report.cells import MIB, code, escape
+from tuneup.report.comparison import Report, best_rule
 from tuneup.report.curves import learning_sections
 from tuneup.report.runs import Run, reproduce_command
 from tuneup.stats.interval import NOISE

@@ -23,7 +23,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from tuneup.report import CONFIDENCE, Report
+from tuneup.report.comparison import CONFIDENCE, Report
 from tuneup.report.runs import SEED, Run, natural_key, reproduce_command, seed_of
 from tuneup.stats.interval import t_quantile
 

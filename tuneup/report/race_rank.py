@@ -24,7 +24,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from tuneup.report import CONFIDENCE
+from tuneup.report.comparison import CONFIDENCE
 from tuneup.stats.interval import NOISE, paired, welch
 
 #: The two rules that can place a configuration.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from tuneup.report import Report
+from tuneup.report.comparison import Report
 from tuneup.report.runs import Run
 
 ANSWER, RECORD = "autotune.md", "autotune.json"

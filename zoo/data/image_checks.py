@@ -10,7 +10,7 @@ import importlib.util
 import torch
 from omegaconf import OmegaConf
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.zoo.data.transforms import JPEG_SUFFIXES
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 

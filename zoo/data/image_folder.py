@@ -18,7 +18,7 @@ import torch
 from lightning_fabric.utilities.apply_func import move_data_to_device
 from omegaconf import OmegaConf
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer.validation import Integer, Number, OneOf, problems
 from tuneup.zoo.data.image_checks import _jpeg_only, _setting_problems
 from tuneup.zoo.data.image_files import (

@@ -37,7 +37,7 @@ import torch
 from omegaconf import OmegaConf
 from torch.utils.data import Dataset
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer.datamodule import DataModule
 from tuneup.trainer.validation import Integer, problems
 from tuneup.zoo.data.image_checks import _setting_problems

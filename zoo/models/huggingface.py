@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tuneup import TuneupError
+from tuneup.errors import TuneupError
 from tuneup.trainer.validation import OneOf, problem
 
 DTYPES = ("float32", "bfloat16", "float16")
