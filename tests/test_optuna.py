@@ -4,6 +4,7 @@ tests/test_sweep_presets.py."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -162,10 +163,8 @@ def test_a_continued_study_is_sampled_from_a_seed_of_its_own():
     grid = OmegaConf.create(
         {"_target_": "optuna.samplers.GridSampler", "_partial_": True, "seed": 0}
     )
-    made = continued_sampler(
-        grid, None, 3
-    )  # partial, as Hydra makes it: the sweeper gives the grid
-    assert made.keywords["seed"] == derived_seed(0, 3) != 0
+    made = functools.partial(optuna.samplers.GridSampler, seed=0)  # as Hydra makes it
+    assert continued_sampler(grid, made, 3) is made  # its grid ids: places in its seed's shuffle
     qmc = optuna.samplers.QMCSampler(seed=0)
     assert continued_sampler(OmegaConf.create({"seed": 0}), qmc, 3) is qmc  # counts its draws
 
@@ -232,13 +231,46 @@ def sweep_in_process(sweep_dir: Path, launcher, **settings) -> list:
     grid = functools.partial(optuna.samplers.GridSampler, seed=0)  # as Hydra makes it
     search = OptunaSearch(grid, optuna.pruners.NopPruner(), node)
     search.settings = Settings.from_node(node)
-    search.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep_dir)}}})
+    sampler = {"_target_": "optuna.samplers.GridSampler", "_partial_": True, "seed": 0}
+    search.config = OmegaConf.create(
+        {"hydra": {"sweep": {"dir": str(sweep_dir)}, "sweeper": {"sampler": sampler}}}
+    )
     refuse = SimpleNamespace(load_sweep_config=lambda *a: (_ for _ in ()).throw(ValueError()))
     search.hydra_context = SimpleNamespace(config_loader=refuse)  # the space: not checked first
     search.launcher = launcher
     search.sweep([])
     journal = open_storage(str(sweep_dir / "optuna.journal"))
     return optuna.load_study(study_name="s", storage=journal).get_trials()
+
+
+class GridLauncher:
+    """Jobs in the calling thread, each a summary.json whose val.acc is its ``x``."""
+
+    def __init__(self, sweep_dir: Path) -> None:
+        self.sweep_dir = sweep_dir
+
+    def launch(self, job_overrides, initial_job_idx):
+        from types import SimpleNamespace
+
+        returns = []
+        for number, overrides in enumerate(job_overrides, start=initial_job_idx):
+            run_dir = self.sweep_dir / str(number)
+            run_dir.mkdir(parents=True)
+            x = float(next(o for o in overrides if o.startswith("x=")).split("=")[1])
+            (run_dir / "summary.json").write_text(json.dumps({"status": "ok", "val": {"acc": x}}))
+            config = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(run_dir)}}})
+            returns.append(SimpleNamespace(hydra_cfg=config))
+        return returns
+
+
+def test_a_continued_grid_runs_every_point_once(tmp_path):
+    """A grid sweep stopped after 2 of its 5 points and continued to 5 runs the 3 points left,
+    none again (the continued sampler reseeded drew the grid in another order)."""
+    sweep_dir = tmp_path / "sweep"
+    first = sweep_in_process(sweep_dir, GridLauncher(sweep_dir), n_trials=2)
+    assert len(first) == 2
+    trials = sweep_in_process(sweep_dir, GridLauncher(sweep_dir), n_trials=5)
+    assert sorted(t.params["x"] for t in trials) == [1, 2, 3, 4, 5]
 
 
 def test_a_worker_asks_the_next_trial_when_its_own_ends_not_when_the_batch_does(tmp_path):

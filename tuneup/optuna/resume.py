@@ -7,8 +7,9 @@ killed one stopped, besides failing that one's running trials (study.py
   first process's values again: the continued trials would repeat the first ones.
   :func:`continued_sampler` makes the sampler again from its config node with a seed derived
   from the seed and the study's number of trials (numpy's ``SeedSequence``): the same command
-  continues the same way, and never from where an earlier process started. QMCSampler is
-  left alone: its seed is its scrambling, and it counts its own draws in the storage.
+  continues the same way, and never from where an earlier process started. QMCSampler and
+  GridSampler are left alone: they count their own draws (grid points) in the storage, by
+  places in what their seed made.
 - The interrupted trial's run directory: the process died before the run wrote its
   summary.json, so the sweep report would count it as a run that did not finish.
   :func:`mark_interrupted_runs` writes one, ``status: interrupted`` with the trial that runs its
@@ -42,14 +43,18 @@ def derived_seed(seed: int, stored: int) -> int:
 def continued_sampler(node, sampler, stored: int):
     """The sampler to continue a study of ``stored`` trials with: made again from its Hydra
     node (``hydra.sweeper.sampler``) with :func:`derived_seed`, or ``sampler`` itself for a new
-    study, a node without a seed, or a QMCSampler. A grid comes back partial, as Hydra makes
-    it (the sweeper gives it the grid)."""
+    study, a node without a seed, a QMCSampler or a GridSampler (as Hydra makes it: partial,
+    the sweeper gives it the grid). The grid keeps its seed: the ``grid_id`` each trial holds
+    in the storage is a place in the grid as that seed shuffles it, which the sampler reads to
+    skip the points already run; another seed would run them again and leave others out."""
     from hydra.utils import instantiate
 
     seed = node.get("seed") if node is not None else None
     if stored == 0 or not isinstance(seed, int) or isinstance(seed, bool):
         return sampler
     if isinstance(sampler, optuna.samplers.QMCSampler):
+        return sampler
+    if is_grid(node, sampler):  # its grid ids are places in its seed's shuffle: keep the seed
         return sampler
     seed = derived_seed(seed, stored)
     log.info(
@@ -60,6 +65,17 @@ def continued_sampler(node, sampler, stored: int):
         seed,
     )
     return instantiate(node, seed=seed)
+
+
+def is_grid(node, sampler) -> bool:
+    """Whether the sampler (made, or a partial of Hydra's) or its node is a GridSampler."""
+    made = getattr(sampler, "func", sampler)
+    if isinstance(made, type) and issubclass(made, optuna.samplers.GridSampler):
+        return True
+    if isinstance(made, optuna.samplers.GridSampler):
+        return True
+    target = str(node.get("_target_") or "") if node is not None else ""
+    return target.rsplit(".", 1)[-1] == "GridSampler"
 
 
 def mark_interrupted_runs(sweep_dir: Path, study, recovered: list[FrozenTrial]) -> list[Path]:
