@@ -26,13 +26,13 @@ misses, the performance profile), race.json and race_profile.png to ``--out``.
     python bench/race.py --check                    # every command and the frozen settings checked, nothing trained
     python bench/race.py --choose-targets --tasks digits_deep     # the default on seed 0 at full length
     python bench/race.py --out all --combine out-digits out-conv   # one report over earlier runs
+    python bench/race.py --out again --remeasure out-digits       # their recipes timed again
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import sys
 import tempfile
@@ -44,6 +44,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 import race_report  # noqa: E402
 import race_runs  # noqa: E402
 import race_speed  # noqa: E402
+import race_targets  # noqa: E402
 import race_tasks  # noqa: E402
 from race_tasks import SEARCHES, SMOKE_TASKS, TASKS  # noqa: E402
 
@@ -76,8 +77,21 @@ def parse(argv=None) -> argparse.Namespace:
         metavar="DIR",
         help="no run: one report over the race.json of these earlier --out folders",
     )
-    parser.add_argument("--speed-rounds", type=int, default=3)
-    parser.add_argument("--speed-steps", type=int, default=32)
+    parser.add_argument(
+        "--remeasure",
+        nargs="+",
+        type=Path,
+        metavar="DIR",
+        help="no search, no race: time the recipes of these earlier --out folders again",
+    )
+    parser.add_argument("--speed-rounds", type=int, default=5)
+    parser.add_argument("--speed-steps", type=int, default=512)
+    parser.add_argument(
+        "--speed-seconds",
+        type=float,
+        default=3.0,
+        help="a throughput trial stops after this much training or --speed-steps",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny budgets: the pipeline only")
     parser.add_argument("--check", action="store_true", help="check the commands, train nothing")
     parser.add_argument(
@@ -90,6 +104,7 @@ def parse(argv=None) -> argparse.Namespace:
     if args.smoke:
         args.tasks = args.tasks or list(SMOKE_TASKS)
         args.seeds, args.speed_rounds, args.speed_steps = args.seeds[:1], 2, 8
+        args.speed_seconds = 1.0
     args.tasks = args.tasks or list(TASKS)
     return args
 
@@ -158,73 +173,46 @@ def run_task(name: str, args, frozen: dict, folder: Path) -> dict:
                 "interval": interval,
             }
         )
+    return {
+        "task": name,
+        "command": race_tasks.shown(command),
+        "rows": rows,
+        "speed": timed(command, rows, args, folder / "speed"),
+        "notes": notes,
+    }
+
+
+def timed(command: list[str], rows: list[dict], args, folder: Path) -> dict:
+    """Each row's seconds per step, every recipe of the task timed in one window."""
     unique: dict[tuple, str] = {}  # a recipe two contenders share is timed once
     for row in rows:
         unique.setdefault(tuple(row["overrides"]), row["label"])
     recipes = {label: list(key) for key, label in unique.items()}  # the default's first
     measured = race_speed.measure(
-        command, recipes, folder / "speed", args.speed_rounds, args.speed_steps
+        command,
+        recipes,
+        folder,
+        args.speed_rounds,
+        args.speed_steps,
+        limit_s=args.speed_seconds,
     )
-    speed = {row["label"]: measured[unique[tuple(row["overrides"])]] for row in rows}
-    return {
-        "task": name,
-        "command": race_tasks.shown(command),
-        "rows": rows,
-        "speed": speed,
-        "notes": notes,
-    }
+    return {row["label"]: measured[unique[tuple(row["overrides"])]] for row in rows}
 
 
-def target_rule(summary: dict) -> dict | None:
-    """The rule the targets were chosen by, on the default's run at full length (seed 0, no
-    target value): accuracy: its best x 0.99 rounded down, loss: its best x 1.02 rounded up,
-    to 0.01; the steps the default took to that target; step_hint 1.25 x those steps."""
-    import numpy
-
-    target = summary.get("target") or {}
-    best, history = target.get("best"), summary.get("target_history") or []
-    if best is None:
-        return None
-    high = target.get("mode", "max") == "max"
-    value = math.floor(best * 99) / 100 if high else math.ceil(best * 102) / 100
-    at = numpy.float32(value)  # as the target plugin compares: at the metric's float32
-    step = next(
-        (
-            h["step"]
-            for h in history
-            if (numpy.float32(h["value"]) >= at if high else numpy.float32(h["value"]) <= at)
-        ),
-        None,
-    )
-    return {
-        "best": best,
-        "best_step": target.get("best_step"),
-        "target": value,
-        "steps": step,
-        "step_hint": math.ceil(1.25 * step) if step else None,
-    }
-
-
-def choose_targets(args, folder: Path) -> None:
-    """Each task's default on seed 0 at its full length, no target value, and what
-    :func:`target_rule` makes of it."""
-    print(
-        "| task | default's best (step) | target by the rule | default's steps to it | step_hint |"
-    )
-    print("|---|---|---:|---:|---:|")
-    for name in args.tasks:
-        command = race_tasks.command(name, folder)
-        summary = race_runs.train(
-            [*command, "target.value=null", "seed=0", *race_runs.QUIET], folder / name
-        )
-        rule = target_rule(summary)
-        if rule is None:
-            print(f"| {name} | failed: {summary.get('error')} | | | |")
-            continue
-        print(
-            f"| {name} | {rule['best']:.4f} ({rule['best_step']}) | {rule['target']:.2f} | "
-            f"{rule['steps']} | {rule['step_hint']} |"
-        )
+def remeasure(args, out: Path) -> None:
+    """The recipes of earlier runs timed again (this run's --speed-* settings), one window
+    per task; the steps to target are theirs."""
+    results, frozen = [], None
+    for folder in args.remeasure:
+        data = json.loads((folder / "race.json").read_text())
+        frozen = frozen or data.get("frozen")
+        args.seeds = data.get("seeds", args.seeds)
+        for result in data["results"]:
+            name = result["task"]
+            command = race_tasks.command(name, out / name)
+            result["speed"] = timed(command, result["rows"], args, out / name / "speed")
+            results.append(result)
+    write(out, report(results, args, frozen, 0.0), results, frozen, args.seeds)
 
 
 def report(results: list[dict], args, frozen: dict | None, seconds: float) -> str:
@@ -233,7 +221,7 @@ def report(results: list[dict], args, frozen: dict | None, seconds: float) -> st
         "",
         f"Seeds {', '.join(map(str, args.seeds))}; runs: {' '.join(args.runs)}; "
         f"{seconds / 60:.1f} min; speed: {args.speed_rounds} interleaved rounds of "
-        f"{args.speed_steps} steps.",
+        f"{args.speed_steps} steps or {args.speed_seconds:g} s of training.",
         "",
     ]
     if frozen:
@@ -285,9 +273,11 @@ def main(argv=None) -> None:
         out = Path(args.out or tmp)
         out.mkdir(parents=True, exist_ok=True)
         if args.choose_targets:
-            return choose_targets(args, out / "targets")
+            return race_targets.choose_targets(args.tasks, out / "targets")
         if args.combine:
             return combine(args, out)
+        if args.remeasure:
+            return remeasure(args, out)
         searches = any(r in SEARCHES for r in args.runs)
         frozen = frozen_settings(args) if searches or args.check else None
         found = race_tasks.problems(args.tasks, out, frozen, args.runs)

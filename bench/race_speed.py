@@ -25,8 +25,10 @@ def measure(
     rounds: int,
     steps: int,
     confidence: float = 0.95,
+    limit_s: float | None = None,
 ) -> dict[str, dict]:
-    """``recipes``: name -> overrides on the task's command, the first the reference.
+    """``recipes``: name -> overrides on the task's command, the first the reference; each
+    trial runs ``steps`` steps or ``limit_s`` seconds of training, whichever ends first.
     Returns per name: ``seconds_per_step`` (None when no trial ran), ``speeds`` (samples/s
     per round), ``batch`` and ``ratio`` (its s/step over the reference's, with ``low``,
     ``high``)."""
@@ -41,7 +43,8 @@ def measure(
         for name in names[:: -1 if number % 2 else 1]:
             run = Path(folder) / f"round{number}" / re.sub(r"\W+", "_", name)
             summary = train(
-                [*command, *recipes[name], *trial_settings(steps), *NO_TARGET, "seed=0"], run
+                [*command, *recipes[name], *trial_settings(steps, limit_s), *NO_TARGET, "seed=0"],
+                run,
             )
             speeds[name].append(trial_speed(summary) if summary.get("status") == "ok" else None)
             batch[name] = summary.get("effective_batch_size") or batch.get(name)
