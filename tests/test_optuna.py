@@ -570,3 +570,20 @@ def test_a_storage_that_cannot_be_written_is_one_line_before_any_trial(tmp_path,
     }[where]
     assert hint in done.stderr and "Traceback" not in done.stdout + done.stderr
     assert not (sweep_dir / "0").exists()  # no trial ran
+
+
+def test_a_database_url_with_a_password_is_warned_about_and_shown_without_it(caplog):
+    """Hydra writes the storage URL into the sweep's files: a password in it is warned about,
+    and the error of a server that does not answer shows it as ***."""
+    from tuneup import TuneupError
+    from tuneup.optuna.study import open_storage
+
+    url = "postgresql+psycopg://tuneup:s3cret@127.0.0.1:1/studies?connect_timeout=2"
+    with pytest.raises(TuneupError) as refused:
+        open_storage(url)
+    assert "s3cret" not in str(refused.value) and "tuneup:***@127.0.0.1:1" in str(refused.value)
+    assert "holds a password, which Hydra writes into the sweep's multirun.yaml" in caplog.text
+    caplog.clear()
+    with pytest.raises(TuneupError):
+        open_storage(url.replace(":s3cret", ""))
+    assert "password" not in caplog.text

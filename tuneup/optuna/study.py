@@ -58,6 +58,13 @@ def open_storage(storage: str, key: str = "hydra.sweeper.storage"):
     setting, ``autotune.storage`` for the autotune's study), before any trial runs."""
     with storage_errors(storage, key):
         if "://" in storage:
+            if _password(storage):
+                log.warning(
+                    "%s holds a password, which Hydra writes into the sweep's multirun.yaml and "
+                    "each job's .hydra/overrides.yaml; give it in ~/.pgpass or PGPASSWORD and "
+                    "leave it out of the URL",
+                    key,
+                )
             return optuna.storages.RDBStorage(storage)
         from optuna.storages.journal import (
             JournalFileBackend,
@@ -137,6 +144,16 @@ def _file(storage: str) -> Path | None:
     if storage.startswith("sqlite:///") and not storage.startswith("sqlite:///:memory:"):
         return Path(storage.removeprefix("sqlite:///").split("?", 1)[0]).expanduser()
     return None
+
+
+def _password(storage: str) -> bool:
+    """Whether a database URL carries a password (``user:secret@host``)."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return bool(make_url(storage).password)
+    except Exception:  # not a URL SQLAlchemy reads: the storage's own error says so
+        return False
 
 
 def _shown(storage: str) -> str:
