@@ -1,0 +1,168 @@
+"""``autotune.workers`` (issue 48, point 1): the time-to-target study's explore stage keeps up
+to N trials in flight on its one Optuna study, a worker asking the next trial as soon as its
+own ends; each worker its share of the machine; a trial whose process is killed is failed
+and asked again, and no finished trial runs twice. A fake launcher: milliseconds each."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from tuneup import TuneupError
+from tuneup.autotune.settings import Settings
+from tuneup.autotune.study_search import StudySearch, study_sampler
+from tuneup.autotune.study_workers import Workers, resolve
+from tuneup.autotune.trials import Lab
+
+optuna = pytest.importorskip("optuna")
+
+
+class RaceLauncher:
+    """Jobs run in the calling thread and write a race run's summary.json. Job 0 is the slow
+    one: it ends only once job 2 has started (which a batch of 2 would hold back until job 0
+    ends). Job ``killed``'s process dies under it: its summary stays ``running`` and the launch
+    raises, as joblib's does for a worker killed by SIGKILL. Records ("start"|"end", job)."""
+
+    def __init__(self, sweep_dir: Path, killed: int | None = None) -> None:
+        self.sweep_dir, self.killed = sweep_dir, killed
+        self.events: list[tuple[str, int]] = []
+        self.lines: dict[int, list[str]] = {}
+        self.changed = threading.Condition()
+
+    def record(self, event: tuple[str, int]) -> None:
+        with self.changed:
+            self.events.append(event)
+            self.changed.notify_all()
+
+    def launch(self, job_overrides, initial_job_idx):
+        [line], job = job_overrides, initial_job_idx
+        self.lines[job] = list(line)
+        self.record(("start", job))
+        if job == 0:
+            with self.changed:
+                self.changed.wait_for(lambda: ("start", 2) in self.events, timeout=20)
+        run_dir = self.sweep_dir / str(job)
+        run_dir.mkdir(parents=True)
+        if job == self.killed:
+            (run_dir / "summary.json").write_text(json.dumps({"status": "running"}))
+            self.record(("end", job))
+            raise RuntimeError(
+                "A worker process managed by the executor was unexpectedly terminated"
+            )
+        lr = float(next(o for o in line if o.startswith("optimizer.lr=")).split("=")[1])
+        steps = max(5, round(5 / lr))  # a higher rate: fewer steps to the target
+        history = [{"step": steps, "samples": steps * 10, "value": 0.9}]
+        summary = {
+            "status": "ok",
+            "target": {"reached": True, "value": 0.9, "mode": "max"},
+            "target_history": history,
+            "steps_to_target": steps,
+            "samples_to_target": steps * 10,
+            "effective_batch_size": 10,
+        }
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+        self.record(("end", job))
+        config = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(run_dir)}}})
+        return [SimpleNamespace(hydra_cfg=config)]
+
+
+def explored(tmp_path: Path, launcher: RaceLauncher, trials: int, workers: int = 2):
+    """The explore stage of a study over optimizer.lr, ``workers`` at once on 4 cores."""
+    settings = Settings(objective="time_to_target", budget_trials=trials, cost="steps")
+    lab = Lab(launcher, launcher.sweep_dir, ["data=digits"], 4)
+    accept = SimpleNamespace(inspect=lambda overrides: SimpleNamespace(ok=True, problems=()))
+    budget = SimpleNamespace(seconds=3600.0, elapsed=0.0)
+    storage = str(tmp_path / "optuna.journal")
+    search = StudySearch(settings, lab, accept, budget, 0, storage)
+    search.workers = Workers(workers, False, 4)
+    search.user_config = {"optimizer": {"lr": 0.01}}
+    search.baseline = {"trial_samples": 1000, "samples_to_target": 500, "seconds": 1.0}
+    search.space = SimpleNamespace(
+        sample=lambda t: {"optimizer.lr": t.suggest_float("optimizer.lr", 0.05, 1.0, log=True)},
+        overrides=lambda values: tuple(f"{k}={v}" for k, v in values.items()),
+    )
+    search.open_study()
+    search.explore()
+    return search, search.study.get_trials()
+
+
+def test_two_workers_keep_two_trials_in_flight_without_a_batch_barrier(tmp_path):
+    """Job 1 ends while job 0 runs: job 2 starts then, before job 0 ends. The study ends with
+    budget_trials finished trials, each its own job and folder; each job has its worker's
+    share of the cores (4 cores / 2 workers: 2 threads) and the trial says so."""
+    launcher = RaceLauncher(tmp_path / "sweep")
+    search, trials = explored(tmp_path, launcher, trials=4)
+    events = launcher.events
+    assert events.index(("end", 1)) < events.index(("start", 2)) < events.index(("end", 0))
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 4
+    assert sorted(t.user_attrs["tuneup_job"] for t in trials) == ["0", "1", "2", "3"]
+    assert trials[2].datetime_start < trials[0].datetime_complete  # in the storage too
+    for trial in trials:
+        line = launcher.lines[int(trial.user_attrs["tuneup_job"])]
+        assert "++hydra.job.env_set.OMP_NUM_THREADS=2" in line
+        assert f"optimizer.lr={trial.params['optimizer.lr']}" in line
+        assert trial.user_attrs["tuneup_worker"] == "2 thread(s)"
+    assert search.study.sampler._constant_liar  # workers asking at once: lies for the running
+
+
+def test_a_killed_trial_is_failed_and_asked_again_and_no_finished_trial_runs_twice(tmp_path):
+    """Job 1's process is killed (summary.json left at running, the launch raises): its trial
+    is FAIL and marked interrupted, its values asked again (a retry that completes); the other
+    worker's trial finishes; 3 trials count, 4 jobs ran, no complete trial's job twice."""
+    launcher = RaceLauncher(tmp_path / "sweep", killed=1)
+    _, trials = explored(tmp_path, launcher, trials=3)
+    states = [t.state.name for t in trials]
+    assert states == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
+    killed = trials[1]
+    assert killed.user_attrs["tuneup_interrupted"] and "killed" in killed.user_attrs["error"]
+    [retry] = [t for t in trials if t.user_attrs.get("tuneup_retry_of") == killed.number]
+    assert retry.state.name == "COMPLETE" and retry.params == killed.params
+    jobs = [t.user_attrs["tuneup_job"] for t in trials if t.state.name == "COMPLETE"]
+    assert len(jobs) == len(set(jobs)) == 3 and "1" not in jobs
+    assert sorted(launcher.lines) == [0, 1, 2, 3]  # 3 counted trials and the killed one
+    assert json.loads((tmp_path / "sweep" / "1" / "summary.json").read_text())["status"] == (
+        "running"
+    )
+
+
+def test_one_worker_is_the_serial_study_and_tpe_does_not_lie():
+    assert not study_sampler(Settings(), 0, 1)._constant_liar
+    assert study_sampler(Settings(), 0, 2)._constant_liar
+
+
+def test_workers_the_launcher_cannot_run_at_once_are_one_line_before_any_trial():
+    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+    from hydra_plugins.hydra_joblib_launcher.joblib_launcher import JoblibLauncher
+
+    cpu = OmegaConf.create({"trainer": {"accelerator": "cpu", "devices": 1}})
+    assert resolve(None, BasicLauncher(), cpu).count == 1  # a CPU: one unless given
+    with pytest.raises(TuneupError) as error:
+        resolve(2, BasicLauncher(), cpu)
+    assert str(error.value) == (
+        "autotune.workers=2 needs 2 jobs at once, but the basic launcher runs its jobs in this "
+        "process, one at a time; run them in processes of their own: hydra/launcher=joblib "
+        "hydra.launcher.n_jobs=2"
+    )
+    assert resolve(2, JoblibLauncher(n_jobs=2), cpu).count == 2
+    with pytest.raises(TuneupError, match=r"hydra\.launcher\.n_jobs=3"):
+        resolve(3, JoblibLauncher(n_jobs=2), cpu)
+    with pytest.raises(TuneupError) as error:
+        Settings(workers=0).check()
+    assert "autotune.workers=0 is not allowed: expected null" in str(error.value)
+
+
+def test_each_worker_has_its_share_of_the_machine():
+    assert Workers(1, False, 8).resources(0) == ([], "")  # one: the machine as it is
+    assert Workers(3, False, 8).resources(2) == (
+        ["++hydra.job.env_set.OMP_NUM_THREADS=2"],
+        "2 thread(s)",
+    )
+    assert Workers(2, True, 8).resources(1) == (
+        ["++hydra.job.env_set.CUDA_VISIBLE_DEVICES=1"],
+        "GPU 1",
+    )
