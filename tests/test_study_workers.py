@@ -24,12 +24,12 @@ optuna = pytest.importorskip("optuna")
 
 class RaceLauncher:
     """Jobs run in the calling thread and write a race run's summary.json. Job 0 is the slow
-    one: it ends only once job 2 has started (which a batch of 2 would hold back until job 0
-    ends). Job ``killed``'s process dies under it: its summary stays ``running`` and the launch
+    one: it ends only once job ``until`` has started (which a batch of 2 holds back until
+    job 0 ends when ``until`` is 2; which one worker starts only after job 0 ends). Job ``killed``'s process dies under it: its summary stays ``running`` and the launch
     raises, as joblib's does for a worker killed by SIGKILL. Records ("start"|"end", job)."""
 
-    def __init__(self, sweep_dir: Path, killed: int | None = None) -> None:
-        self.sweep_dir, self.killed = sweep_dir, killed
+    def __init__(self, sweep_dir: Path, killed: int | None = None, until: int = 2) -> None:
+        self.sweep_dir, self.killed, self.until = sweep_dir, killed, until
         self.events: list[tuple[str, int]] = []
         self.lines: dict[int, list[str]] = {}
         self.changed = threading.Condition()
@@ -45,7 +45,7 @@ class RaceLauncher:
         self.record(("start", job))
         if job == 0:
             with self.changed:
-                self.changed.wait_for(lambda: ("start", 2) in self.events, timeout=20)
+                self.changed.wait_for(lambda: ("start", self.until) in self.events, timeout=20)
         run_dir = self.sweep_dir / str(job)
         run_dir.mkdir(parents=True)
         if job == self.killed:
@@ -54,7 +54,7 @@ class RaceLauncher:
             raise RuntimeError(
                 "A worker process managed by the executor was unexpectedly terminated"
             )
-        lr = float(next(o for o in line if o.startswith("optimizer.lr=")).split("=")[1])
+        lr = float(next((o for o in line if o.startswith("optimizer.lr=")), "=0.01").split("=")[1])
         steps = max(5, round(5 / lr))  # a higher rate: fewer steps to the target
         history = [{"step": steps, "samples": steps * 10, "value": 0.9}]
         summary = {
@@ -73,7 +73,16 @@ class RaceLauncher:
 
 def explored(tmp_path: Path, launcher: RaceLauncher, trials: int, workers: int = 2):
     """The explore stage of a study over optimizer.lr, ``workers`` at once on 4 cores."""
-    settings = Settings(objective="time_to_target", budget_trials=trials, cost="steps")
+    search = study_search(tmp_path, launcher, trials, workers)
+    search.explore()
+    return search, search.study.get_trials()
+
+
+def study_search(tmp_path: Path, launcher: RaceLauncher, trials: int, workers: int):
+    """A study over optimizer.lr, its baseline run, ``workers`` at once on 4 cores."""
+    settings = Settings(
+        objective="time_to_target", budget_trials=trials, cost="steps", seeds=2, max_seeds=2
+    )
     lab = Lab(launcher, launcher.sweep_dir, ["data=digits"], 4)
     accept = SimpleNamespace(inspect=lambda overrides: SimpleNamespace(ok=True, problems=()))
     budget = SimpleNamespace(seconds=3600.0, elapsed=0.0)
@@ -87,8 +96,7 @@ def explored(tmp_path: Path, launcher: RaceLauncher, trials: int, workers: int =
         overrides=lambda values: tuple(f"{k}={v}" for k, v in values.items()),
     )
     search.open_study()
-    search.explore()
-    return search, search.study.get_trials()
+    return search
 
 
 def test_two_workers_keep_two_trials_in_flight_without_a_batch_barrier(tmp_path):
@@ -128,6 +136,43 @@ def test_a_killed_trial_is_failed_and_asked_again_and_no_finished_trial_runs_twi
     assert json.loads((tmp_path / "sweep" / "1" / "summary.json").read_text())["status"] == (
         "running"
     )
+
+
+def test_the_confirmations_seeds_run_two_at_a_time(tmp_path):
+    """autotune.workers=2, 2 paired seeds: your command's two seeds run at once (job 1 starts
+    while job 0 runs), then the candidate's two, with the sample limit your command's runs
+    set; each configuration's runs kept in seed order, each with its worker's threads."""
+    from tuneup.autotune.outcome import BASELINE
+    from tuneup.autotune.study_confirm import confirm
+
+    launcher = RaceLauncher(tmp_path / "sweep", until=1)
+    search = study_search(tmp_path, launcher, trials=1, workers=2)
+    lr = optuna.distributions.FloatDistribution(0.05, 1.0, log=True)
+    attrs = {"reached": True, "tuneup_overrides": ["optimizer.lr=0.5"]}
+    found = optuna.trial.create_trial(
+        params={"optimizer.lr": 0.5},
+        distributions={"optimizer.lr": lr},
+        value=10.0,
+        user_attrs=attrs,
+    )
+    search.study.add_trial(found)
+    confirm(search)
+    events = launcher.events
+    assert events.index(("start", 1)) < events.index(("end", 0))  # two at once
+    assert max(events.index(("end", 0)), events.index(("end", 1))) < events.index(("start", 2))
+    assert sorted(launcher.lines) == [0, 1, 2, 3]
+    for name, seeds in (
+        (BASELINE, ["seed=1", "seed=2"]),
+        ("optimizer.lr=0.5", ["seed=1", "seed=2"]),
+    ):
+        trials = search.confirmed[name]["trials"]
+        assert [t.overrides[-1] for t in trials] == seeds
+        assert all(t.worker == "2 thread(s)" for t in trials)
+    limit = search.confirmed["optimizer.lr=0.5"]["samples_budget"]
+    assert limit == 7500  # your command's 5,000 samples to target on them x race_margin 1.5
+    for job in (2, 3):
+        assert f"target.max_samples={limit}" in launcher.lines[job]
+        assert "++hydra.job.env_set.OMP_NUM_THREADS=2" in launcher.lines[job]
 
 
 def test_one_worker_is_the_serial_study_and_tpe_does_not_lie():

@@ -43,7 +43,7 @@ def confirm(search) -> None:
         for name, overrides, number in [(BASELINE, (), None), *best]
     }
 
-    def run(name: str, index: int):
+    def launch(name: str, index: int, worker=([], "")):
         entry = entries[name]
         # a configuration's first seeds are run only if all of them fit (none half-confirmed)
         runs = settings.seeds if index == 0 else 1
@@ -53,24 +53,66 @@ def confirm(search) -> None:
             return None
         # the baseline within your own limits (its true samples to target on each seed); a
         # candidate within the baseline's most x autotune.race_margin
-        samples = _confirm_samples(search, entries[BASELINE]) if entry["overrides"] else None
+        samples = _confirm_samples(search, {"trials": base}) if entry["overrides"] else None
         trial = search.race_run(
             name,
             entry["overrides"],
             seeds[index],
             samples=samples,
             limit_s=max(1.0, search._left() - _reserve(search)),
+            worker=worker,
         )
-        entry["trials"].append(trial)
-        entry["samples_budget"] = samples
+        if name == BASELINE:
+            base.append(trial)
+        return trial, samples
+
+    base: list = []  # the baseline's runs on the paired seeds, as they end
+
+    ran: dict[tuple[str, int], object] = {}  # (name, seed index) -> its trial, or None
+
+    def run(name: str, index: int):
+        found = ran.pop((name, index)) if (name, index) in ran else launch(name, index)
+        if found is None:
+            return None
+        trial, entries[name]["samples_budget"] = found
+        entries[name]["trials"].append(trial)
         return (*seed_figure(trial, settings.cost), quantum(trial, settings.cost))
 
     _, decisions = sequential.run_seeds(
-        run, [name for name, _, _ in best], settings.confidence, settings.seeds, settings.max_seeds
+        run,
+        [name for name, _, _ in best],
+        settings.confidence,
+        settings.seeds,
+        settings.max_seeds,
+        ahead=lambda runs: ran.update(at_once(search, runs, launch)),
     )
     search.confirmed = {name: entry for name, entry in entries.items() if entry["trials"]}
     for name, decision in decisions.items():  # every candidate that ran (the baseline first)
         search.confirmed[name]["decision"] = decision
+
+
+def at_once(search, runs: list[tuple[str, int]], launch) -> dict:
+    """A round's runs, ``autotune.workers`` at a time, each with its worker's share of the
+    machine: the baseline's first (the candidates' sample limit is read from them), then the
+    candidates'. {} with one worker: each runs when the round reaches it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tuneup.optuna.workers import Slots
+
+    if search.workers.count == 1 or len(runs) < 2:
+        return {}
+    slots = Slots(search.workers.count)
+    bases = [r for r in runs if r[0] == BASELINE]  # the candidates' sample budget needs them
+    rest = [r for r in runs if r[0] != BASELINE]
+
+    def one(pair):
+        with slots.take() as slot:
+            return pair, launch(*pair, worker=search.workers.resources(slot))
+
+    with ThreadPoolExecutor(search.workers.count, thread_name_prefix="tuneup-confirm") as pool:
+        done = dict(pool.map(one, bases))
+        done.update(pool.map(one, rest))
+    return done
 
 
 def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
