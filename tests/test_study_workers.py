@@ -47,9 +47,8 @@ class RaceLauncher:
             with self.changed:
                 self.changed.wait_for(lambda: ("start", self.until) in self.events, timeout=20)
         run_dir = self.sweep_dir / str(job)
-        run_dir.mkdir(parents=True)
-        if job == self.killed:
-            (run_dir / "summary.json").write_text(json.dumps({"status": "running"}))
+        (run_dir / ".hydra").mkdir(parents=True)  # as Hydra starts a job
+        if job == self.killed:  # no summary.json: the run writes it as it ends
             self.record(("end", job))
             raise RuntimeError(
                 "A worker process managed by the executor was unexpectedly terminated"
@@ -119,7 +118,7 @@ def test_two_workers_keep_two_trials_in_flight_without_a_batch_barrier(tmp_path)
 
 
 def test_a_killed_trial_is_failed_and_asked_again_and_no_finished_trial_runs_twice(tmp_path):
-    """Job 1's process is killed (summary.json left at running, the launch raises): its trial
+    """Job 1's process is killed (no summary.json, the launch raises): its trial
     is FAIL and marked interrupted, its values asked again (a retry that completes); the other
     worker's trial finishes; 3 trials count, 4 jobs ran, no complete trial's job twice."""
     launcher = RaceLauncher(tmp_path / "sweep", killed=1)
@@ -133,9 +132,18 @@ def test_a_killed_trial_is_failed_and_asked_again_and_no_finished_trial_runs_twi
     jobs = [t.user_attrs["tuneup_job"] for t in trials if t.state.name == "COMPLETE"]
     assert len(jobs) == len(set(jobs)) == 3 and "1" not in jobs
     assert sorted(launcher.lines) == [0, 1, 2, 3]  # 3 counted trials and the killed one
-    assert json.loads((tmp_path / "sweep" / "1" / "summary.json").read_text())["status"] == (
-        "running"
-    )
+    assert not (tmp_path / "sweep" / "1" / "summary.json").exists()
+
+
+def test_a_launcher_error_before_the_job_starts_is_raised_not_retried(tmp_path):
+    """No job folder: the launcher's own error (not a killed run) stops the study, as before."""
+
+    class Broken(RaceLauncher):
+        def launch(self, job_overrides, initial_job_idx):
+            raise RuntimeError("cannot submit")
+
+    with pytest.raises(RuntimeError, match="cannot submit"):
+        explored(tmp_path, Broken(tmp_path / "sweep"), trials=2)
 
 
 def test_the_confirmations_seeds_run_two_at_a_time(tmp_path):

@@ -8,8 +8,8 @@ own ends, with no batch waiting for its slowest trial.
 trials are waited for and told); a trial's time limit is what is left above the
 confirmation's room when it starts, so no trial starts that could not finish in it.
 
-A trial whose process is killed (SIGKILL, a lost node) leaves its summary.json at
-``running``: it is marked failed and interrupted (it does not count towards the budget), and
+A trial whose process is killed (SIGKILL, a lost node) ends without its summary.json (the
+launcher raises; trials.was_killed): it is marked failed and interrupted (it does not count towards the budget), and
 its parameters are asked again, once; the other workers go on.
 """
 
@@ -30,7 +30,7 @@ from tuneup.autotune.study_trials import (
     samples_seen,
     trial_value,
 )
-from tuneup.autotune.trials import Trial, was_killed
+from tuneup.autotune.trials import Trial
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ def tell(search, trial, run: Trial) -> bool:
     trial.set_user_attr(JOB_ATTR, run.job)
     trial.set_user_attr(studies.RUN_DIR_ATTR, str(run.directory))
     trial.set_user_attr(WORKER_ATTR, run.worker or None)
-    if was_killed(run.directory):
+    if run.killed:
         return killed(search, trial, run)
     trial.set_user_attr("samples_seen", samples_seen(run))
     found = figures(run, search.settings.cost) if run.summary else {}

@@ -64,6 +64,7 @@ class Trial:
     seconds: float  # wall time of the launch, the trial's start-up included
     worker: str = ""  # the worker's share of the machine ("1 thread(s)", "GPU 1"); "": all of it
     started: float = 0.0  # time.time() at its launch
+    killed: bool = False  # its process died under it (:func:`was_killed`)
 
     @property
     def ok(self) -> bool:
@@ -120,18 +121,19 @@ class Lab:
         own = trial_settings(steps or self.steps, limit_s) if settings is None else settings
         line = [*self.command, *own, *overrides, *worker[0]]
         started, clock = time.monotonic(), time.time()
+        killed = False
         try:
             [returned] = self.launcher.launch([line], initial_job_idx=job)
         except Exception:
             if not was_killed(self.sweep_dir / str(job)):
                 raise
-            returned = None  # its process died under it: the summary it left says "running"
+            returned, killed = None, True  # its process died under it
         seconds = time.monotonic() - started
         directory = _output_dir(returned, self.sweep_dir / str(job))
         found = (directory / run_summary.FILE_NAME).is_file()
         summary = run_summary.read(directory) if found else None
         trial = Trial(
-            label, tuple(overrides), str(job), directory, summary, seconds, worker[1], clock
+            label, tuple(overrides), str(job), directory, summary, seconds, worker[1], clock, killed
         )
         with self._lock:
             self.trials.append(trial)
@@ -139,13 +141,15 @@ class Lab:
 
 
 def was_killed(directory: Path) -> bool:
-    """Whether the job in ``directory`` started and ended without its final summary: the run
-    writes ``status: running`` first and its outcome last, so a process killed (SIGKILL, a
-    lost node) leaves ``running``."""
+    """Whether the job in ``directory`` started (Hydra wrote its ``.hydra`` folder) and ended
+    without its final summary.json, which every run writes as it ends, failed or not: a
+    process killed (SIGKILL, a lost node) leaves none, or one still ``running``."""
+    if not (directory / ".hydra").is_dir():
+        return False  # the job never started: the launcher's own error
     try:
         return run_summary.read(directory).get("status") == "running"
-    except (OSError, ValueError):  # no summary: the job did not start
-        return False
+    except (OSError, ValueError):  # none, or half written
+        return True
 
 
 def _output_dir(returned, default: Path) -> Path:
