@@ -88,6 +88,7 @@ class StudySearch(BudgetShare):
         self.confirm_count = settings.confirm  # candidates the budget confirms (share_budget)
         self._released = False  # the confirmation's room given to the study (_reserve)
         self.workers = study_workers.Workers(1, False, 1)  # autotune.workers, resolved in run
+        self.step_cost: dict[tuple[str, ...], float] = {}  # study_step_cost: s/step timed apart
         self.speed = None  # study_speed.Speed
         self.verdict = ""  # the answer, in words
         self.notes: list[str] = []
