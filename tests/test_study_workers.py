@@ -77,13 +77,16 @@ def explored(tmp_path: Path, launcher: RaceLauncher, trials: int, workers: int =
     return search, search.study.get_trials()
 
 
-def study_search(tmp_path: Path, launcher: RaceLauncher, trials: int, workers: int):
+def study_search(tmp_path: Path, launcher, trials: int, workers: int, cost: str = "steps"):
     """A study over optimizer.lr, its baseline run, ``workers`` at once on 4 cores."""
     settings = Settings(
-        objective="time_to_target", budget_trials=trials, cost="steps", seeds=2, max_seeds=2
+        objective="time_to_target", budget_trials=trials, cost=cost, seeds=2, max_seeds=2
     )
     lab = Lab(launcher, launcher.sweep_dir, ["data=digits"], 4)
-    accept = SimpleNamespace(inspect=lambda overrides: SimpleNamespace(ok=True, problems=()))
+    config = {"data": {"batch_size": 10}}
+    accept = SimpleNamespace(
+        inspect=lambda overrides: SimpleNamespace(ok=True, problems=(), config=config)
+    )
     budget = SimpleNamespace(seconds=3600.0, elapsed=0.0)
     storage = str(tmp_path / "optuna.journal")
     search = StudySearch(settings, lab, accept, budget, 0, storage)
@@ -181,6 +184,69 @@ def test_the_confirmations_seeds_run_two_at_a_time(tmp_path):
     for job in (2, 3):
         assert f"target.max_samples={limit}" in launcher.lines[job]
         assert "++hydra.job.env_set.OMP_NUM_THREADS=2" in launcher.lines[job]
+
+
+class SpeedLauncher:
+    """Throughput trials: samples/s by the learning rate in the line (none: your command's)."""
+
+    def __init__(self, sweep_dir: Path, speeds: dict[str, float]) -> None:
+        self.sweep_dir, self.speeds, self.lines = sweep_dir, speeds, []
+
+    def launch(self, job_overrides, initial_job_idx):
+        [line] = job_overrides
+        self.lines.append(list(line))
+        lr = next((o for o in line if o.startswith("optimizer.lr=")), "")
+        run_dir = self.sweep_dir / str(initial_job_idx)
+        (run_dir / ".hydra").mkdir(parents=True)
+        summary = {"status": "ok", "samples_per_s_windows": [self.speeds[lr]]}
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+        config = OmegaConf.create({"hydra": {"runtime": {"output_dir": str(run_dir)}}})
+        return [SimpleNamespace(hydra_cfg=config)]
+
+
+def test_on_shared_cores_time_ranks_by_seconds_per_step_timed_one_at_a_time(tmp_path):
+    """autotune.workers=2 on a CPU, autotune.cost=time: trial A (10 steps) looked fast beside
+    the other worker (its own windows: 0.1 s a step) and B (12 steps) slow; timed one at a
+    time, interleaved (your command, A, B; then B, A, your command), A takes 1 s a step and
+    B 0.1 s: B is the one confirmed, and the note says which rule applied."""
+    from tuneup.autotune.study_confirm import _best
+
+    speeds = {"": 100.0, "optimizer.lr=0.5": 10.0, "optimizer.lr=0.2": 100.0}  # samples/s
+    launcher = SpeedLauncher(tmp_path / "sweep", speeds)
+    search = study_search(tmp_path, launcher, trials=2, workers=2, cost="time")
+    search.settings = Settings(**{**search.settings.__dict__, "confirm": 1})
+    lr = optuna.distributions.FloatDistribution(0.05, 1.0, log=True)
+    for value, steps, own in ((0.5, 10, 1.0), (0.2, 12, 6.0)):
+        attrs = {
+            "reached": True,
+            "tuneup_overrides": [f"optimizer.lr={value}"],
+            "steps": steps,
+            "validation_s": 0.5,
+        }
+        search.study.add_trial(
+            optuna.trial.create_trial(
+                params={"optimizer.lr": value},
+                distributions={"optimizer.lr": lr},
+                value=own,
+                user_attrs=attrs,
+            )
+        )
+    [(name, overrides, number)] = _best(search)
+    assert name == "optimizer.lr=0.2" and overrides == (name,) and number == 1
+    order = [
+        next((o for o in line if o.startswith("optimizer.lr=")), "") for line in launcher.lines
+    ]
+    first = ["", "optimizer.lr=0.5", "optimizer.lr=0.2"]
+    assert order == [*first, *first[::-1]]  # interleaved, the order reversed every round
+    assert not any("OMP_NUM_THREADS" in o for line in launcher.lines for o in line)  # apart
+    assert search.step_cost == {
+        (): pytest.approx(0.1),
+        ("optimizer.lr=0.5",): pytest.approx(1.0),
+        ("optimizer.lr=0.2",): pytest.approx(0.1),
+    }
+    assert "shared the cores: the candidates' and your command's seconds per step were timed" in (
+        " ".join(search.notes)
+    )
 
 
 def test_one_worker_is_the_serial_study_and_tpe_does_not_lie():
