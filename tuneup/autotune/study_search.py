@@ -16,7 +16,8 @@ paired seeds, then paired throughput windows.
                 halving (or Hyperband) prunes the trials that are behind at equal samples.
                 The value: its cost to the target (autotune.cost: time = steps x its own
                 seconds per step + validations, steps, or samples; study_trials.trial_cost);
-                a miss: its cost so far x (1 + its last relative distance), above every hit
+                a miss: its cost so far x (1 + its last relative distance), above every hit.
+                Up to autotune.workers trials at once (study_explore.py, study_workers.py)
     confirm     the best autotune.confirm configurations and the baseline, each on the same
                 autotune.seeds seeds the study never saw (seed+1, seed+2, ...); a candidate
                 wins only when its per-seed differences in cost from the baseline's have a t

@@ -89,7 +89,8 @@ class Trial:
 
 
 class Lab:
-    """Launches trials through the sweep's launcher, one at a time, and reads their summaries."""
+    """Launches trials through the sweep's launcher and reads their summaries; launches from
+    several threads at once each take a job number of their own."""
 
     def __init__(
         self, launcher, sweep_dir: Path, command: list[str], steps: int, first_job: int = 0
