@@ -118,6 +118,9 @@ def test_two_workers_keep_two_trials_in_flight_without_a_batch_barrier(tmp_path)
         assert f"optimizer.lr={trial.params['optimizer.lr']}" in line
         assert trial.user_attrs["tuneup_worker"] == "2 thread(s)"
     assert search.study.sampler._constant_liar  # workers asking at once: lies for the running
+    from tuneup.autotune.record import trial_dict
+
+    assert {trial_dict(t)["worker"] for t in search.lab.trials} == {"2 thread(s)"}  # autotune.json
 
 
 def test_a_killed_trial_is_failed_and_asked_again_and_no_finished_trial_runs_twice(tmp_path):
