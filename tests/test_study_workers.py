@@ -288,3 +288,23 @@ def test_each_worker_has_its_share_of_the_machine():
         ["++hydra.job.env_set.CUDA_VISIBLE_DEVICES=1"],
         "GPU 1",
     )
+
+
+def test_on_a_gpu_machine_the_default_is_one_worker_per_gpu(monkeypatch):
+    """A one-device command on 4 GPUs: 4 workers, each its own device; the basic launcher
+    runs one job at a time: 1; more workers than GPUs: one line."""
+    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+    from tuneup.autotune import study_workers
+
+    monkeypatch.setattr(study_workers, "_gpus", lambda: 4)
+    gpu = OmegaConf.create({"trainer": {"accelerator": "gpu", "devices": 1}})
+    found = resolve(None, object(), gpu)  # submitit's and others: as many as asked
+    assert (found.count, found.cuda, found.shared_cores) == (4, True, False)
+    assert resolve(None, BasicLauncher(), gpu).count == 1
+    with pytest.raises(TuneupError) as error:
+        resolve(8, object(), gpu)
+    assert str(error.value) == (
+        "autotune.workers=8: each worker has a GPU of its own and this machine shows 4; give "
+        "at most autotune.workers=4"
+    )
