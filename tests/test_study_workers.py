@@ -207,14 +207,9 @@ class SpeedLauncher:
         return [SimpleNamespace(hydra_cfg=config)]
 
 
-def test_on_shared_cores_time_ranks_by_seconds_per_step_timed_one_at_a_time(tmp_path):
-    """autotune.workers=2 on a CPU, autotune.cost=time: trial A (10 steps) looked fast beside
-    the other worker (its own windows: 0.1 s a step) and B (12 steps) slow; timed one at a
-    time, interleaved (your command, A, B; then B, A, your command), A takes 1 s a step and
-    B 0.1 s: B is the one confirmed, and the note says which rule applied."""
-    from tuneup.autotune.study_confirm import _best
-
-    speeds = {"": 100.0, "optimizer.lr=0.5": 10.0, "optimizer.lr=0.2": 100.0}  # samples/s
+def shared_cores(tmp_path: Path, speeds: dict[str, float]):
+    """2 workers on a CPU, autotune.cost=time, autotune.confirm=1; two trials that reached
+    the target: A (lr 0.5, 10 steps, its own time 1 s), B (lr 0.2, 12 steps, 6 s)."""
     launcher = SpeedLauncher(tmp_path / "sweep", speeds)
     search = study_search(tmp_path, launcher, trials=2, workers=2, cost="time")
     search.settings = Settings(**{**search.settings.__dict__, "confirm": 1})
@@ -234,6 +229,18 @@ def test_on_shared_cores_time_ranks_by_seconds_per_step_timed_one_at_a_time(tmp_
                 user_attrs=attrs,
             )
         )
+    return search, launcher
+
+
+def test_on_shared_cores_time_ranks_by_seconds_per_step_timed_one_at_a_time(tmp_path):
+    """autotune.workers=2 on a CPU, autotune.cost=time: trial A (10 steps) looked fast beside
+    the other worker (its own windows: 0.1 s a step) and B (12 steps) slow; timed one at a
+    time, interleaved (your command, A, B; then B, A, your command), A takes 1 s a step and
+    B 0.1 s: B is the one confirmed, and the note says which rule applied."""
+    from tuneup.autotune.study_confirm import _best
+
+    speeds = {"": 100.0, "optimizer.lr=0.5": 10.0, "optimizer.lr=0.2": 100.0}  # samples/s
+    search, launcher = shared_cores(tmp_path, speeds)
     [(name, overrides, number)] = _best(search)
     assert name == "optimizer.lr=0.2" and overrides == (name,) and number == 1
     order = [
@@ -250,6 +257,16 @@ def test_on_shared_cores_time_ranks_by_seconds_per_step_timed_one_at_a_time(tmp_
     assert "shared the cores: the candidates' and your command's seconds per step were timed" in (
         " ".join(search.notes)
     )
+
+
+def test_without_your_commands_speed_timed_apart_the_trials_own_times_rank(tmp_path):
+    from tuneup.autotune.study_confirm import _best
+
+    speeds = {"": 0.0, "optimizer.lr=0.5": 10.0, "optimizer.lr=0.2": 100.0}  # "": no window
+    search, _ = shared_cores(tmp_path, speeds)
+    assert [name for name, _, _ in _best(search)] == ["optimizer.lr=0.5"]  # its own 1 s
+    assert search.step_cost == {}
+    assert "no seconds per step could be timed apart: each run's own were used" in search.notes[-1]
 
 
 def test_one_worker_is_the_serial_study_and_tpe_does_not_lie():

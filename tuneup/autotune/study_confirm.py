@@ -147,12 +147,17 @@ def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
     most = search.settings.confirm
     if step_cost.applies(search) and hits:
         contenders = _distinct(sorted(hits, key=lambda t: t.value), most * step_cost.CONTENDERS)
-        search.step_cost = step_cost.measure(search, [(), *(o for _, o, _ in contenders)])
-        search.notes.append(step_cost.rule(search))
-        hits = [
-            t for t in hits if tuple(t.user_attrs.get(OVERRIDES_ATTR) or ()) in search.step_cost
-        ]
-        return _distinct(sorted(hits, key=lambda t: _timed_value(search, t)), most)
+        measured = step_cost.measure(search, [(), *(o for _, o, _ in contenders)])
+        hits = [t for t in hits if tuple(t.user_attrs.get(OVERRIDES_ATTR) or ()) in measured]
+        if () in measured and hits:  # your command's and a contender's: the costs compare
+            search.step_cost = measured
+            search.notes.append(step_cost.rule(search))
+            return _distinct(sorted(hits, key=lambda t: _timed_value(search, t)), most)
+        search.notes.append(
+            "the workers shared the cores, but no seconds per step could be timed apart: "
+            "each run's own were used"
+        )
+        return contenders[:most]
     if step_cost.rule(search):
         search.notes.append(step_cost.rule(search))
     return _distinct(sorted(hits, key=lambda t: t.value), most)
