@@ -90,7 +90,7 @@ def study_search(tmp_path: Path, launcher, trials: int, workers: int, cost: str 
     budget = SimpleNamespace(seconds=3600.0, elapsed=0.0)
     storage = str(tmp_path / "optuna.journal")
     search = StudySearch(settings, lab, accept, budget, 0, storage)
-    search.workers = Workers(workers, False, 4)
+    search.use_workers(Workers(workers, False, 4))
     search.user_config = {"optimizer": {"lr": 0.01}}
     search.baseline = {"trial_samples": 1000, "samples_to_target": 500, "seconds": 1.0}
     search.space = SimpleNamespace(
@@ -248,7 +248,8 @@ def test_on_shared_cores_time_ranks_by_seconds_per_step_timed_one_at_a_time(tmp_
     ]
     first = ["", "optimizer.lr=0.5", "optimizer.lr=0.2"]
     assert order == [*first, *first[::-1]]  # interleaved, the order reversed every round
-    assert not any("OMP_NUM_THREADS" in o for line in launcher.lines for o in line)  # apart
+    for line in launcher.lines:  # one at a time, each with all 4 cores
+        assert "++hydra.job.env_set.OMP_NUM_THREADS=4" in line
     assert search.step_cost == {
         (): pytest.approx(0.1),
         ("optimizer.lr=0.5",): pytest.approx(1.0),

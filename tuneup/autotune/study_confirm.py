@@ -47,7 +47,7 @@ def confirm(search) -> None:
         for name, overrides, number in [(BASELINE, (), None), *best]
     }
 
-    def launch(name: str, index: int, worker=([], "")):
+    def launch(name: str, index: int, worker=None):
         entry = entries[name]
         # a configuration's first seeds are run only if all of them fit (none half-confirmed)
         runs = settings.seeds if index == 0 else 1

@@ -99,7 +99,7 @@ class StudySearch(BudgetShare):
     def run(self) -> StudySearch:
         config = required_target(self.checks)
         self.user_config = config
-        self.workers = study_workers.resolve(self.settings.workers, self.lab.launcher, config)
+        self.use_workers(study_workers.resolve(self.settings.workers, self.lab.launcher, config))
         self.open_study()
         self.baseline_run(config)
         params = self.settings.params
@@ -112,6 +112,11 @@ class StudySearch(BudgetShare):
         self.confirm()
         self.decide()
         return self
+
+    def use_workers(self, workers: study_workers.Workers) -> None:
+        """Run with ``workers``; the runs that have the machine to themselves get all of it."""
+        self.workers = workers
+        self.lab.alone = workers.alone()
 
     def open_study(self) -> None:
         import optuna
@@ -207,10 +212,10 @@ class StudySearch(BudgetShare):
 
     # -- trials and the budget -------------------------------------------------------------------
 
-    def race_run(self, name, overrides, seed, samples, limit_s, extra=(), worker=([], "")) -> Trial:
+    def race_run(self, name, overrides, seed, samples, limit_s, extra=(), worker=None) -> Trial:
         """``overrides`` trained to the target on ``seed``, for at most ``samples`` samples
         (None: the user's own limits) and ``limit_s`` seconds, with ``worker``'s share of the
-        machine (study_workers.Workers.resources). The user's trainer.max_steps / max_epochs
+        machine (study_workers.Workers.resources; None: all of it). The user's trainer.max_steps / max_epochs
         stay: the schedule is the one the recipe runs (race.sample_limit)."""
         settings = [*race_settings(max(1.0, limit_s)), *sample_limit(samples), *extra]
         return self.lab.run(name, (*overrides, f"seed={seed}"), settings=settings, worker=worker)

@@ -41,6 +41,14 @@ class Workers:
         threads = self.threads
         return [f"{ENV}.OMP_NUM_THREADS={threads}"], f"{threads} thread(s)"
 
+    def alone(self) -> tuple[list[str], str]:
+        """(overrides, in words) of a run that has the machine to itself (the baseline, the
+        speed stage): on a CPU all the cores, stated, since a process that ran a worker's
+        job keeps the threads it set (trainer/environment.threads_as_asked)."""
+        if self.count == 1 or self.cuda:
+            return [], ""
+        return [f"{ENV}.OMP_NUM_THREADS={self.cpus}"], ""
+
     @property
     def threads(self) -> int:
         return max(1, self.cpus // self.count)

@@ -102,6 +102,7 @@ class Lab:
         self.steps = steps
         self.trials: list[Trial] = []
         self._next_job = first_job
+        self.alone: tuple[list[str], str] = ([], "")  # a run without a worker's share: all of it
         self._lock = threading.Lock()  # launches from several threads (autotune.workers)
 
     def run(
@@ -111,14 +112,15 @@ class Lab:
         steps: int | None = None,
         limit_s=None,
         settings: list[str] | None = None,
-        worker: tuple[list[str], str] = ([], ""),
+        worker: tuple[list[str], str] | None = None,
     ) -> Trial:
         """``settings``: what makes the run a trial, if not :func:`trial_settings` (a race's);
         ``worker``: the overrides that give it its worker's share of the machine, and those in
-        words. A launch that ends without the job's final summary.json (its process killed)
+        words (None: :attr:`alone`, the machine to itself). A launch that ends without the job's final summary.json (its process killed)
         gives a trial that did not finish; the launcher's other errors are raised."""
         with self._lock:
             job, self._next_job = self._next_job, self._next_job + 1
+        worker = self.alone if worker is None else worker
         own = trial_settings(steps or self.steps, limit_s) if settings is None else settings
         line = [*self.command, *own, *overrides, *worker[0]]
         started, clock = time.monotonic(), time.time()
