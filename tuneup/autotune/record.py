@@ -36,6 +36,8 @@ def trial_dict(trial) -> dict:
         "speed": trial.speed,
         "seconds": trial.seconds,
         "steps": trial.steps,
+        "device": trial.figure("device"),  # on a CPU with its threads
+        "worker": trial.worker or None,  # autotune.workers > 1: its share ("GPU 1", "2 thread(s)")
         **{
             key: trial.figure(key)
             for key in (

@@ -53,6 +53,7 @@ class Settings:
     sampler_seed: int | None = None
     storage: str | None = None
     study_name: str = "autotune"
+    workers: int | None = None  # study trials at once (study_workers.py); null: the GPUs, or 1
     params: dict[str, str] | None = None
     dimensions: tuple[str, ...] = ()
     space: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
@@ -132,6 +133,10 @@ class Settings:
             "study_name": (
                 isinstance(self.study_name, str) and self.study_name != "",
                 "a non-empty name",
+            ),
+            "workers": (
+                self.workers is None or _whole(self.workers, 1),
+                "null (the GPUs a one-device run can have, 1 on a CPU) or an integer >= 1",
             ),
         }
         found = [

@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import math
 
+from tuneup.autotune import study_step_cost as step_cost
 from tuneup.autotune.outcome import BASELINE, label
+from tuneup.autotune.race import reached
 from tuneup.autotune.study_advice import search_no_answer
+from tuneup.autotune.study_step_cost import time_to_target
 from tuneup.autotune.study_trials import (
     BASELINE_ATTR,
     OVERRIDES_ATTR,
     SAMPLES,
     TIME,
     UNITS,
+    lattice_gap,
     quantum,
     seed_figure,
 )
@@ -43,7 +47,7 @@ def confirm(search) -> None:
         for name, overrides, number in [(BASELINE, (), None), *best]
     }
 
-    def run(name: str, index: int):
+    def launch(name: str, index: int, worker=None):
         entry = entries[name]
         # a configuration's first seeds are run only if all of them fit (none half-confirmed)
         runs = settings.seeds if index == 0 else 1
@@ -53,43 +57,128 @@ def confirm(search) -> None:
             return None
         # the baseline within your own limits (its true samples to target on each seed); a
         # candidate within the baseline's most x autotune.race_margin
-        samples = _confirm_samples(search, entries[BASELINE]) if entry["overrides"] else None
-        trial = search.race_run(
-            name,
-            entry["overrides"],
-            seeds[index],
-            samples=samples,
-            limit_s=max(1.0, search._left() - _reserve(search)),
-        )
-        entry["trials"].append(trial)
-        entry["samples_budget"] = samples
-        return (*seed_figure(trial, settings.cost), quantum(trial, settings.cost))
+        samples = _confirm_samples(search, {"trials": base}) if entry["overrides"] else None
+        for _ in range(2):  # a run whose process was killed runs again, once
+            trial = search.race_run(
+                name,
+                entry["overrides"],
+                seeds[index],
+                samples=samples,
+                limit_s=max(1.0, search._left() - _reserve(search)),
+                worker=worker,
+            )
+            if not trial.killed:
+                break
+            search.notes.append(f"`{name}` on seed {seeds[index]}: job {trial.job} was killed")
+        if name == BASELINE:
+            base.append(trial)
+        return trial, samples
+
+    base: list = []  # the baseline's runs on the paired seeds, as they end
+
+    ran: dict[tuple[str, int], object] = {}  # (name, seed index) -> its trial, or None
+
+    def run(name: str, index: int):
+        found = ran.pop((name, index)) if (name, index) in ran else launch(name, index)
+        if found is None:
+            return None
+        trial, entries[name]["samples_budget"] = found
+        entries[name]["trials"].append(trial)
+        return run_figure(search, trial, entries[name]["overrides"])
 
     _, decisions = sequential.run_seeds(
-        run, [name for name, _, _ in best], settings.confidence, settings.seeds, settings.max_seeds
+        run,
+        [name for name, _, _ in best],
+        settings.confidence,
+        settings.seeds,
+        settings.max_seeds,
+        ahead=lambda runs: ran.update(at_once(search, runs, launch)),
     )
     search.confirmed = {name: entry for name, entry in entries.items() if entry["trials"]}
     for name, decision in decisions.items():  # every candidate that ran (the baseline first)
         search.confirmed[name]["decision"] = decision
 
 
+def at_once(search, runs: list[tuple[str, int]], launch) -> dict:
+    """A round's runs, ``autotune.workers`` at a time, each with its worker's share of the
+    machine: the baseline's first (the candidates' sample limit is read from them), then the
+    candidates'. {} with one worker: each runs when the round reaches it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tuneup.optuna.workers import Slots
+
+    if search.workers.count == 1 or len(runs) < 2:
+        return {}
+    slots = Slots(search.workers.count)
+    bases = [r for r in runs if r[0] == BASELINE]  # the candidates' sample budget needs them
+    rest = [r for r in runs if r[0] != BASELINE]
+
+    def one(pair):
+        with slots.take() as slot:
+            return pair, launch(*pair, worker=search.workers.resources(slot))
+
+    with ThreadPoolExecutor(search.workers.count, thread_name_prefix="tuneup-confirm") as pool:
+        done = dict(pool.map(one, bases))
+        done.update(pool.map(one, rest))
+    return done
+
+
+def run_figure(search, trial, overrides) -> tuple[float, bool, float]:
+    """(cost to target, reached, the validation lattice's step) of a confirmation run, at
+    the seconds per step timed apart where the workers shared the cores (study_step_cost)."""
+    step_s = (getattr(search, "step_cost", None) or {}).get(tuple(overrides))
+    if step_s is None:
+        return (*seed_figure(trial, search.settings.cost), quantum(trial, search.settings.cost))
+    return time_to_target(trial, step_s), reached(trial), lattice_gap(trial, "step") * step_s
+
+
 def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
     """The study's best ``autotune.confirm`` distinct configurations that reached the
-    target: (label, overrides, trial number)."""
+    target: (label, overrides, trial number). Where the workers shared the cores and time
+    ranks, the contenders' and your command's seconds per step are timed apart first
+    (study_step_cost.py) and the ranking uses them."""
     from optuna.trial import TrialState
 
-    best, seen = [], set()
     hits = [
         t
         for t in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if t.user_attrs.get("reached") and not t.user_attrs.get(BASELINE_ATTR)
     ]
-    for trial in sorted(hits, key=lambda t: t.value):
+    most = search.settings.confirm
+    if step_cost.applies(search) and hits:
+        contenders = _distinct(sorted(hits, key=lambda t: t.value), most * step_cost.CONTENDERS)
+        measured = step_cost.measure(search, [(), *(o for _, o, _ in contenders)])
+        hits = [t for t in hits if tuple(t.user_attrs.get(OVERRIDES_ATTR) or ()) in measured]
+        if () in measured and hits:  # your command's and a contender's: the costs compare
+            search.step_cost = measured
+            search.notes.append(step_cost.rule(search))
+            return _distinct(sorted(hits, key=lambda t: _timed_value(search, t)), most)
+        search.notes.append(
+            "the workers shared the cores, but no seconds per step could be timed apart: "
+            "each run's own were used"
+        )
+        return contenders[:most]
+    if step_cost.rule(search):
+        search.notes.append(step_cost.rule(search))
+    return _distinct(sorted(hits, key=lambda t: t.value), most)
+
+
+def _distinct(trials, most: int) -> list[tuple[str, tuple[str, ...], int]]:
+    best, seen = [], set()
+    for trial in trials:
         overrides = tuple(trial.user_attrs.get(OVERRIDES_ATTR) or ())
-        if overrides and overrides not in seen and len(best) < search.settings.confirm:
+        if overrides and overrides not in seen and len(best) < most:
             seen.add(overrides)
             best.append((label(overrides), overrides, trial.number))
     return best
+
+
+def _timed_value(search, trial) -> float:
+    """A study trial's time to target at its configuration's seconds per step timed apart."""
+    step_s = search.step_cost[tuple(trial.user_attrs.get(OVERRIDES_ATTR) or ())]
+    return (trial.user_attrs.get("steps") or 0) * step_s + (
+        trial.user_attrs.get("validation_s") or 0.0
+    )
 
 
 def paired_seeds(search) -> list[int]:
@@ -147,7 +236,7 @@ def decide(search) -> None:
     cost = search.settings.cost
     decisions = {n: e["decision"] for n, e in search.confirmed.items() if n != BASELINE}
     means = {
-        n: sum(seed_figure(t, cost)[0] for t in e["trials"]) / len(e["trials"])
+        n: sum(run_figure(search, t, e["overrides"])[0] for t in e["trials"]) / len(e["trials"])
         for n, e in search.confirmed.items()
     }
     chosen = paired.pick(decisions, means)

@@ -16,7 +16,8 @@ paired seeds, then paired throughput windows.
                 halving (or Hyperband) prunes the trials that are behind at equal samples.
                 The value: its cost to the target (autotune.cost: time = steps x its own
                 seconds per step + validations, steps, or samples; study_trials.trial_cost);
-                a miss: its cost so far x (1 + its last relative distance), above every hit
+                a miss: its cost so far x (1 + its last relative distance), above every hit.
+                Up to autotune.workers trials at once (study_explore.py, study_workers.py)
     confirm     the best autotune.confirm configurations and the baseline, each on the same
                 autotune.seeds seeds the study never saw (seed+1, seed+2, ...); a candidate
                 wins only when its per-seed differences in cost from the baseline's have a t
@@ -43,9 +44,9 @@ import math
 import warnings
 
 from tuneup import TuneupError
-from tuneup.autotune import study_budget
+from tuneup.autotune import study_workers
 from tuneup.autotune.batch import own_loop
-from tuneup.autotune.outcome import BASELINE, label
+from tuneup.autotune.outcome import BASELINE
 from tuneup.autotune.race import race_settings, reached, required_target, sample_limit
 from tuneup.autotune.study_advice import baseline_stop
 from tuneup.autotune.study_share import BudgetShare
@@ -53,7 +54,6 @@ from tuneup.autotune.study_space import build_space, default_params
 from tuneup.autotune.study_trials import (
     BASELINE_ATTR,
     JOB_ATTR,
-    NEVER_ATTR,
     OVERRIDES_ATTR,
     config_value,
     console_line,
@@ -88,6 +88,8 @@ class StudySearch(BudgetShare):
         self.confirmed: dict[str, dict] = {}  # label -> {"overrides", "trials", "decision"}
         self.confirm_count = settings.confirm  # candidates the budget confirms (share_budget)
         self._released = False  # the confirmation's room given to the study (_reserve)
+        self.workers = study_workers.Workers(1, False, 1)  # autotune.workers, resolved in run
+        self.step_cost: dict[tuple[str, ...], float] = {}  # study_step_cost: s/step timed apart
         self.speed = None  # study_speed.Speed
         self.verdict = ""  # the answer, in words
         self.notes: list[str] = []
@@ -97,6 +99,7 @@ class StudySearch(BudgetShare):
     def run(self) -> StudySearch:
         config = required_target(self.checks)
         self.user_config = config
+        self.use_workers(study_workers.resolve(self.settings.workers, self.lab.launcher, config))
         self.open_study()
         self.baseline_run(config)
         params = self.settings.params
@@ -110,6 +113,11 @@ class StudySearch(BudgetShare):
         self.decide()
         return self
 
+    def use_workers(self, workers: study_workers.Workers) -> None:
+        """Run with ``workers``; the runs that have the machine to themselves get all of it."""
+        self.workers = workers
+        self.lab.alone = workers.alone()
+
     def open_study(self) -> None:
         import optuna
 
@@ -117,7 +125,7 @@ class StudySearch(BudgetShare):
 
         opened = studies.open_storage(self.storage, key="autotune.storage")
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-        sampler = study_sampler(self.settings, self.seed)
+        sampler = study_sampler(self.settings, self.seed, self.workers.count)
         self.study = studies.create_study(
             opened, self.settings.study_name, sampler, None, ["minimize"]
         )
@@ -182,83 +190,9 @@ class StudySearch(BudgetShare):
         self.study.add_trial(trial)
 
     def explore(self) -> None:
-        from optuna.trial import TrialState
+        from tuneup.autotune.study_explore import explore
 
-        from tuneup.optuna import study as studies
-
-        while True:
-            done = self.explored()
-            if len(done) >= self.settings.budget_trials:
-                break
-            used = sum(t.user_attrs.get("samples_seen") or 0 for t in done)
-            if self.settings.budget_samples is not None and used >= self.settings.budget_samples:
-                self.notes.append(f"explore stopped at autotune.budget_samples: {used:,} samples")
-                break
-            limit = study_budget.explore_limit(
-                self._left(), self._reserve(), self._typical_seconds()
-            )
-            if not limit:
-                self.notes.append(
-                    f"explore stopped by autotune.budget_minutes after "
-                    f"{len(done)} trial(s): the rest is kept for confirm and speed"
-                )
-                break
-            trial = self.study.ask()
-            trial.set_user_attr(studies.SWEEPER_ATTR, studies.sweeper_id())
-            values = self.space.sample(trial)
-            overrides = self.space.overrides(
-                {k: v for k, v in values.items() if config_value(self.user_config, k) != v}
-            )
-            trial.set_user_attr(OVERRIDES_ATTR, list(overrides))
-            inspection = self.checks.inspect(overrides)
-            if not inspection.ok:
-                trial.set_user_attr(NEVER_ATTR, "; ".join(inspection.problems))
-                self.study.tell(trial, state=TrialState.FAIL)
-                continue
-            job = [f"+hydra.sweeper.{k}={v}" for k, v in self._job_settings(trial).items()]
-            run = self.race_run(
-                label(overrides),
-                overrides,
-                self.seed,
-                samples=self.baseline["trial_samples"],
-                limit_s=limit,
-                extra=[*job, "+optuna_trial.plugin=optuna_trial"],
-            )
-            self.tell(trial, run)
-
-    def tell(self, trial, run: Trial) -> None:
-        from optuna.trial import TrialState
-
-        from tuneup.optuna import study as studies
-
-        trial.set_user_attr(JOB_ATTR, run.job)
-        trial.set_user_attr(studies.RUN_DIR_ATTR, str(run.directory))
-        trial.set_user_attr("samples_seen", samples_seen(run))
-        found = figures(run, self.settings.cost) if run.summary else {}
-        for key in ("cost", "steps", "step_s", "validation_s"):
-            trial.set_user_attr(key, found.get(key))
-        status = (run.summary or {}).get("status")
-        if status == "pruned":
-            trial.set_user_attr(
-                "pruned_at_samples", (run.summary.get("pruned") or {}).get("samples")
-            )
-            self.study.tell(trial, state=TrialState.PRUNED)
-        elif not run.ok:
-            trial.set_user_attr("error", run.error)
-            self.study.tell(trial, state=TrialState.FAIL)
-        else:
-            trial.set_user_attr("reached", reached(run))
-            value = trial_value(run, self.settings.cost)
-            log.info(
-                "autotune: trial %d: %s",
-                trial.number,
-                console_line({**found, "reached": reached(run)}, self.settings.cost),
-            )
-            if value is None:  # no speed window: no time to rank it by
-                trial.set_user_attr("error", "no speed window in its summary.json")
-                self.study.tell(trial, state=TrialState.FAIL)
-            else:
-                self.study.tell(trial, float(value))
+        explore(self)
 
     def explored(self) -> list:
         """The study's finished trials, the baseline's aside (what autotune.budget_trials counts)."""
@@ -278,12 +212,13 @@ class StudySearch(BudgetShare):
 
     # -- trials and the budget -------------------------------------------------------------------
 
-    def race_run(self, name, overrides, seed, samples, limit_s, extra=()) -> Trial:
+    def race_run(self, name, overrides, seed, samples, limit_s, extra=(), worker=None) -> Trial:
         """``overrides`` trained to the target on ``seed``, for at most ``samples`` samples
-        (None: the user's own limits) and ``limit_s`` seconds. The user's trainer.max_steps /
-        max_epochs stay: the schedule is the one the recipe runs (race.sample_limit)."""
+        (None: the user's own limits) and ``limit_s`` seconds, with ``worker``'s share of the
+        machine (study_workers.Workers.resources; None: all of it). The user's trainer.max_steps / max_epochs
+        stay: the schedule is the one the recipe runs (race.sample_limit)."""
         settings = [*race_settings(max(1.0, limit_s)), *sample_limit(samples), *extra]
-        return self.lab.run(name, (*overrides, f"seed={seed}"), settings=settings)
+        return self.lab.run(name, (*overrides, f"seed={seed}"), settings=settings, worker=worker)
 
     def batch(self, overrides) -> int:
         """Samples per optimizer step of a configuration (data.batch_size x grad_accum.steps)."""
@@ -328,10 +263,12 @@ class StudySearch(BudgetShare):
         return max(2, steps // 2) if steps else None
 
 
-def study_sampler(settings, seed: int):
+def study_sampler(settings, seed: int, workers: int = 1):
     """The study's sampler, seeded by ``autotune.sampler_seed`` (null: the run's seed): TPE, or
     random draws from the same space (``autotune.sampler=random``: the search without a model,
-    the control that shows what TPE adds under the same trials, budget and pruner)."""
+    the control that shows what TPE adds under the same trials, budget and pruner). With
+    several workers TPE lies about the running trials (``constant_liar``: their value taken as
+    the worst so far), so that workers asking at once do not all get the same point."""
     import optuna
 
     seed = seed if settings.sampler_seed is None else settings.sampler_seed
@@ -344,4 +281,5 @@ def study_sampler(settings, seed: int):
         multivariate=True,
         group=True,
         n_startup_trials=max(3, min(20, settings.budget_trials // 5)),
+        constant_liar=workers > 1,
     )

@@ -6,9 +6,11 @@ launched through the sweep's Hydra launcher, so it runs wherever the user's jobs
 every sweep job leaves: its directory with summary.json and .hydra/overrides.yaml, from
 which it can be run again as it is.
 
-Trials are launched one at a time, under every launcher. Two trials at once (joblib's
-``n_jobs`` > 1) would share the cores, and each one's speed would measure the other's
-load, not its own configuration. Repeats are separate trials rather than one job that
+The throughput objective launches its trials one at a time, under every launcher. Two
+trials at once (joblib's ``n_jobs`` > 1) would share the cores, and each one's speed would
+measure the other's load, not its own configuration. The time-to-target study's explore and
+confirm stages launch up to ``autotune.workers`` at once (study_workers.py), from threads:
+each launch takes its own job number. Repeats are separate trials rather than one job that
 switches configurations: Lightning's fit loop holds one model, precision and compiled
 graph per process, so switching inside a job would mean a checkpoint and a rebuild per
 window. In the basic launcher's process a trial costs its build besides its steps; process
@@ -18,6 +20,7 @@ start-up is paid once.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +62,9 @@ class Trial:
     directory: Path
     summary: dict | None
     seconds: float  # wall time of the launch, the trial's start-up included
+    worker: str = ""  # the worker's share of the machine ("1 thread(s)", "GPU 1"); "": all of it
+    started: float = 0.0  # time.time() at its launch
+    killed: bool = False  # its process died under it (:func:`was_killed`)
 
     @property
     def ok(self) -> bool:
@@ -83,7 +89,8 @@ class Trial:
 
 
 class Lab:
-    """Launches trials through the sweep's launcher, one at a time, and reads their summaries."""
+    """Launches trials through the sweep's launcher and reads their summaries; launches from
+    several threads at once each take a job number of their own."""
 
     def __init__(
         self, launcher, sweep_dir: Path, command: list[str], steps: int, first_job: int = 0
@@ -94,6 +101,9 @@ class Lab:
         self.command = list(command)  # the user's overrides, as given to the sweep
         self.steps = steps
         self.trials: list[Trial] = []
+        self._next_job = first_job
+        self.alone: tuple[list[str], str] = ([], "")  # a run without a worker's share: all of it
+        self._lock = threading.Lock()  # launches from several threads (autotune.workers)
 
     def run(
         self,
@@ -102,20 +112,47 @@ class Lab:
         steps: int | None = None,
         limit_s=None,
         settings: list[str] | None = None,
+        worker: tuple[list[str], str] | None = None,
     ) -> Trial:
-        """``settings``: what makes the run a trial, if not :func:`trial_settings` (a race's)."""
-        job = self.first_job + len(self.trials)
+        """``settings``: what makes the run a trial, if not :func:`trial_settings` (a race's);
+        ``worker``: the overrides that give it its worker's share of the machine, and those in
+        words (None: :attr:`alone`, the machine to itself). A launch that ends without the job's final summary.json (its process killed)
+        gives a trial that did not finish; the launcher's other errors are raised."""
+        with self._lock:
+            job, self._next_job = self._next_job, self._next_job + 1
+        worker = self.alone if worker is None else worker
         own = trial_settings(steps or self.steps, limit_s) if settings is None else settings
-        line = [*self.command, *own, *overrides]
-        started = time.monotonic()
-        [returned] = self.launcher.launch([line], initial_job_idx=job)
+        line = [*self.command, *own, *overrides, *worker[0]]
+        started, clock = time.monotonic(), time.time()
+        killed = False
+        try:
+            [returned] = self.launcher.launch([line], initial_job_idx=job)
+        except Exception:
+            if not was_killed(self.sweep_dir / str(job)):
+                raise
+            returned, killed = None, True  # its process died under it
         seconds = time.monotonic() - started
         directory = _output_dir(returned, self.sweep_dir / str(job))
         found = (directory / run_summary.FILE_NAME).is_file()
         summary = run_summary.read(directory) if found else None
-        trial = Trial(label, tuple(overrides), str(job), directory, summary, seconds)
-        self.trials.append(trial)
+        trial = Trial(
+            label, tuple(overrides), str(job), directory, summary, seconds, worker[1], clock, killed
+        )
+        with self._lock:
+            self.trials.append(trial)
         return trial
+
+
+def was_killed(directory: Path) -> bool:
+    """Whether the job in ``directory`` started (Hydra wrote its ``.hydra`` folder) and ended
+    without its final summary.json, which every run writes as it ends, failed or not: a
+    process killed (SIGKILL, a lost node) leaves none, or one still ``running``."""
+    if not (directory / ".hydra").is_dir():
+        return False  # the job never started: the launcher's own error
+    try:
+        return run_summary.read(directory).get("status") == "running"
+    except (OSError, ValueError):  # none, or half written
+        return True
 
 
 def _output_dir(returned, default: Path) -> Path:

@@ -18,6 +18,10 @@ from the sweeping thread only; the threads only launch.
 The threads are daemons: Ctrl-C stops the sweep at once, as it stops a single launch; the
 trials then running stay RUNNING in the storage, and the next sweep on the study fails them
 and runs their values again (tuneup/optuna/study.py :func:`recover_interrupted`).
+
+Both sweepers drive their studies here: ``hparams_search=optuna`` (``hydra.sweeper.n_jobs``) and
+the autotune's time-to-target study (``autotune.workers``), whose ``ask`` also stops the study
+(its budget) and whose jobs take a worker's own threads or device (:class:`Slots`).
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from tuneup.optuna.study import finished
 
@@ -67,16 +71,18 @@ def run_trials(
     *,
     workers: int,
     n_trials: int,
-    ask: Callable[[], tuple[object, list[str]]],
-    launch: Callable[[int, list[str]], Path],
-    tell: Callable[[object, Path], bool],
+    ask: Callable[[], tuple[object, object] | None],
+    launch: Callable[[int, object], object],
+    tell: Callable[[object, object], bool],
     max_failure_rate: float,
 ) -> None:
     """Keep up to ``workers`` trials running until the study has ``n_trials`` finished ones.
 
-    ``ask()`` gives a new trial and its job's overrides; ``launch(number, overrides)`` runs the
-    job and gives its run directory; ``tell(trial, run_dir)`` tells the study and says whether
-    the trial failed. Once more than ``max_failure_rate`` of this sweep's finished trials have
+    ``ask()`` gives a new trial and its job (the overrides), ``(trial, None)`` for a trial it
+    told already without a job (one the checks refuse), or None: no more trials (a budget
+    spent; the running ones are waited for and told). ``launch(number, job)`` runs the job and
+    gives its outcome (a run directory); ``tell(trial, outcome)`` tells the study and says
+    whether the trial failed. Once more than ``max_failure_rate`` of this sweep's finished trials have
     failed, no trial is asked; the running ones are waited for and told. A launch that raises
     (the launcher's own error, not a failed run) stops asking too, and is raised once the
     running trials are told."""
@@ -91,7 +97,13 @@ def run_trials(
             and len(running) < workers
             and n_trials - len(finished(study)) - len(running) > 0
         ):
-            trial, overrides = ask()
+            asked = ask()
+            if asked is None:
+                stopped = True
+                break
+            trial, overrides = asked
+            if overrides is None:  # told already: nothing to launch
+                continue
             running[trial.number] = trial
             _start(launch, trial.number, overrides, ended, inline=workers == 1)
         if not running:
@@ -116,7 +128,7 @@ def run_trials(
         raise error
 
 
-def _start(launch, number: int, overrides: list[str], ended, *, inline: bool) -> None:
+def _start(launch, number: int, overrides, ended, *, inline: bool) -> None:
     """Launch trial ``number``'s job: in this thread when it is the only worker (the basic
     launcher runs the job in this process, which may set signal handlers: main thread only),
     else in a daemon thread of its own; its outcome goes to ``ended``."""
@@ -131,3 +143,22 @@ def _start(launch, number: int, overrides: list[str], ended, *, inline: bool) ->
         run()
     else:
         threading.Thread(target=run, name=f"tuneup-trial-{number}", daemon=True).start()
+
+
+class Slots:
+    """The workers' own resources: a job takes a free slot (0 .. workers-1) for as long as it
+    runs, so that two jobs at once never share one (a device, a share of the cores)."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+        self._free: queue.SimpleQueue = queue.SimpleQueue()
+        for slot in range(workers):
+            self._free.put(slot)
+
+    @contextmanager
+    def take(self) -> Iterator[int]:
+        slot = self._free.get()
+        try:
+            yield slot
+        finally:
+            self._free.put(slot)

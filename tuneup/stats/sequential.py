@@ -185,13 +185,16 @@ def run_seeds(
     confidence: float,
     seeds: int,
     max_seeds: int,
+    ahead: Callable[[list[tuple[str, int]]], None] = lambda runs: None,
 ) -> tuple[dict[str, list[Figure]], dict[str, dict]]:
     """The confirmation: ``run(name, i)`` runs a configuration (``BASELINE`` or a candidate)
     on the i-th paired seed and gives its :data:`Figure`, or None when the budget is spent
     (then nothing more is run). The baseline, then each candidate, on the first ``seeds``
     seeds; then one seed at a time, the baseline with the candidates still open
-    (:func:`is_open`). Gives every configuration's figures and the corrected decisions."""
+    (:func:`is_open`). ``ahead(runs)`` hears each round's ``(name, i)`` before they are run
+    (to run them at once). Gives every configuration's figures and the corrected decisions."""
     figures: dict[str, list[Figure]] = {BASELINE: [], **{n: [] for n in names}}
+    ahead([(name, i) for name in [BASELINE, *names] for i in range(seeds)])
     for name in [BASELINE, *names]:
         for i in range(seeds):
             found = run(name, i)
@@ -205,6 +208,7 @@ def run_seeds(
         ]
         if not wanted:
             break
+        ahead([(name, i) for name in [BASELINE, *wanted]])
         for name in [BASELINE, *wanted]:
             found = run(name, i)
             if found is None:
