@@ -90,6 +90,31 @@ def test_what_the_speed_stage_buys_is_the_baselines_steps_at_each_ones_seconds_p
     assert found["adopted"] == [] and found["time_to_target_s"] == {"command": None, "recipe": None}
 
 
+def test_the_speed_stage_alone_is_the_throughput_answer_on_a_command_with_a_target(tmp_path):
+    """autotune.stages=[speed] of a time-to-target search: its throughput trials run without
+    the target (they do not validate), the recipe keeps it; the smallest search: a baseline."""
+    sweep_dir = tmp_path / "sweep"
+    done = run_cli(
+        "-m",
+        "experiment=autotune",
+        "autotune.objective=time_to_target",
+        "autotune.stages=[speed]",
+        "autotune.dimensions=[]",
+        "autotune.trial_steps=4",
+        f"hydra.sweep.dir={sweep_dir}",
+        *TASK,
+        cwd=tmp_path,
+        tiny=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    record = json.loads((sweep_dir / "autotune.json").read_text())
+    assert "method" not in record and record["recipe"]["found"] == []  # the throughput record
+    assert [t["label"] for t in record["trials"]] == ["baseline"]
+    assert "target.metric=null" in _overrides(sweep_dir, 0)
+    cfg = tuneup.compose(["experiment=recipe"], config_dir=sweep_dir / "conf")
+    assert cfg.target.metric == "val/acc" and cfg.target.value == 0.8
+
+
 # -- one real pipeline: the speed stage adopts a known 3x, the study runs on top of it ---------
 
 #: Every trial's speed windows replaced by a known speed: 3x with the speed stage's candidate
@@ -110,6 +135,22 @@ class Plugin:
 FAST = "trainer.log_every_n_steps=7"
 #: The study's one trial: a learning rate 10x the command's, which needs fewer steps.
 PICK = "optimizer.lr=0.05"
+
+
+#: Digits, a small MLP at a learning rate 10x below sgd's default (test_autotune_study.py's).
+TASK = [
+    "data=digits",
+    "model=mlp",
+    "model.hidden=[32]",
+    "data.image_size=8",
+    "data.channels=1",
+    "trainer.max_epochs=3",
+    "target.metric=val/acc",
+    "target.value=0.8",
+    "target.check_every_n_steps=5",
+    "optimizer.lr=0.005",
+    "trainer.enable_progress_bar=false",
+]
 
 
 @pytest.fixture(scope="module")
@@ -137,17 +178,7 @@ def pipeline(tmp_path_factory):
         f"+autotune.space.fast=['{FAST}']",
         "autotune.dimensions=[fast,batch_size]",  # the batch is the study's: not walked
         f"hydra.sweep.dir={sweep_dir}",
-        "data=digits",
-        "model=mlp",
-        "model.hidden=[32]",
-        "data.image_size=8",
-        "data.channels=1",
-        "trainer.max_epochs=3",
-        "target.metric=val/acc",
-        "target.value=0.8",
-        "target.check_every_n_steps=5",
-        "optimizer.lr=0.005",
-        "trainer.enable_progress_bar=false",
+        *TASK,
         cwd=folder,
         tiny=False,
         timeout=600,

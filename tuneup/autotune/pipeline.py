@@ -45,12 +45,18 @@ def speed_settings(settings: Settings) -> Settings:
     )
 
 
+def speed_line(command: list[str]) -> list[str]:
+    """The user's command for a throughput trial of a time-to-target search: without its
+    target, as the trial runs no validation to check it at (the recipe keeps it)."""
+    return [*command, *NO_TARGET]
+
+
 def run_speed(settings: Settings, launcher, sweep_dir, command, compose, first_job: int):
     """The speed stage on the user's ``command``: throughput trials of autotune.trial_steps
     steps through the sweep's launcher, within :data:`SPEED_SHARE` of the budget.
     ``compose``: the config a job with these overrides gets (the sweeper's)."""
     steps = settings.trial_steps
-    line = [*command, *NO_TARGET]  # no validation in a throughput trial: no target to check
+    line = speed_line(command)
     lab = Lab(launcher, sweep_dir, line, steps, first_job=first_job)
     checks = Checks(lambda overrides: compose([*line, *trial_settings(steps), *overrides]))
     budget = Budget(settings.budget_seconds * SPEED_SHARE)

@@ -25,8 +25,9 @@ from omegaconf import OmegaConf
 
 from tuneup import TuneupError
 from tuneup.autotune import projection as projections
+from tuneup.autotune.pipeline import speed_line
 from tuneup.autotune.preflight import check_command
-from tuneup.autotune.race import race_settings
+from tuneup.autotune.race import TIME_TO_TARGET, race_settings
 from tuneup.autotune.recipe import RELATIVE_PATH, recipe_overrides, write_recipe
 from tuneup.autotune.record import build_record, write_record
 from tuneup.autotune.search import Budget, Search
@@ -55,7 +56,9 @@ class Autotune:
         with user_errors():
             command, sweeps = split_command(arguments) if study else (single_command(arguments), [])
             trial = race_settings() if study else trial_settings(self.settings.trial_steps)
-            checks = Checks(lambda overrides: self.compose([*command, *trial, *overrides]))
+            # the speed stage alone of a time-to-target search: its trials do not validate
+            line = speed_line(command) if stages == (SPEED,) and self.target else command
+            checks = Checks(lambda overrides: self.compose([*line, *trial, *overrides]))
             check_command(checks, sweeps, study)  # nothing written yet: a refusal loses nothing
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
@@ -78,7 +81,7 @@ class Autotune:
         lab = Lab(
             self.launcher,
             sweep_dir,
-            command,
+            line,
             self.settings.trial_steps,
             first_job=next_job(sweep_dir),
         )
@@ -119,6 +122,10 @@ class Autotune:
             ).run()
             self.answer_study(search, command, sweep_dir, speed)
         return search
+
+    @property
+    def target(self) -> bool:
+        return self.settings.objective == TIME_TO_TARGET
 
     def compose(self, overrides: list[str]):
         """The config a job with these overrides gets (Hydra's own loader: the user's
