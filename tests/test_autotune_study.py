@@ -418,6 +418,7 @@ def study_command(sweep_dir: Path) -> list[str]:
         "-m",
         "experiment=autotune",
         "autotune.objective=time_to_target",
+        "autotune.stages=[study]",  # the study alone (the pipeline: test_autotune_stages.py)
         f"autotune.budget_trials={TRIALS}",
         "autotune.seeds=2",
         "autotune.max_seeds=2",

@@ -28,7 +28,7 @@ def render_markdown(record: dict, sweep_dir: Path) -> str:
         "",
         "## The path",
         "",
-        *_path_table(record),
+        *path_table(record),
     ]
     lines += unlaunched_and_batch(record)
     lines += ["", "## Trials", "", *_trial_table(record), "", *_method(settings)]
@@ -103,7 +103,9 @@ def unlaunched_and_batch(record: dict) -> list[str]:
     return lines
 
 
-def _path_table(record: dict) -> list[str]:
+def path_table(record: dict) -> list[str]:
+    """The candidates launched, each against the recipe it was measured with (also the speed
+    stage's path in the time-to-target autotune.md: stages_markdown.py)."""
     rows = [
         "| # | dimension | candidate | against | speed-up [interval] | rounds | peak memory "
         "(against's) | loss gap | outcome |",

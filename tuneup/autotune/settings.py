@@ -22,6 +22,10 @@ PRUNERS = ("successive_halving", "hyperband", "none")
 #: autotune.cost (time to target): what ranks the study's trials (study_trials.trial_cost)
 COSTS = ("time", "steps", "samples")
 SAMPLERS = ("tpe", "random")
+#: autotune.stages: the speed features' walk (search.py) and the time-to-target study
+#: (study_search.py), run in this order by pipeline.py
+SPEED, STUDY = "speed", "study"
+STAGES = {"throughput": ((SPEED,),), "time_to_target": ((SPEED, STUDY), (STUDY,), (SPEED,))}
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class Settings:
     storage: str | None = None
     study_name: str = "autotune"
     workers: int | None = None  # study trials at once (study_workers.py); null: the GPUs, or 1
+    stages: tuple[str, ...] | None = None
     params: dict[str, str] | None = None
     dimensions: tuple[str, ...] = ()
     space: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
@@ -70,6 +75,8 @@ class Settings:
         space = values.pop("space", None) or {}
         dimensions = tuple(values.pop("dimensions", None) or ())
         params = values.pop("params", None)
+        if isinstance(values.get("stages"), list):
+            values["stages"] = tuple(values["stages"])
         unknown = sorted(set(values) - set(cls.__dataclass_fields__))
         if unknown:
             raise TuneupError(
@@ -151,6 +158,7 @@ class Settings:
                     f"the dimensions defined are: {', '.join([*self.space, BATCH])}"
                 )
         found += params_problems(self.params)
+        found += stages_problems(self.stages, self.objective)
         if len(found) == 1:
             raise TuneupError(f"autotune settings: {found[0]}")
         if found:
@@ -159,6 +167,27 @@ class Settings:
     @property
     def budget_seconds(self) -> float:
         return self.budget_minutes * 60
+
+    @property
+    def run_stages(self) -> tuple[str, ...]:
+        """The stages this search runs: ``autotune.stages``, or the objective's default."""
+        return self.stages or STAGES.get(self.objective, ((SPEED,),))[0]
+
+
+def stages_problems(stages, objective: str) -> list[str]:
+    """``autotune.stages`` that the objective does not run (the study needs a target)."""
+    allowed = STAGES.get(objective)
+    if stages is None or allowed is None or tuple(stages) in allowed:
+        return []
+    given = "[" + ",".join(map(str, stages)) + "]" if isinstance(stages, tuple) else stages
+    expected = " | ".join("[" + ",".join(a) + "]" for a in allowed)
+    why = (
+        "" if objective != "throughput" else " (the study needs autotune.objective=time_to_target)"
+    )
+    return [
+        f"autotune.stages={given} is not allowed with autotune.objective={objective}: "
+        f"expected {expected}{why}"
+    ]
 
 
 def flat_params(params, prefix: str = "") -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tuneup.autotune.stages_markdown import stages_lines
 from tuneup.report.cells import code, escape
 
 
@@ -25,6 +26,7 @@ def render_study_markdown(record: dict, sweep_dir: Path) -> str:
         "",
         f"**Recipe: {code(found)}**: {escape(record['verdict'])}.",
         "",
+        *stages_lines(record),
         f"Ranked by `autotune.cost={record['cost']['name']}`: {escape(record['cost']['why'])}.",
         "",
         *_expected(record["recipe"], pct),

@@ -1,8 +1,9 @@
 """The autotune as a Hydra sweeper: ``tuneup -m experiment=autotune [your overrides]``.
 
-Hydra hands a sweeper the sweep's config and a launcher; this one runs the search
-(search.py) through that launcher, so its trials run wherever the user's jobs run, then
-writes the answer into the sweep directory:
+Hydra hands a sweeper the sweep's config and a launcher; this one runs the search through
+that launcher, so its trials run wherever the user's jobs run: the speed features' walk
+(search.py), the time-to-target study (study_search.py), or both, one after the other
+(``autotune.stages``: pipeline.py); then it writes the answer into the sweep directory:
 
 - ``conf/experiment/recipe.yaml``: the recipe, a preset for the full run (recipe.py);
 - ``autotune.md``, ``autotune.png``: the path the search took, each candidate's speed-up
@@ -24,12 +25,13 @@ from omegaconf import OmegaConf
 
 from tuneup import TuneupError
 from tuneup.autotune import projection as projections
+from tuneup.autotune.pipeline import speed_line
 from tuneup.autotune.preflight import check_command
 from tuneup.autotune.race import TIME_TO_TARGET, race_settings
 from tuneup.autotune.recipe import RELATIVE_PATH, recipe_overrides, write_recipe
 from tuneup.autotune.record import build_record, write_record
 from tuneup.autotune.search import Budget, Search
-from tuneup.autotune.settings import Settings
+from tuneup.autotune.settings import SPEED, STUDY, Settings
 from tuneup.autotune.space import Checks
 from tuneup.autotune.trials import Lab, trial_settings
 from tuneup.errors import user_errors
@@ -48,23 +50,19 @@ class Autotune:
             config=config, hydra_context=hydra_context, task_function=task_function
         )
 
-    def sweep(self, arguments: list[str]) -> Search:
-        study = self.settings.objective == TIME_TO_TARGET
+    def sweep(self, arguments: list[str]):
+        stages = self.settings.run_stages
+        study = STUDY in stages
         with user_errors():
             command, sweeps = split_command(arguments) if study else (single_command(arguments), [])
             trial = race_settings() if study else trial_settings(self.settings.trial_steps)
-            checks = Checks(lambda overrides: self.compose([*command, *trial, *overrides]))
+            # the speed stage alone of a time-to-target search: its trials do not validate
+            line = speed_line(command) if stages == (SPEED,) and self.target else command
+            checks = Checks(lambda overrides: self.compose([*line, *trial, *overrides]))
             check_command(checks, sweeps, study)  # nothing written yet: a refusal loses nothing
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
-        lab = Lab(
-            self.launcher,
-            sweep_dir,
-            command,
-            self.settings.trial_steps,
-            first_job=next_job(sweep_dir),
-        )
         budget = Budget(self.settings.budget_seconds)
         trials = (
             "an Optuna study of trials to the target"
@@ -72,23 +70,62 @@ class Autotune:
             else f"trials of {self.settings.trial_steps} steps"
         )
         log.info(
-            "autotune: budget %g min, %s, into %s", self.settings.budget_minutes, trials, sweep_dir
+            "autotune: budget %g min, stages %s (%s), into %s",
+            self.settings.budget_minutes,
+            ", ".join(stages),
+            trials,
+            sweep_dir,
+        )
+        if study:
+            return self.sweep_study(command, sweeps, sweep_dir, budget, SPEED in stages)
+        lab = Lab(
+            self.launcher,
+            sweep_dir,
+            line,
+            self.settings.trial_steps,
+            first_job=next_job(sweep_dir),
         )
         with user_errors():
-            if study:
-                from tuneup.autotune.study_search import StudySearch
-                from tuneup.optuna.study import resolve_storage
-
-                seed = int(self.compose(command).get("seed") or 0)
-                storage = resolve_storage(self.settings.storage, sweep_dir)
-                search = StudySearch(
-                    self.settings, lab, checks, budget, seed, storage, sweeps, self.is_group
-                ).run()
-                self.answer_study(search, command, sweep_dir)
-                return search
             search = Search(self.settings, lab, checks, budget).run()
         self.answer(search, command, sweep_dir)
         return search
+
+    def sweep_study(self, command, sweeps, sweep_dir: Path, budget: Budget, speed_first: bool):
+        """The time-to-target study, after the speed stage when ``speed_first``, on the
+        user's command plus the speed stage's recipe (pipeline.py)."""
+        from tuneup.autotune import pipeline
+        from tuneup.autotune.study_search import StudySearch
+        from tuneup.optuna.study import resolve_storage
+
+        with user_errors():
+            speed = None
+            if speed_first:
+                first = next_job(sweep_dir)
+                speed = pipeline.run_speed(
+                    self.settings, self.launcher, sweep_dir, command, self.compose, first
+                )
+                log.info("autotune: stage 2, the study")
+            base = pipeline.study_command(command, speed)
+            race = race_settings()
+            checks = Checks(lambda overrides: self.compose([*base, *race, *overrides]))
+            lab = Lab(
+                self.launcher,
+                sweep_dir,
+                base,
+                self.settings.trial_steps,
+                first_job=next_job(sweep_dir),
+            )
+            seed = int(self.compose(command).get("seed") or 0)
+            storage = resolve_storage(self.settings.storage, sweep_dir)
+            search = StudySearch(
+                self.settings, lab, checks, budget, seed, storage, sweeps, self.is_group
+            ).run()
+            self.answer_study(search, command, sweep_dir, speed)
+        return search
+
+    @property
+    def target(self) -> bool:
+        return self.settings.objective == TIME_TO_TARGET
 
     def compose(self, overrides: list[str]):
         """The config a job with these overrides gets (Hydra's own loader: the user's
@@ -115,12 +152,15 @@ class Autotune:
         )
         log.info("autotune: the full run: %s", recipe["command"])
 
-    def answer_study(self, search, command: list[str], sweep_dir: Path) -> None:
+    def answer_study(self, search, command: list[str], sweep_dir: Path, speed=None) -> None:
+        """The answer of the study (and of the speed stage before it, ``speed``: its Search)."""
         from tuneup.autotune.markdown import MARKDOWN_FILE
+        from tuneup.autotune.pipeline import stages_record
         from tuneup.autotune.study_markdown import render_study_markdown
         from tuneup.autotune.study_report import build_study_record
 
-        overrides = recipe_overrides(command, search.recipe)
+        found = (*(speed.recipe if speed else ()), *search.recipe)
+        overrides = recipe_overrides(command, found)
         header = [
             f"tuneup autotune (time to target): {sweep_dir / MARKDOWN_FILE}",
             "the full run: tuneup --config-dir <this file's conf folder> experiment=recipe "
@@ -134,6 +174,8 @@ class Autotune:
             "target.stop=true",
         }
         record = build_study_record(search, command, recipe)
+        record["recipe"]["found"] = list(found)
+        record["stages"] = stages_record(self.settings, speed, search)
         markdown = render_study_markdown(record, sweep_dir)
         write_answer(sweep_dir, record, markdown, path, "study_figure.draw_study_figure")
         log.info("autotune: %s", record["verdict"])
