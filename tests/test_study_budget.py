@@ -111,6 +111,14 @@ def test_the_least_budget_is_one_trial_and_one_confirmation():
     need, least = study_budget.minutes_needed(95.0, 95.0, 3, 2, trials_left=5)
     assert need == 855.0 and least == 19  # 950 s, and a fifth to spare: 1,140 s
     assert study_budget.minutes_needed(95.0, 95.0, 3, 2, trials_left=0)[0] == 760.0
+    # after a speed stage of 60 s that may take a third of the budget: the study's 950 s are
+    # two thirds of the least budget (1,425 s), a fifth to spare: 1,710 s
+    assert study_budget.minutes_needed(155.0, 95.0, 3, 2, 5, before=(60.0, 1 / 3))[1] == 29
+    refusal = study_budget.too_small(10, 155.0, 95.0, 95.0, 3, 2, 5, before=(60.0, 1 / 3))
+    assert refusal.startswith(
+        "autotune.budget_minutes=10 is too small for this command: its baseline took 95 s "
+        "after the speed stage's 60 s;"
+    ) and refusal.endswith("give at least autotune.budget_minutes=29")
 
 
 def search_after_baseline(minutes: float, baseline_s: float) -> StudySearch:

@@ -76,14 +76,24 @@ def explore_limit(left_s: float, reserve_s: float, trial_s: float) -> float:
 
 
 def minutes_needed(
-    elapsed_s: float, run_s: float, seeds: int, rounds: int, trials_left: int
+    elapsed_s: float,
+    run_s: float,
+    seeds: int,
+    rounds: int,
+    trials_left: int,
+    before: tuple[float, float] = (0.0, 0.0),
 ) -> tuple[float, int]:
     """(seconds still needed, the least ``autotune.budget_minutes``) for one study trial (none
     when the study has no trials left) and the confirmation of one candidate, after
-    ``elapsed_s`` spent already (the baseline). The least budget keeps a fifth to spare: a
-    run's time varies from one search to the next on a shared machine."""
+    ``elapsed_s`` spent already (the baseline, and the stages before the study). ``before``:
+    the seconds those stages took and the share of the budget they may take (the speed
+    stage: a third), so that the least budget leaves the study its need whatever share
+    they take of it. The least budget keeps a fifth to spare: a run's time varies from one
+    search to the next on a shared machine."""
     need = (run_s if trials_left > 0 else 0.0) + confirm_seconds(1, seeds, run_s, rounds)
-    return need, math.ceil(SPARE * (elapsed_s + need) / 60)
+    spent, share = before
+    least = max(elapsed_s + need, (elapsed_s - spent + need) / (1 - share))
+    return need, math.ceil(SPARE * least / 60)
 
 
 def too_small(
@@ -94,16 +104,18 @@ def too_small(
     seeds: int,
     rounds: int,
     trials_left: int,
+    before: tuple[float, float] = (0.0, 0.0),
 ) -> str | None:
     """The one-line refusal when ``budget_minutes`` cannot hold one study trial and one
     confirmation after ``elapsed_s``; None when it can."""
-    need, least = minutes_needed(elapsed_s, run_s, seeds, rounds, trials_left)
+    need, least = minutes_needed(elapsed_s, run_s, seeds, rounds, trials_left, before)
     if budget_minutes * 60 - elapsed_s >= need:
         return None
     what = "one study trial and a confirmation" if trials_left > 0 else "a confirmation"
+    speed = f" after the speed stage's {before[0]:.0f} s" if before[0] else ""
     return (
         f"autotune.budget_minutes={budget_minutes:g} is too small for this command: its baseline "
-        f"took {baseline_s:.0f} s; {what} need about {math.ceil(need / 60)} more minute(s); "
+        f"took {baseline_s:.0f} s{speed}; {what} need about {math.ceil(need / 60)} more minute(s); "
         f"give at least autotune.budget_minutes={least}"
     )
 
@@ -117,10 +129,13 @@ def confirm_count(
     most: int,
     rounds: int,
     trials_left: int,
+    before: tuple[float, float] = (0.0, 0.0),
 ) -> int:
     """How many candidates the confirmation takes (:func:`candidates_that_fit`), once the
     baseline has run; a budget too small for one trial and one confirmation is refused."""
-    refusal = too_small(budget_minutes, elapsed_s, baseline_s, run_s, seeds, rounds, trials_left)
+    refusal = too_small(
+        budget_minutes, elapsed_s, baseline_s, run_s, seeds, rounds, trials_left, before
+    )
     if refusal:
         raise TuneupError(refusal)
     return candidates_that_fit(budget_minutes * 60 - elapsed_s, most, seeds, run_s, rounds)

@@ -93,6 +93,7 @@ class StudySearch(BudgetShare):
         self.speed = None  # study_speed.Speed
         self.verdict = ""  # the answer, in words
         self.notes: list[str] = []
+        self.before = (0.0, 0.0)  # the stages before the study: seconds, budget share
 
     # -- the stages ---------------------------------------------------------------------------
 

@@ -9,7 +9,8 @@ from tuneup.autotune import study_budget
 
 class BudgetShare:
     """Mixed into StudySearch: reads ``settings``, ``budget``, ``baseline``, ``lab``,
-    ``confirm_seeds``, ``confirm_count``, ``_released``, ``notes`` and ``explored()``."""
+    ``confirm_seeds``, ``confirm_count``, ``_released``, ``notes``, ``before`` and
+    ``explored()``."""
 
     def _left(self) -> float:
         return self.budget.seconds - self.budget.elapsed
@@ -35,6 +36,7 @@ class BudgetShare:
             s.confirm,
             s.min_rounds,
             max(0, s.budget_trials - len(self.explored())),
+            self.before,
         )
 
     def _speed_reserve(self) -> float:

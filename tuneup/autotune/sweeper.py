@@ -119,7 +119,10 @@ class Autotune:
             storage = resolve_storage(self.settings.storage, sweep_dir)
             search = StudySearch(
                 self.settings, lab, checks, budget, seed, storage, sweeps, self.is_group
-            ).run()
+            )
+            if speed is not None:  # its time, and the share a larger budget would give it
+                search.before = (speed.seconds, pipeline.SPEED_SHARE)
+            search.run()
             self.answer_study(search, command, sweep_dir, speed)
         return search
 
