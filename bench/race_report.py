@@ -99,7 +99,7 @@ def task_table(result: dict) -> list[str]:
         lines.append(
             f"| {row['label']} | `{' '.join(row['overrides']) or '-'}` | {_n(f['median_steps'])} "
             f"({_seeds(f['steps'])}) | {_n(f['median_samples'])} ({_seeds(f['samples'])}) | "
-            f"{_n(f['seconds_per_step'], 4)} | {_n(f['time'], 2)} | {_n(ratio, 2)} |"
+            f"{_n(f['seconds_per_step'], 4)} | {_n(f['time'], 3)} | {_n(ratio, 2)} |"
         )
     held = [f"- {row['label']}: {line}" for row in result["rows"] if (line := interval_held(row))]
     return [*lines, "", *[f"- {note}" for note in result["notes"]], *held, ""]
@@ -140,7 +140,7 @@ def overall_table(results: list[dict]) -> list[str]:
     ]
     for task, times in per_task.items():
         cells = [
-            f"{_n(times[n]['time'], 2)} ({_n(times[n]['steps'])}; {_n(times[n]['samples'])})"
+            f"{_n(times[n]['time'], 3)} ({_n(times[n]['steps'])}; {_n(times[n]['samples'])})"
             if n in times
             else "-"
             for n in names
@@ -246,7 +246,7 @@ def goals(results: list[dict]) -> list[str]:
             mine = times[pick][figure]
             others = [n for n in times if n not in (pick, "autotune", "autotune_steps")]
             worse += [
-                f"{task}: {n} {_n(times[n][figure], 2)} < {_n(mine, 2)}"
+                f"{task}: {n} {_n(times[n][figure], 3)} < {_n(mine, 3)}"
                 for n in others
                 if times[n][figure] < mine
             ]
@@ -272,7 +272,7 @@ def goals(results: list[dict]) -> list[str]:
         + (f" ({_n(mean, 2)}x)" if mean else " (a pick or the default missed)" if ratios else "")
     )
     slower = [
-        f"{task} ({_n(t['autotune']['worst_time'], 2)} s > {_n(t['default']['time'], 2)} s)"
+        f"{task} ({_n(t['autotune']['worst_time'], 3)} s > {_n(t['default']['time'], 3)} s)"
         for task, t in per_task.items()
         if "autotune" in t and t["autotune"]["worst_time"] > t["default"]["time"]
     ]

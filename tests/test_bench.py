@@ -331,5 +331,5 @@ def test_race_combine_writes_one_report_over_earlier_runs(tmp_path):
         ["--out", str(tmp_path / "all"), "--combine", str(tmp_path / "a"), str(tmp_path / "b")]
     )
     text = (tmp_path / "all" / "race.md").read_text()
-    assert "| a | 20.00 (40; 1,280) |" in text and "| b | 20.00 (40; 1,280) |" in text
+    assert "| a | 20.000 (40; 1,280) |" in text and "| b | 20.000 (40; 1,280) |" in text
     assert len(json.loads((tmp_path / "all" / "race.json").read_text())["results"]) == 2
