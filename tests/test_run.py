@@ -26,6 +26,7 @@ REQUIRED_KEYS = {
 }
 
 
+@pytest.mark.cold  # the Quickstart's run, from a fresh interpreter as a user starts it
 def test_default_run_trains_to_twice_chance_and_writes_summary(cli, tmp_path):
     """The default run's first epoch (its whole three, 0.72 accuracy, are the Quickstart's
     first command, which .ci/run runs before the tests)."""
