@@ -141,7 +141,6 @@ def resume_auto(run_dir, *args):
 # -- kill -9 --------------------------------------------------------------------------------
 
 
-@pytest.mark.cold  # killed and resumed from fresh interpreters, as a user's run is
 def test_kill_9_during_a_save_in_epoch_2_loses_nothing_and_resumes_exactly(
     tmp_path, crash_site, reference
 ):
