@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import tuneup
+from tests import lane
 from tuneup.trainer import config as tuneup_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,12 +128,25 @@ def train(tmp_path):
 _zygote: dict = {}
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked ``cold`` starts its commands as users do, from a fresh interpreter, in its
+    setup (module fixtures it is the first to use) as in its body. Set per process: each
+    pytest-xdist worker runs its own tests' protocols."""
+    lane.cold = item.get_closest_marker("cold") is not None
+    try:
+        yield
+    finally:
+        lane.cold = False
+
+
 def python() -> list[str]:
     """The command that starts ``python``: a warm start through the session's zygote
     (tests/warm.py: torch and Lightning imported once, a fork per command), or
-    ``[sys.executable]`` under ``TUNEUP_TEST_COLD=1``. Under pytest-xdist the controller starts
-    one for all workers (:func:`pytest_configure`); in one process, the first use starts it."""
-    if os.environ.get("TUNEUP_TEST_COLD"):
+    ``[sys.executable]`` in a test marked ``cold`` and in every test under
+    ``TUNEUP_TEST_COLD=1``. Under pytest-xdist the controller starts one zygote for all
+    workers (:func:`pytest_configure`); in one process, the first use starts it."""
+    if lane.cold or os.environ.get("TUNEUP_TEST_COLD"):
         return [sys.executable]
     if not _zygote:
         folder = os.environ.get(ZYGOTE_VARIABLE)

@@ -60,6 +60,7 @@ def ddp_run(tmp_path: Path, *overrides: str, name: str = "ddp", env: dict | None
 # -- end to end: two processes ---------------------------------------------------------------
 
 
+@pytest.mark.cold  # both ranks from fresh interpreters, as a user's pair starts
 @pytest.mark.slow
 def test_ddp_equals_one_process_on_the_whole_batch(tmp_path, train):
     """2 micro-batches a step: the first under no_sync, the last all-reduced as every

@@ -176,6 +176,7 @@ def test_validation_runs_on_the_ema_weights_batchnorm_statistics_included(tmp_pa
 # -- kill -9, resume=auto: bit for bit --------------------------------------------------------
 
 
+@pytest.mark.cold  # the killed run from a fresh interpreter, as a user's run is
 def test_ema_resumes_bit_for_bit_after_kill_9(tmp_path, crash_site, mlp_reference):
     """Killed in micro-batch 6: resumed mid-epoch from step 5, between two EMA updates."""
     killed = train_cli(

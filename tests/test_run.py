@@ -26,6 +26,7 @@ REQUIRED_KEYS = {
 }
 
 
+@pytest.mark.cold  # the Quickstart's run, from a fresh interpreter as a user starts it
 def test_default_run_trains_to_twice_chance_and_writes_summary(cli, tmp_path):
     """The default run's first epoch (its whole three, 0.72 accuracy, are the Quickstart's
     first command, which .ci/run runs before the tests)."""
@@ -55,21 +56,27 @@ def test_summary_figures_are_consistent(train):
     assert summary["plugins"]["logger"] == {"name": "csv"}
 
 
+#: Bad values given together in one command, each named with what is allowed on its own line
+#: of the one error; and a group's unknown option, which Hydra refuses before them.
+BAD_VALUES = {
+    "data.batch_size=0": ["data.batch_size=0", "an integer >= 1"],
+    "trainer.max_steps=abc": ["trainer.max_steps='abc'", "an integer >= 1 or -1"],
+    "optimizer.lr=-1": ["optimizer.lr=-1", "a number > 0"],
+    "trainer.accelerator=tpu": ["trainer.accelerator='tpu'", "'cpu'", "'gpu'"],
+}
+
+
 @pytest.mark.parametrize(
-    ("override", "expected"),
-    [
-        ("data.batch_size=0", ["data.batch_size=0", "an integer >= 1"]),
-        ("trainer.max_steps=abc", ["trainer.max_steps='abc'", "an integer >= 1 or -1"]),
-        ("optimizer.lr=-1", ["optimizer.lr=-1", "a number > 0"]),
-        ("model=nope", ["model=nope is not an option of model", "small_resnet", "mlp"]),
-        ("trainer.accelerator=tpu", ["trainer.accelerator='tpu'", "'cpu'", "'gpu'"]),
-    ],
+    "bad",
+    [BAD_VALUES, {"model=nope": ["model=nope is not an option of model", "small_resnet", "mlp"]}],
+    ids=["values", "group"],
 )
-def test_bad_value_exits_1_naming_key_value_and_allowed(cli, tmp_path, override, expected):
-    result = cli(override)
+def test_bad_value_exits_1_naming_key_value_and_allowed(cli, tmp_path, bad):
+    result = cli(*bad)
     assert result.returncode == 1, result.stdout[-2000:]
-    for text in expected:
-        assert text in result.stderr
+    lines = result.stderr.splitlines()
+    for override, expected in bad.items():
+        assert any(all(text in line for text in expected) for line in lines), override
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run" / "checkpoints").exists()  # failed before training
 

@@ -102,6 +102,16 @@ def snapshot(run_dir: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
 
 
+def assert_console_keeps_to_tuneup(out: str, err: str, log: str) -> None:
+    """The console of a run that finished keeps to tuneup's lines; the log file keeps
+    everything. Asserted on a run the test below makes anyway (its first), not a run of its own."""
+    for line in ("tuneup: small_resnet on synthetic_images", "tuneup run summary"):
+        assert line in out and line in log
+    for noise in ("GPU available", "Tip:", "is deprecated", "not empty"):
+        assert noise not in out + err, noise
+    assert "GPU available" in log and "is deprecated" in log  # kept, in the file
+
+
 def test_one_run_per_directory_and_a_refused_run_or_resume_touches_nothing(site, tmp_path):
     run_dir, barrier = tmp_path / "run", tmp_path / "go"
     first = start(
@@ -121,10 +131,11 @@ def test_one_run_per_directory_and_a_refused_run_or_resume_touches_nothing(site,
     assert not (run_dir / "summary.json").exists()  # the first run's directory is untouched
 
     barrier.write_text("")
-    _, err = finish(first)
+    out, err = finish(first)
     assert first.returncode == 0, err[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["epochs"] == 1  # not the second's 2 epochs
+    assert_console_keeps_to_tuneup(out, err, (run_dir / "tuneup.log").read_text())
     leftover = run_dir / "checkpoints" / ".epoch000-step00000009.ckpt.tmp-1"  # a killed save's
     leftover.write_bytes(b"partial")
     before = snapshot(run_dir)
@@ -172,18 +183,6 @@ def test_runs_started_together_get_their_own_directories(site, tmp_path):
         _, err = finish(run)
         assert run.returncode == 0, err[-3000:]
     assert len(list((tmp_path / "outputs").glob("*/*/summary.json"))) == 2
-
-
-def test_the_console_keeps_to_tuneup_and_the_log_file_keeps_everything(site, tmp_path):
-    run = start(site, tmp_path, f"hydra.run.dir={tmp_path / 'run'}")
-    out, err = finish(run)
-    assert run.returncode == 0, err[-3000:]
-    log = (tmp_path / "run" / "tuneup.log").read_text()
-    for line in ("tuneup: small_resnet on synthetic_images", "tuneup run summary"):
-        assert line in out and line in log
-    for noise in ("GPU available", "Tip:", "is deprecated", "not empty"):
-        assert noise not in out + err, noise
-    assert "GPU available" in log and "is deprecated" in log  # kept, in the file
 
 
 def test_ctrl_c_is_an_interruption_not_a_failure(site, tmp_path):

@@ -91,6 +91,7 @@ def test_grid_sweep_ends_with_a_report_that_matches_every_run(grid):
     assert (sweep_dir / "report.md").read_text() == markdown
 
 
+@pytest.mark.cold  # the sweep from a fresh interpreter, as a user starts it
 def test_a_failed_run_is_reported_and_the_sweep_exits_1(tmp_path):
     # Job 0 fails at its first step (batch size 1 on 4x4 images: BatchNorm sees one value per
     # channel, a runtime error, not a config error); job 1 must still run.
