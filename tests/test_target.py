@@ -77,7 +77,8 @@ def test_the_run_stops_at_the_target_with_its_figures(reference):
     assert s["samples_to_target"] == s["steps"] * 32 == history[-1]["samples"]
     assert s["validations"] == len(history) and s["validation_time_s"] > 0
     assert s["time_to_target_s"] == history[-1]["time_s"] > s["time_to_target_train_s"] > 0
-    assert s["gpu_hours_to_target"] == pytest.approx(s["time_to_target_s"] / 3600)
+    assert s["device_hours_to_target"] == pytest.approx(s["time_to_target_s"] / 3600)
+    assert s["gpu_hours_to_target"] == 0.0 == s["gpu_hours"]  # a CPU's hours are no GPU's
     assert s["energy_kwh_to_target"] is None  # no NVML counter on CPU
     plugins = s["plugins"]
     assert plugins["label_smoothing"]["amount"] == 0.1 and plugins["tta"]["name"] == "flip"
@@ -158,10 +159,11 @@ def test_race_record_and_resume_with_a_fake_clock():
     resumed.validation_start()
     now[0] = 106.0
     assert resumed.validation_end(step=4, value=0.8) is True
-    figures = resumed.figures(world_size=2)
+    figures = resumed.figures(world_size=2, gpu=True)
     assert figures["time_to_target_s"] == 12.0 + 6.0 and figures["validation_time_s"] == 3.0
     assert figures["time_to_target_train_s"] == 15.0 and figures["steps_to_target"] == 4
-    assert figures["gpu_hours_to_target"] == 18.0 * 2 / 3600
+    assert figures["device_hours_to_target"] == 18.0 * 2 / 3600 == figures["gpu_hours_to_target"]
+    assert resumed.figures(world_size=2, gpu=False)["gpu_hours_to_target"] == 0.0
     assert figures["target"] == {
         "metric": "val/loss",
         "value": 1.0,

@@ -12,8 +12,8 @@ and writes the figures into summary.json (docs/race.md lists each key):
   build are not in it; checkpoint saves are); ``time_to_target_train_s``: the same less the
   validations' time;
 - ``steps_to_target``, ``samples_to_target``: optimizer steps, and samples of all processes,
-  at that validation; ``gpu_hours_to_target``: time x processes / 3600 (device-hours: on CPU
-  the same count of processes); ``energy_kwh_to_target``: NVML's energy counter (:mod:`.energy`),
+  at that validation; ``device_hours_to_target``: time x processes / 3600;
+  ``gpu_hours_to_target``: the same counting GPUs only (0.0 on CPU, as ``gpu_hours``); ``energy_kwh_to_target``: NVML's energy counter (:mod:`.energy`),
   None where there is none;
 - ``target``: metric, value, mode, ``reached`` (None without a value: a budget run,
   ``trainer.max_time``, reports the ``best`` within it), ``best``, ``best_step``;

@@ -217,7 +217,8 @@ class Plugin:
     @hookimpl
     def report(self, summary):
         if self.race is not None:
-            summary.update(self.race.figures(summary.get("world_size") or self.world_size))
+            gpu = getattr(self.device, "type", None) == "cuda"
+            summary.update(self.race.figures(summary.get("world_size") or self.world_size, gpu=gpu))
 
     def state_dict(self) -> dict:
         return {} if self.race is None else self.race.state_dict(self._energy_j())

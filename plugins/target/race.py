@@ -114,10 +114,12 @@ class Race:
 
     # -- the summary ------------------------------------------------------------------------
 
-    def figures(self, world_size: int) -> dict:
-        """The summary's target figures (keys as docs/race.md lists them)."""
+    def figures(self, world_size: int, gpu: bool = False) -> dict:
+        """The summary's target figures (keys as docs/race.md lists them); ``gpu``: the
+        devices are GPUs (gpu_hours_to_target counts GPUs only, as gpu_hours does)."""
         cross = self.crossing
         time_s = cross["time_s"] if cross else None
+        hours = time_s * world_size / 3600 if cross else None
         energy = cross.get("energy_j") if cross else None
         return {
             "target": {
@@ -132,7 +134,8 @@ class Race:
             "time_to_target_train_s": cross["train_time_s"] if cross else None,
             "steps_to_target": cross["step"] if cross else None,
             "samples_to_target": cross["samples"] if cross else None,
-            "gpu_hours_to_target": time_s * world_size / 3600 if cross else None,
+            "device_hours_to_target": hours,
+            "gpu_hours_to_target": (hours if gpu else 0.0) if cross else None,
             "energy_kwh_to_target": energy * world_size / 3.6e6 if energy is not None else None,
             "target_history": self.history,
             "validation_time_s": self.validation_s,
