@@ -255,21 +255,33 @@ def goals(results: list[dict]) -> list[str]:
             f"- {pick}'s median pick in no more {unit} than every other contender, on every "
             f"task: {verdict(ok)}" + (f" ({'; '.join(worse)})" if worse else "")
         )
-    ratios = [
-        t["default"]["time"] / t["autotune"]["time"]
-        for t in per_task.values()
-        if "autotune" in t and "default" in t and t["autotune"]["time"] > 0
-    ]
-    finite = [r for r in ratios if 0 < r < math.inf]
-    mean = (
-        math.exp(statistics.fmean(map(math.log, finite)))
-        if finite and len(finite) == len(ratios)
-        else None
-    )
+    ratios, both_missed = [], []
+    for task, t in per_task.items():
+        if "autotune" not in t or "default" not in t:
+            continue
+        mine, default = t["autotune"]["time"], t["default"]["time"]
+        if math.isinf(mine) and math.isinf(default):
+            both_missed.append(task)  # no ratio: neither reached the target
+        else:
+            ratios.append(math.inf if math.isinf(default) else default / mine)
+    if any(r == 0 or math.isinf(r) for r in ratios):
+        mean = 0.0 if 0.0 in ratios else math.inf  # a pick that missed where the default reached
+    else:
+        mean = math.exp(statistics.fmean(map(math.log, ratios))) if ratios else None
+    note = f" (neither reached the target on {', '.join(both_missed)})" if both_missed else ""
     lines.append(
         f"- autotune's median pick at least 1.5x faster than the default over the tasks "
-        f"(geometric mean): {verdict(None if not ratios else (mean or 0) >= 1.5)}"
-        + (f" ({_n(mean, 2)}x)" if mean else " (a pick or the default missed)" if ratios else "")
+        f"(geometric mean): {verdict(None if mean is None else mean >= 1.5)}"
+        + (
+            " (the default missed on a task where the pick reached)"
+            if mean is not None and math.isinf(mean)
+            else " (a pick missed where the default reached)"
+            if mean == 0
+            else f" ({_n(mean, 2)}x)"
+            if mean is not None
+            else ""
+        )
+        + note
     )
     slower = [
         f"{task} ({_n(t['autotune']['worst_time'], 3)} s > {_n(t['default']['time'], 3)} s)"
