@@ -84,7 +84,8 @@ class Autotune:
                 search = StudySearch(
                     self.settings, lab, checks, budget, seed, storage, sweeps, self.is_group
                 ).run()
-                self.answer_study(search, command, sweep_dir)
+                if search.answered_by is None:  # else another sweeper on the study answers
+                    self.answer_study(search, command, sweep_dir)
                 return search
             search = Search(self.settings, lab, checks, budget).run()
         self.answer(search, command, sweep_dir)
