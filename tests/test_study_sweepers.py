@@ -135,3 +135,21 @@ def test_the_leader_waits_for_the_other_sweepers_trials_within_a_bound():
     assert study_leader.wait_for_others(study, "node-a:1", bound_s=0.05, poll_s=0.01) == [
         stuck.number
     ]
+
+
+def test_under_slurm_each_worker_is_a_job_with_its_own_allocation(monkeypatch):
+    """hydra/launcher=slurm: the jobs run where Slurm places them, each with the devices and
+    cores its allocation has, so no worker's job is given a device or a thread count of the
+    sweeper's machine (a login node with no GPU, or another node's cores)."""
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+    from omegaconf import OmegaConf
+
+    from tuneup.autotune import study_workers
+
+    monkeypatch.setattr(study_workers, "_gpus", lambda: 0)  # the sweeper's node has none
+    gpu = OmegaConf.create({"trainer": {"accelerator": "gpu", "devices": 1}})
+    workers = study_workers.resolve(4, object.__new__(SlurmLauncher), gpu)
+    assert (workers.count, workers.allocated, workers.shared_cores) == (4, True, False)
+    assert workers.resources(3) == ([], "") and workers.alone() == ([], "")
+    cpu = OmegaConf.create({"trainer": {"accelerator": "cpu", "devices": 1}})
+    assert study_workers.resolve(2, object.__new__(SlurmLauncher), cpu).resources(1) == ([], "")
