@@ -5,6 +5,7 @@ it. Fake launchers and in-memory or journal studies: milliseconds each."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -67,9 +68,26 @@ def test_two_sweepers_share_one_budget_and_exactly_one_answers(tmp_path, caplog)
     assert leads == [False, True]
     assert second.answered_by["sweeper"] == first.sweeper and first.answered_by is None
     assert (
-        f"sweeper {first.sweeper} (host {first.answered_by or second.answered_by['host']}) "
+        f"sweeper {first.sweeper} (host {second.answered_by['host']}) "
         f"writes the answer of study 'autotune' into {first.lab.sweep_dir}" in caplog.text
     )
+    gave_way = json.loads((second.lab.sweep_dir / "answered_by.json").read_text())
+    assert gave_way["sweeper"] == first.sweeper and gave_way["study"] == "autotune"
+    assert not (first.lab.sweep_dir / "answered_by.json").exists()
+
+
+def test_a_sweeper_that_gave_way_without_a_run_ends_with_rc_0(tmp_path):
+    """The sweep report of a sweeper that ran no job: none, and no exit 1 when it gave way
+    (answered_by.json); an empty sweep otherwise still fails."""
+    from omegaconf import OmegaConf
+
+    from tuneup.report.callback import SweepReport
+
+    config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+    with pytest.raises(SystemExit):
+        SweepReport().on_multirun_end(config)
+    (tmp_path / "answered_by.json").write_text("{}")
+    SweepReport().on_multirun_end(config)
 
 
 def test_a_trial_asked_past_the_budget_counts_nowhere_and_stops_the_asking(tmp_path):
@@ -111,7 +129,11 @@ def test_the_leader_is_the_lowest_ticket_of_the_round_alive():
     assert study_leader.leader(attrs, "c:3", None, never)[0] == "a:1"  # asked no trial
     answered = {**attrs, "tuneup_answered": {"by": "a:1", "through": 9}}
     assert study_leader.leader(answered, "b:2", 5, never)[0] == "a:1"  # covered already
-    assert study_leader.leader(answered, "c:3", None, never)[0] == "c:3"  # a continued study
+    assert study_leader.leader(answered, "c:3", None, never)[0] == "a:1"  # the answer is written
+    later = {**answered, "tuneup_sweeper:d:4": entry(12)}  # a new round, on a larger budget
+    assert study_leader.leader(later, "c:3", None, never)[0] == "d:4"
+    assert study_leader.leader(later, "d:4", 12, never)[0] == "d:4"
+    assert study_leader.leader(attrs, "c:3", None, lambda key: True)[0] == "c:3"  # all gone
 
 
 def test_the_leader_waits_for_the_other_sweepers_trials_within_a_bound():

@@ -19,16 +19,20 @@ atomically is a trial's number; the rules stand on it:
   trials, at most ``bound_s`` (:func:`wait_for_others`), then confirms and writes the answer,
   and records which trials it covers (``tuneup_answered``). The others end there, with a line
   naming the leader's host and sweep directory. A sweeper whose own trials an answer covers
-  already gives way to that answer; one that asked no trial (the budget was spent) and finds
-  no leader answers itself, as a continued study does.
+  already gives way to that answer, as does one that asked no trial (the budget was spent)
+  of a study whose answer is written; one that asked none and finds no leader and no answer
+  answers itself, as a continued study does. A sweeper that gives way writes
+  ``answered_by.json`` into its sweep directory (its sweep report then has no runs to show).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import socket
 import time
+from pathlib import Path
 
 from tuneup.autotune.study_trials import BASELINE_ATTR
 
@@ -37,6 +41,8 @@ log = logging.getLogger(__name__)
 ENTRY = "tuneup_sweeper:"  # + host:pid: {"ticket", "host", "sweep_dir"[, "ended"]}
 ANSWERED = "tuneup_answered"  # {"by", "host", "sweep_dir", "through"}
 OVER_BUDGET_ATTR = "tuneup_over_budget"
+#: In the sweep directory of a sweeper that gives way: which sweeper writes the answer, where.
+GAVE_WAY = "answered_by.json"
 
 
 def counts(trial) -> bool:
@@ -108,6 +114,8 @@ def leader(attrs: dict, me: str, ticket: int | None, gone) -> tuple[str, dict]:
     through = answer["through"] if answer else -1
     if ticket is not None and ticket <= through:
         return answer["by"], answer  # an answer covers this sweeper's trials already
+    if ticket is None and answer and not _later(attrs, through):
+        return answer["by"], answer  # no trial asked, and the study's answer is written
     candidates = {
         key[len(ENTRY) :]: entry
         for key, entry in attrs.items()
@@ -117,6 +125,14 @@ def leader(attrs: dict, me: str, ticket: int | None, gone) -> tuple[str, dict]:
     candidates.setdefault(me, {"ticket": math.inf if ticket is None else ticket})
     chosen = min(candidates, key=lambda k: (candidates[k]["ticket"], k))
     return chosen, candidates[chosen]
+
+
+def _later(attrs: dict, through: int) -> bool:
+    """Whether a sweeper has tickets after the last answer's trials (a new round)."""
+    return any(
+        key.startswith(ENTRY) and entry["ticket"] > through and not entry.get("ended")
+        for key, entry in attrs.items()
+    )
 
 
 def others_running(study, me: str) -> list[int]:
@@ -158,6 +174,8 @@ def lead(search) -> bool:
     chosen, entry = leader(study.user_attrs, me, search.ticket, is_gone)
     if chosen != me:
         search.answered_by = {"sweeper": chosen, **entry}
+        gave_way = Path(search.lab.sweep_dir) / GAVE_WAY
+        gave_way.write_text(json.dumps({"study": study.study_name, **search.answered_by}))
         log.info(
             "autotune: sweeper %s (host %s) writes the answer of study '%s' into %s; this "
             "sweeper's trials are in its study",
