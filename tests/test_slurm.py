@@ -313,6 +313,8 @@ def test_two_sweepers_of_two_slurm_workers_share_one_journal_and_one_answers(slu
     assert sum(o.count("autotune: the full run:") for o in outputs) == 1
     gave_way = outputs[answered[0].name == "a"]  # the other sweeper's output
     assert f"writes the answer of study 'autotune' into {answered[0]}" in gave_way
+    other = tmp_path / ("b" if answered[0].name == "a" else "a")
+    assert json.loads((other / "answered_by.json").read_text())["sweep_dir"] == str(answered[0])
 
 
 def journal_storage(journal: Path):
