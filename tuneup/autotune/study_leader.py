@@ -15,10 +15,10 @@ atomically is a trial's number; the rules stand on it:
   At the end of its explore stage each sweeper finds the leader (:func:`leader`): the
   sweeper with the lowest ticket among those of the study's current round (tickets above
   the last answer's trials) that have not ended with an error and are not known to be
-  gone (a dead process on this host). The leader waits for the other sweepers' running
-  trials, at most ``bound_s`` (:func:`wait_for_others`), then confirms and writes the answer,
-  and records which trials it covers (``tuneup_answered``). The others end there, with a line
-  naming the leader's host and sweep directory. A sweeper whose own trials an answer covers
+  gone (a dead process on this host). The leader waits for the running trials of the
+  round's other sweepers, at most ``bound_s`` (:func:`wait_for_others`), then confirms and
+  writes the answer, and records which trials it covers (``tuneup_answered``). The others
+  end there, with a line naming the leader's host and sweep directory. A sweeper whose own trials an answer covers
   already gives way to that answer, as does one that asked no trial (the budget was spent)
   of a study whose answer is written; one that asked none and finds no leader and no answer
   answers itself, as a continued study does. A sweeper that gives way writes
@@ -116,15 +116,25 @@ def leader(attrs: dict, me: str, ticket: int | None, gone) -> tuple[str, dict]:
         return answer["by"], answer  # an answer covers this sweeper's trials already
     if ticket is None and answer and not _later(attrs, through):
         return answer["by"], answer  # no trial asked, and the study's answer is written
-    candidates = {
-        key[len(ENTRY) :]: entry
-        for key, entry in attrs.items()
-        if key.startswith(ENTRY) and entry["ticket"] > through and not entry.get("ended")
-    }
-    candidates = {k: e for k, e in candidates.items() if k == me or not gone(k)}
+    candidates = current_round(attrs, me, gone)
     candidates.setdefault(me, {"ticket": math.inf if ticket is None else ticket})
     chosen = min(candidates, key=lambda k: (candidates[k]["ticket"], k))
     return chosen, candidates[chosen]
+
+
+def current_round(attrs: dict, me: str, gone) -> dict[str, dict]:
+    """The sweepers of the study's current round (tickets after the last answer's trials)
+    that may still answer: not ended with an error, not known to be gone."""
+    answer = attrs.get(ANSWERED)
+    through = answer["through"] if answer else -1
+    return {
+        key[len(ENTRY) :]: entry
+        for key, entry in attrs.items()
+        if key.startswith(ENTRY)
+        and entry["ticket"] > through
+        and not entry.get("ended")
+        and (key[len(ENTRY) :] == me or not gone(key[len(ENTRY) :]))
+    }
 
 
 def _later(attrs: dict, through: int) -> bool:
@@ -135,26 +145,29 @@ def _later(attrs: dict, through: int) -> bool:
     )
 
 
-def others_running(study, me: str) -> list[int]:
-    """The numbers of the study's running trials that other sweepers asked."""
+def others_running(study, me: str, among=None) -> list[int]:
+    """The numbers of the study's running trials that other sweepers asked (those of
+    ``among``, when given)."""
     from optuna.trial import TrialState
 
     from tuneup.optuna.study import SWEEPER_ATTR
 
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    return [t.number for t in running if t.user_attrs.get(SWEEPER_ATTR) != me]
+    owners = [(t.number, t.user_attrs.get(SWEEPER_ATTR)) for t in running]
+    return [n for n, o in owners if o != me and (among is None or o in among)]
 
 
-def wait_for_others(study, me: str, bound_s: float, poll_s: float = 2.0) -> list[int]:
-    """Wait until no other sweeper's trial is running, at most ``bound_s``; the trials still
-    running then (the answer is made without them)."""
+def wait_for_others(study, me: str, bound_s: float, poll_s: float = 2.0, among=None) -> list[int]:
+    """Wait until no other sweeper's trial is running (of the sweepers ``among``, when
+    given: a trial left RUNNING by a sweeper lost on another host is not waited for), at
+    most ``bound_s``; the trials still running then (the answer is made without them)."""
     deadline = time.monotonic() + max(0.0, bound_s)
-    running = others_running(study, me)
+    running = others_running(study, me, among)
     if running:
         log.info("autotune: waiting for the other sweepers' trial(s) %s", running)
     while running and time.monotonic() < deadline:
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
-        running = others_running(study, me)
+        running = others_running(study, me, among)
     return running
 
 
@@ -186,7 +199,8 @@ def lead(search) -> bool:
         )
         return False
     bound = max(0.0, search._left() - search._reserve()) + GRACE_S
-    left = wait_for_others(study, me, bound)
+    among = set(current_round(study.user_attrs, me, is_gone))  # this round's sweepers
+    left = wait_for_others(study, me, bound, among=among)
     if left:
         search.notes.append(
             f"the other sweepers' trial(s) {left} still ran {bound:.0f} s after this "
