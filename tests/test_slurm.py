@@ -236,3 +236,102 @@ def test_autotune_launches_its_trials_as_slurm_jobs(slurm, tmp_path):
     assert jobs == {"slurm"}  # every trial ran inside a Slurm job
     submitted = list((sweep / ".submitit").rglob("*_submission.sh"))
     assert len(submitted) == len(record["trials"]) >= 5
+
+
+#: A tiny time-to-target study: 16 steps of a small MLP, a target no run reaches (so no seed
+#: is confirmed: the answer keeps the command), steps rank it, so no trial's time matters;
+#: each job asks for a whole node (8 CPUs), so two at once take both.
+STUDY = [
+    "-m",
+    "experiment=autotune",
+    "autotune.objective=time_to_target",
+    "autotune.workers=2",
+    "autotune.budget_trials=4",
+    "autotune.seeds=2",
+    "autotune.max_seeds=2",
+    "autotune.confirm=1",
+    "autotune.max_rounds=2",
+    "autotune.cost=steps",
+    "autotune.budget_minutes=60",
+    "autotune.params={optimizer.lr: 'tag(log, interval(2e-3, 0.3))'}",
+    "hydra/launcher=slurm",
+    "hydra.launcher.cpus_per_task=8",
+    "trainer.accelerator=cpu",
+    "data.train_samples=256",
+    "data.val_samples=32",
+    "data.batch_size=32",
+    "model=mlp",
+    "model.hidden=[8]",
+    "trainer.max_steps=16",
+    "trainer.max_epochs=-1",
+    "target.metric=val/loss",
+    "target.value=1e-9",
+    "target.check_every_n_steps=4",
+    "trainer.enable_progress_bar=false",
+    "measure.console_table=false",
+]
+
+
+def test_two_sweepers_of_two_slurm_workers_share_one_journal_and_one_answers(slurm, tmp_path):
+    """Two sweepers on one study (autotune.storage, a journal file on the shared file system):
+    the first with autotune.workers=2, the second started once the first's baseline is in the
+    study (it reuses it). Their trials are Slurm jobs on both nodes, two at a time; the study
+    has budget_trials trials from both, no parameters repeated; exactly one sweeper writes the
+    answer, the other names it and ends with rc 0."""
+    import optuna
+
+    journal = tmp_path / "shared" / "study.journal"
+    storage = f"autotune.storage={journal}"
+    first = submit(slurm, tmp_path / "a", storage, run=STUDY)
+    deadline = time.monotonic() + 300
+    while not stored_baseline(journal) and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(1)
+    second = submit(slurm, tmp_path / "b", storage, "autotune.workers=1", run=STUDY)
+    outputs = [finish(first, slurm, timeout=550), finish(second, slurm, timeout=550)]
+
+    study = optuna.load_study(study_name="autotune", storage=journal_storage(journal))
+    trials = [t for t in study.get_trials() if not t.user_attrs.get("tuneup_baseline")]
+    done = [t for t in trials if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(done) == 4, [(t.number, t.state.name) for t in trials]
+    assert len({t.user_attrs["tuneup_sweeper"] for t in done}) == 2  # both sweepers' trials
+    params = [t.params["optimizer.lr"] for t in done]
+    assert len(set(params)) == len(params)  # no parameters repeat
+    assert any(  # two trials in flight at once, as the storage has them
+        a.datetime_start < b.datetime_complete and b.datetime_start < a.datetime_complete
+        for i, a in enumerate(done)
+        for b in done[i + 1 :]
+    )
+    jobs = [p.name for p in tmp_path.glob("*/.submitit/*") if p.name.split("_")[0].isdigit()]
+    nodes = {
+        re.search(r" NodeList=(\S+) ", slurm.run("scontrol", "-o", "show", "job", j).stdout)[1]
+        for j in jobs
+    }
+    assert nodes == set(slurm.nodes), nodes  # the jobs ran on both nodes
+    answered = [d for d in (tmp_path / "a", tmp_path / "b") if (d / "autotune.json").is_file()]
+    assert len(answered) == 1 and (answered[0] / "autotune.md").is_file()
+    assert len(list(tmp_path.rglob("recipe.yaml"))) == 1
+    assert sum(o.count("autotune: the full run:") for o in outputs) == 1
+    gave_way = outputs[answered[0].name == "a"]  # the other sweeper's output
+    assert f"writes the answer of study 'autotune' into {answered[0]}" in gave_way
+    other = tmp_path / ("b" if answered[0].name == "a" else "a")
+    assert json.loads((other / "answered_by.json").read_text())["sweep_dir"] == str(answered[0])
+
+
+def journal_storage(journal: Path):
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return JournalStorage(JournalFileBackend(str(journal)))
+
+
+def stored_baseline(journal: Path) -> bool:
+    """Whether the study in ``journal`` has its baseline (the first sweeper's command, run)."""
+    import optuna
+
+    if not journal.is_file():
+        return False
+    try:
+        study = optuna.load_study(study_name="autotune", storage=journal_storage(journal))
+    except KeyError:  # not created yet
+        return False
+    return "tuneup_baseline" in study.user_attrs

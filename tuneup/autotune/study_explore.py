@@ -3,7 +3,8 @@ told, up to ``autotune.workers`` at once, by the Optuna sweepers' driver
 (tuneup/optuna/workers.py :func:`run_trials`): a worker asks the next trial as soon as its
 own ends, with no batch waiting for its slowest trial.
 
-``autotune.budget_trials`` counts the study's finished trials over all workers;
+``autotune.budget_trials`` counts the study's trials over all workers, and over every sweeper
+on the study (study_leader.py: the study's first trials by number);
 ``autotune.budget_samples`` and ``autotune.budget_minutes`` stop the asking (the running
 trials are waited for and told); a trial's time limit is what is left above the
 confirmation's room when it starts, so no trial starts that could not finish in it.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from tuneup.autotune import study_budget
+from tuneup.autotune import study_budget, study_leader
 from tuneup.autotune.outcome import label
 from tuneup.autotune.race import reached
 from tuneup.autotune.study_trials import (
@@ -88,8 +89,20 @@ def ask(search):
             f"{len(done)} trial(s): the rest is kept for confirm and speed"
         )
         return None
+    budget = search.settings.budget_trials
+    if study_leader.taken(search.study) >= budget:  # places taken by every sweeper
+        search.notes.append(f"explore stopped: the study has its {budget} trial(s)")
+        return None
     trial = search.study.ask()
-    trial.set_user_attr(studies.SWEEPER_ATTR, studies.sweeper_id())
+    trial.set_user_attr(studies.SWEEPER_ATTR, search.sweeper)
+    if study_leader.over_budget(search.study, trial.number, budget):  # another sweeper's
+        study_leader.refuse(search.study, trial)  # asked at once took the last place
+        search.notes.append(f"explore stopped: the study has its {budget} trial(s)")
+        return None
+    if search.ticket is None:
+        search.ticket = trial.number
+        study_leader.register(search.study, search.sweeper, trial.number, str(search.lab.sweep_dir))
+        study_leader.draw_apart(search, trial.number)
     values = search.space.sample(trial)
     overrides = search.space.overrides(
         {k: v for k, v in values.items() if config_value(search.user_config, k) != v}

@@ -44,11 +44,12 @@ import math
 import warnings
 
 from tuneup import TuneupError
-from tuneup.autotune import study_workers
+from tuneup.autotune import study_leader, study_workers
 from tuneup.autotune.batch import own_loop
 from tuneup.autotune.outcome import BASELINE
 from tuneup.autotune.race import race_settings, reached, required_target, sample_limit
 from tuneup.autotune.study_advice import baseline_stop
+from tuneup.autotune.study_sampler import study_sampler
 from tuneup.autotune.study_share import BudgetShare
 from tuneup.autotune.study_space import build_space, default_params
 from tuneup.autotune.study_trials import (
@@ -92,6 +93,9 @@ class StudySearch(BudgetShare):
         self.step_cost: dict[tuple[str, ...], float] = {}  # study_step_cost: s/step timed apart
         self.speed = None  # study_speed.Speed
         self.verdict = ""  # the answer, in words
+        self.sweeper = _sweeper_id()  # host:pid, as the study's trials and tickets name it
+        self.ticket: int | None = None  # the number of its first trial (study_leader.py)
+        self.answered_by: dict | None = None  # the sweeper that answers, when not this one
         self.notes: list[str] = []
         self.before = (0.0, 0.0)  # the stages before the study: seconds, budget share
 
@@ -109,9 +113,16 @@ class StudySearch(BudgetShare):
         self.space = build_space(params, self.sweeps, self.checks, self.is_group)
         self.share_budget()
         self.add_baseline_trial(config)
-        self.explore()
-        self.confirm()
-        self.decide()
+        try:
+            self.explore()
+            if not study_leader.lead(self):  # another sweeper on the study answers
+                return self
+            self.confirm()
+            self.decide()
+        except BaseException:
+            study_leader.ended(self.study, self.sweeper)
+            raise
+        study_leader.answered(self.study, self.sweeper, str(self.lab.sweep_dir))
         return self
 
     def use_workers(self, workers: study_workers.Workers) -> None:
@@ -264,23 +275,7 @@ class StudySearch(BudgetShare):
         return max(2, steps // 2) if steps else None
 
 
-def study_sampler(settings, seed: int, workers: int = 1):
-    """The study's sampler, seeded by ``autotune.sampler_seed`` (null: the run's seed): TPE, or
-    random draws from the same space (``autotune.sampler=random``: the search without a model,
-    the control that shows what TPE adds under the same trials, budget and pruner). With
-    several workers TPE lies about the running trials (``constant_liar``: their value taken as
-    the worst so far), so that workers asking at once do not all get the same point."""
-    import optuna
+def _sweeper_id() -> str:
+    from tuneup.optuna.study import sweeper_id
 
-    seed = seed if settings.sampler_seed is None else settings.sampler_seed
-    if settings.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    # TPE's model starts after budget_trials / 5 random trials, at most 20 (hyperopt's
-    # default): fewer let it settle before each choice (a batch size) has been seen
-    return optuna.samplers.TPESampler(
-        seed=seed,
-        multivariate=True,
-        group=True,
-        n_startup_trials=max(3, min(20, settings.budget_trials // 5)),
-        constant_liar=workers > 1,
-    )
+    return sweeper_id()

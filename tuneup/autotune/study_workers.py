@@ -11,6 +11,11 @@ Each worker has its own share of the machine, through the job's environment
 (``CUDA_VISIBLE_DEVICES``), on a CPU its share of the cores (``OMP_NUM_THREADS``, which the
 run applies to torch: trainer/environment.threads_as_asked). The speed stage's trials are not
 the workers': they run one at a time, with the machine to themselves.
+
+Under submitit's Slurm launcher (``hydra/launcher=slurm``) each job is an allocation of its
+own on the node Slurm picks, with the devices and cores ``hydra.launcher`` asks for
+(``gpus_per_node``, ``cpus_per_task``): the sweeper's machine says nothing of it, so the
+workers get no override and no count of the sweeper's devices limits them.
 """
 
 from __future__ import annotations
@@ -30,11 +35,13 @@ class Workers:
     count: int
     cuda: bool  # one device each (else a share of the cores each)
     cpus: int  # the cores the workers share (on a CPU)
+    allocated: bool = False  # each job a Slurm allocation of its own: nothing to share out
 
     def resources(self, slot: int) -> tuple[list[str], str]:
         """(the job's overrides, in words) of worker ``slot``: one worker keeps the machine as
-        the user's command has it (no override)."""
-        if self.count == 1:
+        the user's command has it (no override), as does a job Slurm gives its own devices
+        and cores (``hydra.launcher``'s ``gpus_per_node``, ``cpus_per_task``)."""
+        if self.count == 1 or self.allocated:
             return [], ""
         if self.cuda:
             return [f"{ENV}.CUDA_VISIBLE_DEVICES={slot}"], f"GPU {slot}"
@@ -45,7 +52,7 @@ class Workers:
         """(overrides, in words) of a run that has the machine to itself (the baseline, the
         speed stage): on a CPU all the cores, stated, since a process that ran a worker's
         job keeps the threads it set (trainer/environment.threads_as_asked)."""
-        if self.count == 1 or self.cuda:
+        if self.count == 1 or self.cuda or self.allocated:
             return [], ""
         return [f"{ENV}.OMP_NUM_THREADS={self.cpus}"], ""
 
@@ -57,7 +64,7 @@ class Workers:
     def shared_cores(self) -> bool:
         """Whether the workers share the cores: then a trial's own step times measure the
         others' load as well as its configuration."""
-        return self.count > 1 and not self.cuda
+        return self.count > 1 and not self.cuda and not self.allocated
 
 
 def resolve(given: int | None, launcher, config) -> Workers:
@@ -68,6 +75,8 @@ def resolve(given: int | None, launcher, config) -> Workers:
 
     env = Environment.from_config(config)
     cuda = env.is_cuda and env.world_size == 1
+    if own_allocations(launcher):  # the sweeper's machine is not the jobs': Slurm places them
+        return Workers(given or 1, cuda, usable_cpus(), allocated=True)
     gpus = _gpus() if cuda else 0
     limit, why = launcher_limit(launcher)
     if given is None:
@@ -87,6 +96,14 @@ def resolve(given: int | None, launcher, config) -> Workers:
             f"shows {gpus}; give at most autotune.workers={gpus}"
         )
     return Workers(given, cuda, usable_cpus())
+
+
+def own_allocations(launcher) -> bool:
+    """Whether each job runs in a Slurm allocation of its own (submitit's Slurm launcher)."""
+    kind = type(launcher)
+    return kind.__name__ == "SlurmLauncher" and kind.__module__.startswith(
+        "hydra_plugins.hydra_submitit_launcher"
+    )
 
 
 def _gpus() -> int:

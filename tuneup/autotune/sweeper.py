@@ -123,7 +123,8 @@ class Autotune:
             if speed is not None:  # its time, and the share a larger budget would give it
                 search.before = (speed.seconds, pipeline.SPEED_SHARE)
             search.run()
-            self.answer_study(search, command, sweep_dir, speed)
+            if search.answered_by is None:  # else another sweeper on the study answers
+                self.answer_study(search, command, sweep_dir, speed)
         return search
 
     @property

@@ -35,6 +35,9 @@ class SweepReport(Callback):
             report = build_report(sweep_dir, settings=Settings.from_node(config.get("report")))
             paths = write_report(report)
         except ReportError as exc:
+            if (sweep_dir / "answered_by.json").is_file():  # an autotune that gave way: no run
+                log.info("no sweep report: this sweep ran no job (answered_by.json)")
+                return
             log.error("no sweep report: %s", exc)
             log.error("fix the setting, then: python -m tuneup.report %s", sweep_dir)
             raise SystemExit(1) from exc
