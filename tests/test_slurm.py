@@ -245,6 +245,7 @@ STUDY = [
     "-m",
     "experiment=autotune",
     "autotune.objective=time_to_target",
+    "autotune.stages=[study]",  # one study shared: its speed stage would run in each sweeper
     "autotune.workers=2",
     "autotune.budget_trials=4",
     "autotune.seeds=2",
