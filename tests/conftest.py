@@ -281,8 +281,10 @@ NO_CUDA = (
 LONGEST_FIRST = (
     "test_model_parallel.py",
     "test_slurm.py",
+    "test_docs_commands.py",
     "test_run.py",
     "test_autotune_study.py",
+    "test_autotune_stages.py",
     "test_optuna.py",
     "test_own_project.py",
     "test_shards.py",
@@ -303,7 +305,6 @@ LONGEST_FIRST = (
     "test_resume_every_checkpoint.py",
     "test_optimizers.py",
     "test_sweep_presets.py",
-    "test_docs_commands.py",
     "test_activation_checkpointing.py",
     "test_ddp.py",
     "test_kernel_plugins.py",
