@@ -15,6 +15,7 @@ from omegaconf import OmegaConf
 import tuneup
 from tests.conftest import run_cli
 from tests.plugin_dists import make_distribution
+from tests.test_autotune_study import TASK
 from tuneup.autotune.pipeline import SpeedStage, speed_record
 from tuneup.autotune.search import Budget
 from tuneup.autotune.settings import Settings
@@ -135,22 +136,6 @@ class Plugin:
 FAST = "trainer.log_every_n_steps=7"
 #: The study's one trial: a learning rate 10x the command's, which needs fewer steps.
 PICK = "optimizer.lr=0.05"
-
-
-#: Digits, a small MLP at a learning rate 10x below sgd's default (test_autotune_study.py's).
-TASK = [
-    "data=digits",
-    "model=mlp",
-    "model.hidden=[32]",
-    "data.image_size=8",
-    "data.channels=1",
-    "trainer.max_epochs=3",
-    "target.metric=val/acc",
-    "target.value=0.8",
-    "target.check_every_n_steps=5",
-    "optimizer.lr=0.005",
-    "trainer.enable_progress_bar=false",
-]
 
 
 @pytest.fixture(scope="module")

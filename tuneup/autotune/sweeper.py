@@ -78,15 +78,8 @@ class Autotune:
         )
         if study:
             return self.sweep_study(command, sweeps, sweep_dir, budget, SPEED in stages)
-        lab = Lab(
-            self.launcher,
-            sweep_dir,
-            line,
-            self.settings.trial_steps,
-            first_job=next_job(sweep_dir),
-        )
         with user_errors():
-            search = Search(self.settings, lab, checks, budget).run()
+            search = Search(self.settings, self.lab(sweep_dir, line), checks, budget).run()
         self.answer(search, command, sweep_dir)
         return search
 
@@ -108,13 +101,7 @@ class Autotune:
             base = pipeline.study_command(command, speed)
             race = race_settings()
             checks = Checks(lambda overrides: self.compose([*base, *race, *overrides]))
-            lab = Lab(
-                self.launcher,
-                sweep_dir,
-                base,
-                self.settings.trial_steps,
-                first_job=next_job(sweep_dir),
-            )
+            lab = self.lab(sweep_dir, base)
             seed = int(self.compose(command).get("seed") or 0)
             storage = resolve_storage(self.settings.storage, sweep_dir)
             search = StudySearch(
@@ -126,6 +113,16 @@ class Autotune:
             if search.answered_by is None:  # else another sweeper on the study answers
                 self.answer_study(search, command, sweep_dir, speed)
         return search
+
+    def lab(self, sweep_dir: Path, command: list[str]) -> Lab:
+        """Where a stage's trials run: the sweep's launcher, numbered after the jobs there."""
+        return Lab(
+            self.launcher,
+            sweep_dir,
+            command,
+            self.settings.trial_steps,
+            first_job=next_job(sweep_dir),
+        )
 
     @property
     def target(self) -> bool:
