@@ -338,3 +338,142 @@ def test_race_combine_writes_one_report_over_earlier_runs(tmp_path):
     text = (tmp_path / "all" / "race.md").read_text()
     assert "| a | 20.000 (40; 1,280) |" in text and "| b | 20.000 (40; 1,280) |" in text
     assert len(json.loads((tmp_path / "all" / "race.json").read_text())["results"]) == 2
+
+
+# -- bench/autotune_workers.py and bench/autotune_budget.py (issues 48 and 50) ---------------
+
+
+def _sweep_result(arm, seed, explore, wall, ran, seconds, steps=40):
+    """One sweep's figures as bench/autotune_workers.py keeps them."""
+    return {
+        "arm": arm,
+        "seed": seed,
+        "command": ["python", "run.py", "-m", f"autotune.workers={arm[1:]}"],
+        "wall_s": wall,
+        "explore_s": explore,
+        "trials": {"COMPLETE": ran // 2, "PRUNED": ran - ran // 2},
+        "devices": [f"cpu (x86_64, {2 // int(arm[1:])} threads)"],
+        "pick": {"overrides": [], "seconds": seconds, "source": "x", "steps": steps, "verdict": ""},
+    }
+
+
+def test_autotune_workers_bench_alternates_the_order_and_judges_the_paired_ratio():
+    """Issue 48's goals from the pairs: W2/W1 explore time (geometric mean, t interval on the
+    log scale) at most 0.65 with no fewer trials, and W2's median pick no slower."""
+    workers = bench_module("autotune_workers")
+    assert workers.plan([0, 1, 2], ["W1", "W2"]) == [
+        (0, "W1"),
+        (0, "W2"),
+        (1, "W2"),
+        (1, "W1"),
+        (2, "W1"),
+        (2, "W2"),
+    ]
+    args = workers.parse(["--seeds", "5", "--trials", "4"])
+    two = workers.overrides(args, workers.arms(2)["W2"], 5)
+    assert "hydra/launcher=joblib" in two and "hydra.launcher.n_jobs=2" in two
+    assert {
+        "autotune.stages=[study]",
+        "autotune.budget_trials=4",
+        "autotune.sampler_seed=5",
+    } <= set(two)
+    assert "experiment=autotune" in two and "data=digits" in two
+    results = [
+        _sweep_result("W1", 0, 100.0, 120.0, 40, 0.30),
+        _sweep_result("W2", 0, 50.0, 70.0, 40, 0.20),
+        _sweep_result("W2", 1, 60.0, 80.0, 40, 0.25),
+        _sweep_result("W1", 1, 100.0, 110.0, 40, 0.20),
+        _sweep_result("W1", 2, 100.0, 120.0, 40, 0.40),
+        _sweep_result("W2", 2, 70.0, 90.0, 40, 0.50),
+    ]
+    goals = workers.goals(results, "W1", "W2")
+    # (0.5 * 0.6 * 0.7) ** (1/3) = 0.594: met on the estimate, the interval reaches above
+    assert goals[0].startswith("- W2 finishes the same study in at most 0.65x W1's explore")
+    assert ": met (0.59x [" in goals[0] and "reaches above 0.65" in goals[0]
+    assert goals[1].endswith("met (0.250 s against 0.300 s, medians over 3 search(es) each)")
+    text = workers.report(
+        {"seeds": [0, 1, 2], "trials": 40, "arms": ["W1", "W2"], "results": results}
+    )
+    assert (
+        "| 1 | W2 W1 | 100.0 / 60.0 | 0.60 | 110.0 / 80.0 | 40 (20 complete, 20 pruned) / 40"
+        in text
+    )
+    assert (
+        "- W1: median estimated time to target of its picks 0.300 s over 3 search(es); runs on cpu (x86_64, 2 threads)"
+        in text
+    )
+    assert "- W2: median estimated time to target of its picks 0.250 s" in text
+    assert "python run.py -m autotune.workers=2  # W2" in text
+    results[1]["trials"] = {"COMPLETE": 20, "PRUNED": 19}  # one trial fewer: not the same study
+    results[2]["pick"]["seconds"] = 0.9  # W2: 0.2, 0.9, 0.5
+    goals = workers.goals(results, "W1", "W2")
+    assert goals[0].endswith("NOT met: W2 ran fewer study trials (seed 0: 39 against 40)")
+    assert "NOT met (0.500 s against 0.300 s" in goals[1]
+
+
+def test_autotune_sweep_reads_the_study_trials_the_pick_and_the_explore_window(tmp_path):
+    """What both bench scripts read back from a sweep: the study's own trials (the baseline
+    aside), the pick's estimated time, and the explore stage's window from the journal."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    sweep = bench_module("autotune_sweep")
+    journal = tmp_path / "optuna.journal"
+    storage = optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(str(journal))
+    )
+    study = optuna.create_study(study_name="autotune", storage=storage)
+    study.add_trial(create_trial(value=1.0, user_attrs={"tuneup_baseline": True}))
+    for value in (0.5, 0.7):
+        trial = study.ask({"x": FloatDistribution(0, 1)})
+        study.tell(trial, value)
+    study.tell(study.ask(), state=TrialState.PRUNED)
+    record = {
+        "study": {"name": "autotune", "storage": str(journal)},
+        "cost": {"name": "time"},
+        "explore": [
+            {"state": "COMPLETE", "baseline": True},
+            {"state": "COMPLETE", "baseline": False},
+            {"state": "PRUNED", "baseline": False},
+            {"state": "FAIL", "baseline": False},
+        ],
+        "recipe": {"found": ["optimizer.lr=0.1"]},
+        "verdict": "faster",
+        "confirmed": [
+            {
+                "label": "baseline",
+                "overrides": [],
+                "steps_to_target": [60, 70, 80],
+                "estimated_time": {"estimate": 0.4},
+                "cost_interval": {"estimate": 0.5},
+            },
+            {
+                "label": "optimizer.lr=0.1",
+                "overrides": ["optimizer.lr=0.1"],
+                "steps_to_target": [30, None, 20],
+                "estimated_time": {"estimate": 0.2},
+                "cost_interval": {"estimate": 0.25},
+            },
+        ],
+    }
+    counts = sweep.study_trials(record)
+    assert counts == {"COMPLETE": 1, "PRUNED": 1, "FAIL": 1} and sweep.ran(counts) == 2
+    assert sweep.trials_text(counts) == "2 (1 complete, 1 fail, 1 pruned)"
+    assert sweep.pick(record) == {
+        "overrides": ["optimizer.lr=0.1"],
+        "seconds": 0.2,
+        "source": "estimated_time",
+        "steps": 25,
+        "verdict": "faster",
+    }
+    kept = {**record, "recipe": {"found": []}}
+    kept["confirmed"] = [{**record["confirmed"][0], "estimated_time": None}]
+    assert sweep.pick(kept)["seconds"] == 0.5 and sweep.pick(kept)["steps"] == 70
+    times = sweep.journal_times(record)
+    assert len(times) == 4 and [baseline for *_, baseline in times] == [True, False, False, False]
+    own = [t for t in times if not t[2]]
+    window = sweep.explore_seconds(times)
+    assert window == max(e for _, e, _ in own) - min(s for s, _, _ in own) >= 0
+    assert sweep.explore_seconds([(0.0, 5.0, True), (10.0, 12.0, False), (11.0, 20.0, False)]) == 10
+    assert sweep.explore_seconds([(0.0, 5.0, True)]) is None
