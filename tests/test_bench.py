@@ -477,3 +477,89 @@ def test_autotune_sweep_reads_the_study_trials_the_pick_and_the_explore_window(t
     assert window == max(e for _, e, _ in own) - min(s for s, _, _ in own) >= 0
     assert sweep.explore_seconds([(0.0, 5.0, True), (10.0, 12.0, False), (11.0, 20.0, False)]) == 10
     assert sweep.explore_seconds([(0.0, 5.0, True)]) is None
+
+
+def test_autotune_budget_bench_holds_the_minutes_within_ten_percent_either_way():
+    """Issue 50's goal: within 10 % of the budget's minutes, either way, and at least one
+    study trial; a study whose trials ran out first says so."""
+    budget = bench_module("autotune_budget")
+    args = budget.parse(["--minutes", "2", "--trials", "1000"])
+    assert budget.overrides(args, 2)[-2:] == [
+        "autotune.budget_minutes=2",
+        "autotune.budget_trials=1000",
+    ]
+    assert not any("budget_trials" in o for o in budget.overrides(budget.parse([]), 10))
+    assert budget.parse([]).minutes == [2, 10] and budget.parse([]).beside == [0]
+
+    def row(minutes, used_s, ran, beside=0, trials=100):
+        return {
+            "minutes": minutes,
+            "beside": beside,
+            "beside_runs": beside,
+            "command": ["python", "run.py", "-m", f"autotune.budget_minutes={minutes:g}"],
+            "folder": "-",
+            "wall_s": used_s + 5,
+            "load": [1.0, 4.5],
+            "elapsed_s": used_s,
+            "trials": {"COMPLETE": ran},
+            "budget_trials": trials,
+            "stages": ["speed", "study"],
+            "found": [],
+            "verdict": "not significant",
+        }
+
+    assert budget.goal(row(2, 108, 3)) == (True, "1.80 of 2 min, 90%; 3 study trial(s)")
+    assert budget.goal(row(2, 107, 3))[0] is False  # 89 %
+    assert budget.goal(row(2, 133, 3))[0] is False  # 111 %: over, too
+    assert budget.goal(row(2, 120, 0)) == (False, "2.00 of 2 min, 100%; 0 study trial(s)")
+    spent = budget.goal(row(10, 113, 100))
+    assert spent == (
+        False,
+        "1.88 of 10 min, 19%; 100 study trial(s); the study's 100 trials spent first",
+    )
+    failed = {**row(2, 0, 0, beside=2), "error": "error: autotune.budget_minutes=2 is too small"}
+    rows = [row(2, 108, 3), failed]
+    text = budget.report({"lead": 8, "trials": None, "rows": rows})
+    assert (
+        "| 2 min | 0 (1.0-4.5) | 1.80 of 2 (wall 113 s) | 3 (3 complete) | `your command kept`: not significant | met ("
+        in text
+    )
+    assert (
+        "| 2 min | 2 (1.0-4.5) | - | - | failed: error: autotune.budget_minutes=2 is too small | NOT met ("
+        in text
+    )
+    assert (
+        "K runs of `python run.py trainer.max_epochs=60` in a loop, the first started 8 s before"
+        in text
+    )
+    assert text.endswith("at least one study trial: NOT met (2 min beside 2)")
+
+
+def test_autotune_budget_bench_restarts_the_runs_beside_it_and_ends_them(tmp_path):
+    """The runs beside the autotune last the whole budget (one that ends is started again)
+    and none outlives it; stand-ins for the training runs, which take minutes."""
+    import os
+    import sys
+
+    budget = bench_module("autotune_budget")
+    pids = tmp_path / "pids"
+    sleeper = [
+        sys.executable,
+        "-c",
+        f"import os, sys, time; open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n');"
+        "time.sleep(0.3 if sys.argv[1].endswith('-0') else 600)",
+    ]
+
+    def started():
+        return pids.read_text().split() if pids.exists() else []
+
+    with budget.Beside(1, tmp_path, lead=0.1, env=dict(os.environ), command=sleeper) as beside:
+        for _ in range(100):  # the first ends at once; the second sleeps
+            if len(started()) >= 2:
+                break
+            beside.stop.wait(0.1)
+    assert beside.started == 2 and beside.loads
+    for pid in map(int, started()):
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)  # ended, and reaped
+    assert (tmp_path / "beside0-1" / "console.log").is_file()
