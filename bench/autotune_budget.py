@@ -155,7 +155,7 @@ def result(minutes: float, beside: int, done: dict, loads: list[float], started:
 def goal(row: dict) -> tuple[bool, str]:
     """(met, why): within ``TOLERANCE`` of the minutes and at least one study trial."""
     if "error" in row:
-        return False, f"failed: {row['error']}"
+        return False, "the autotune failed"
     used = row["elapsed_s"] / 60
     share = used / row["minutes"]
     trials = sw.ran(row["trials"])
@@ -175,7 +175,8 @@ def table(rows: list[dict]) -> str:
         load = "" if not row["load"] else f" ({row['load'][0]:.1f}-{row['load'][1]:.1f})"
         met, why = goal(row)
         if "error" in row:
-            used, trials, answer = "-", "-", f"failed: {row['error']}"
+            used, trials = f"- (wall {row['wall_s']:.0f} s)", "-"
+            answer = f"failed: {row['error']}"
         else:
             used = f"{row['elapsed_s'] / 60:.2f} of {row['minutes']:g} (wall {row['wall_s']:.0f} s)"
             trials = sw.trials_text(row["trials"])
