@@ -226,14 +226,14 @@ def main(argv=None) -> None:
         return
     data = {"lead": args.lead, "trials": args.trials, "rows": []}
     env = sw.clean_env()
-    for beside in args.beside:
-        for minutes in args.minutes:
-            folder = args.out / f"{minutes:g}min-beside{beside}"
-            with Beside(beside, folder / "beside", args.lead, env) as load:
-                done = sw.sweep(overrides(args, minutes), folder / "sweep", env)
-            data["rows"].append(result(minutes, beside, done, load.loads, load.started))
-            path.write_text(json.dumps(data, indent=1))  # each run kept as it ends
-            print(f"{minutes:g} min beside {beside}: {done['wall_s']:.0f} s", file=sys.stderr)
+    runs = [(b, m, args.out / f"{m:g}min-beside{b}") for b in args.beside for m in args.minutes]
+    sw.fresh([folder for *_, folder in runs])
+    for beside, minutes, folder in runs:
+        with Beside(beside, folder / "beside", args.lead, env) as load:
+            done = sw.sweep(overrides(args, minutes), folder / "sweep", env)
+        data["rows"].append(result(minutes, beside, done, load.loads, load.started))
+        path.write_text(json.dumps(data, indent=1))  # each run kept as it ends
+        print(f"{minutes:g} min beside {beside}: {done['wall_s']:.0f} s", file=sys.stderr)
     print(report(data))
     print(f"\n{path}", file=sys.stderr)
 

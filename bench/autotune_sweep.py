@@ -59,6 +59,17 @@ def sweep(overrides: list[str], folder: Path, env: dict | None = None) -> dict:
     }
 
 
+def fresh(folders: list[Path]) -> None:
+    """Refuse sweep folders that exist: a sweep into one continues the study its journal holds
+    (a continued search), so its figures would not be a new search's."""
+    taken = [str(f) for f in folders if Path(f).exists()]
+    if taken:
+        raise SystemExit(
+            f"error: {taken[0]} exists: a sweep there would continue its study; "
+            "give a new --out (or remove it)"
+        )
+
+
 def failure(folder: Path) -> str:
     """The last line of a failed sweep's console (its ``error: ...`` line, usually)."""
     lines = (Path(folder) / "sweep.log").read_text(errors="replace").strip().splitlines()

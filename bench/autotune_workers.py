@@ -264,7 +264,9 @@ def main(argv=None) -> None:
     named = arms(args.workers)
     data = {"seeds": args.seeds, "trials": args.trials, "arms": list(named), "results": []}
     env = sw.clean_env()
-    for seed, arm in plan(args.seeds, list(named)):
+    runs = plan(args.seeds, list(named))
+    sw.fresh([args.out / f"seed{seed}-{arm}" for seed, arm in runs])
+    for seed, arm in runs:
         done = sw.sweep(overrides(args, named[arm], seed), args.out / f"seed{seed}-{arm}", env)
         data["results"].append(result(arm, seed, done))
         args.out.mkdir(parents=True, exist_ok=True)

@@ -357,7 +357,7 @@ def _sweep_result(arm, seed, explore, wall, ran, seconds, steps=40):
     }
 
 
-def test_autotune_workers_bench_alternates_the_order_and_judges_the_paired_ratio():
+def test_autotune_workers_bench_alternates_the_order_and_judges_the_paired_ratio(tmp_path):
     """Issue 48's goals from the pairs: W2/W1 explore time (geometric mean, t interval on the
     log scale) at most 0.65 with no fewer trials, and W2's median pick no slower."""
     workers = bench_module("autotune_workers")
@@ -404,6 +404,12 @@ def test_autotune_workers_bench_alternates_the_order_and_judges_the_paired_ratio
     )
     assert "- W2: median estimated time to target of its picks 0.250 s" in text
     assert "python run.py -m autotune.workers=2  # W2" in text
+    (tmp_path / "seed1-W2").mkdir()  # an earlier sweep's folder: its study would continue
+    with pytest.raises(
+        SystemExit, match=r"seed1-W2 exists: a sweep there would continue its study"
+    ):
+        workers.main(["--out", str(tmp_path), "--seeds", "0", "1"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["seed1-W2"]  # nothing ran
     results[1]["trials"] = {"COMPLETE": 20, "PRUNED": 19}  # one trial fewer: not the same study
     results[2]["pick"]["seconds"] = 0.9  # W2: 0.2, 0.9, 0.5
     goals = workers.goals(results, "W1", "W2")
