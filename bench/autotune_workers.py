@@ -220,11 +220,18 @@ def goals(results: list[dict], one: str, many: str) -> list[str]:
         verdict = "not measured (no estimated time to target)"
     else:
         met = medians[many] <= medians[one]
+        steps = {arm: sw.median(r[arm]["pick"]["steps"] for r in complete) for arm in (one, many)}
         verdict = (
             f"{'met' if met else 'NOT met'} ({_s3(medians[many])} against {_s3(medians[one])}, "
-            f"medians over {len(complete)} search(es) each)"
+            f"medians over {len(complete)} search(es) each; steps to target "
+            f"{_s(steps[many])} against {_s(steps[one])})"
         )
     lines.append(f"- {many}'s pick: median time to target no worse than {one}'s: {verdict}")
+    broken = [str(r["seed"]) for r in rows if r not in complete]
+    if broken:
+        lines.append(
+            f"- not judged: sampler seed(s) {', '.join(broken)} (a sweep failed or is missing)"
+        )
     return lines
 
 

@@ -390,7 +390,11 @@ def test_autotune_workers_bench_alternates_the_order_and_judges_the_paired_ratio
     # (0.5 * 0.6 * 0.7) ** (1/3) = 0.594: met on the estimate, the interval reaches above
     assert goals[0].startswith("- W2 finishes the same study in at most 0.65x W1's explore")
     assert ": met (0.59x [" in goals[0] and "reaches above 0.65" in goals[0]
-    assert goals[1].endswith("met (0.250 s against 0.300 s, medians over 3 search(es) each)")
+    assert goals[1].endswith(
+        "met (0.250 s against 0.300 s, medians over 3 search(es) each; steps to target 40.0 "
+        "against 40.0)"
+    )
+    assert len(goals) == 2
     text = workers.report(
         {"seeds": [0, 1, 2], "trials": 40, "arms": ["W1", "W2"], "results": results}
     )
@@ -415,6 +419,11 @@ def test_autotune_workers_bench_alternates_the_order_and_judges_the_paired_ratio
     goals = workers.goals(results, "W1", "W2")
     assert goals[0].endswith("NOT met: W2 ran fewer study trials (seed 0: 39 against 40)")
     assert "NOT met (0.500 s against 0.300 s" in goals[1]
+    failed = {k: v for k, v in results[4].items() if k != "pick"}  # W1 on seed 2
+    goals = workers.goals([*results[:4], {**failed, "error": "error: x"}, results[5]], "W1", "W2")
+    assert "medians over 2 search(es)" in goals[1] and goals[2] == (
+        "- not judged: sampler seed(s) 2 (a sweep failed or is missing)"
+    )
 
 
 def test_autotune_sweep_reads_the_study_trials_the_pick_and_the_explore_window(tmp_path):
