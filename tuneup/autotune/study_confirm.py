@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import math
 
+from tuneup.autotune import study_distinct
 from tuneup.autotune import study_step_cost as step_cost
-from tuneup.autotune.outcome import BASELINE, label
+from tuneup.autotune.outcome import BASELINE
 from tuneup.autotune.race import reached
 from tuneup.autotune.study_advice import search_no_answer
 from tuneup.autotune.study_step_cost import time_to_target
@@ -144,7 +145,7 @@ def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
         for t in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if t.user_attrs.get("reached") and not t.user_attrs.get(BASELINE_ATTR)
     ]
-    most = search.settings.confirm
+    most = search.confirm_count  # as many as the budget's room holds (study_budget.py)
     if step_cost.applies(search) and hits:
         contenders = _distinct(sorted(hits, key=lambda t: t.value), most * step_cost.CONTENDERS)
         measured = step_cost.measure(search, [(), *(o for _, o, _ in contenders)])
@@ -152,7 +153,9 @@ def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
         if () in measured and hits:  # your command's and a contender's: the costs compare
             search.step_cost = measured
             search.notes.append(step_cost.rule(search))
-            return _distinct(sorted(hits, key=lambda t: _timed_value(search, t)), most)
+            return _distinct(
+                sorted(hits, key=lambda t: _timed_value(search, t)), most, search.notes
+            )
         search.notes.append(
             "the workers shared the cores, but no seconds per step could be timed apart: "
             "each run's own were used"
@@ -160,16 +163,18 @@ def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
         return contenders[:most]
     if step_cost.rule(search):
         search.notes.append(step_cost.rule(search))
-    return _distinct(sorted(hits, key=lambda t: t.value), most)
+    return _distinct(sorted(hits, key=lambda t: t.value), most, search.notes)
 
 
-def _distinct(trials, most: int) -> list[tuple[str, tuple[str, ...], int]]:
-    best, seen = [], set()
-    for trial in trials:
-        overrides = tuple(trial.user_attrs.get(OVERRIDES_ATTR) or ())
-        if overrides and overrides not in seen and len(best) < most:
-            seen.add(overrides)
-            best.append((label(overrides), overrides, trial.number))
+def _distinct(
+    trials, most: int, notes: list | None = None
+) -> list[tuple[str, tuple[str, ...], int]]:
+    """The best of each distinct configuration (study_distinct.py); ``notes`` hears which
+    trials were merged into the candidates."""
+    best, merged = study_distinct.distinct(trials, most)
+    note = study_distinct.merged_note(best, merged)
+    if notes is not None and note:
+        notes.append(note)
     return best
 
 
