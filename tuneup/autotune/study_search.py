@@ -88,6 +88,8 @@ class StudySearch(BudgetShare):
         self.study = None
         self.confirmed: dict[str, dict] = {}  # label -> {"overrides", "trials", "decision"}
         self.confirm_count = settings.confirm  # candidates the budget confirms (share_budget)
+        self.confirm_added = max(0, settings.max_seeds - settings.seeds)  # seeds it may add
+        self.answered = False  # the answer given: the study has what is left (go_on)
         self._released = False  # the confirmation's room given to the study (_reserve)
         self.workers = study_workers.Workers(1, False, 1)  # autotune.workers, resolved in run
         self.step_cost: dict[tuple[str, ...], float] = {}  # study_step_cost: s/step timed apart
@@ -123,6 +125,7 @@ class StudySearch(BudgetShare):
             study_leader.ended(self.study, self.sweeper)
             raise
         study_leader.answered(self.study, self.sweeper, str(self.lab.sweep_dir))
+        self.go_on()
         return self
 
     def use_workers(self, workers: study_workers.Workers) -> None:
@@ -205,6 +208,11 @@ class StudySearch(BudgetShare):
         from tuneup.autotune.study_explore import explore
 
         explore(self)
+
+    def go_on(self) -> None:
+        from tuneup.autotune.study_explore import go_on
+
+        go_on(self)
 
     def explored(self) -> list:
         """The study's finished trials, the baseline's aside (what autotune.budget_trials counts)."""
