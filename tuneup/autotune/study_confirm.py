@@ -145,7 +145,7 @@ def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
         for t in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if t.user_attrs.get("reached") and not t.user_attrs.get(BASELINE_ATTR)
     ]
-    most = search.confirm_count  # as many as the budget's room holds (study_budget.py)
+    most = min(search.settings.confirm, search.confirm_count)  # what the budget's room holds
     if step_cost.applies(search) and hits:
         contenders = _distinct(sorted(hits, key=lambda t: t.value), most * step_cost.CONTENDERS)
         measured = step_cost.measure(search, [(), *(o for _, o, _ in contenders)])
