@@ -1,6 +1,7 @@
 """The time-to-target study's confirm stage and its decision (study_search.py's stages 3, 4).
 
-The best ``autotune.confirm`` configurations of the study and the user's command run on the
+The best ``autotune.confirm`` distinct configurations of the study (study_distinct.py: one
+candidate per recipe, not one per nearby value) and the user's command run on the
 same ``autotune.seeds`` seeds the study never saw, then on one more seed at a time, up to
 ``autotune.max_seeds``, for the candidates still undecided (sequential.py); a candidate is
 accepted only when its per-seed differences from the command's, their spread floored at the
