@@ -91,7 +91,7 @@ class StudySearch(BudgetShare):
         self.study = None
         self.confirmed: dict[str, dict] = {}  # label -> {"overrides", "trials", "decision"}
         self.confirm_count = settings.confirm  # candidates the budget confirms (share_budget)
-        self.confirm_added = max(0, settings.max_seeds - settings.seeds)  # seeds it may add
+        self.confirm_added = 0  # the leading candidate's seeds added it holds (share_budget)
         self.answered = False  # the answer given: the study has what is left (go_on)
         self._released = False  # the confirmation's room given to the study (_reserve)
         self.workers = study_workers.Workers(1, False, 1)  # autotune.workers, resolved in run
