@@ -266,7 +266,7 @@ def test_what_the_answer_leaves_goes_back_to_the_study(tmp_path):
     search.go_on()
     assert len(search.explored()) > studied
     assert budget.seconds - 4.0 < budget.elapsed <= budget.seconds
-    assert search.notes[-1].endswith(
-        f"the study went on with them, {len(search.explored()) - studied} more trial(s), "
+    assert search.notes[-1].startswith("the answer left ") and search.notes[-1].endswith(
+        f"of the 2 minute(s) of autotune.budget_minutes: the study went on with them, {len(search.explored()) - studied} more trial(s), "
         "kept in the study for a continued search (not confirmed)"
     )

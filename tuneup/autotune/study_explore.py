@@ -83,9 +83,10 @@ def go_on(search) -> None:
     before, minutes = len(search.explored()), search._left() / 60
     explore(search)
     search.notes.append(
-        f"the answer left {minutes:.2g} of autotune.budget_minutes: the study went on with "
-        f"them, {len(search.explored()) - before} more trial(s), kept in the study for a "
-        "continued search (not confirmed)"
+        f"the answer left {minutes:.2g} of the {search.settings.budget_minutes:g} minute(s) "
+        f"of autotune.budget_minutes: the study went on with them, "
+        f"{len(search.explored()) - before} more trial(s), kept in the study for a continued "
+        "search (not confirmed)"
     )
 
 
