@@ -148,6 +148,7 @@ def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
     ]
     most = min(search.settings.confirm, search.confirm_count)  # what the budget's room holds
     if step_cost.applies(search) and hits:
+        ranked = hits  # by their own times, if none can be timed apart
         contenders = _distinct(sorted(hits, key=lambda t: t.value), most * step_cost.CONTENDERS)
         measured = step_cost.measure(search, [(), *(o for _, o, _ in contenders)])
         hits = [t for t in hits if tuple(t.user_attrs.get(OVERRIDES_ATTR) or ()) in measured]
@@ -161,7 +162,7 @@ def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
             "the workers shared the cores, but no seconds per step could be timed apart: "
             "each run's own were used"
         )
-        return contenders[:most]
+        return _distinct(sorted(ranked, key=lambda t: t.value), most, search.notes)
     if step_cost.rule(search):
         search.notes.append(step_cost.rule(search))
     return _distinct(sorted(hits, key=lambda t: t.value), most, search.notes)
