@@ -12,6 +12,7 @@ from tuneup.autotune import study_budget
 from tuneup.autotune.search import Budget
 from tuneup.autotune.settings import Settings
 from tuneup.autotune.study_search import StudySearch
+from tuneup.autotune.trials import Trial
 
 
 def simulate(
@@ -24,14 +25,21 @@ def simulate(
     most_rounds=4,
     trials=100,
     first_hit=1,
+    max_seeds=8,
+    undecided=0,
+    accepted=True,
 ) -> dict:
     """The search's stages on a made-up clock, sharing the minutes as study_search.py does:
-    the baseline, study trials while explore_limit allows, then as many candidates as fit
-    on the paired seeds, then the speed stage's rounds while they fit."""
+    the baseline, study trials while explore_limit allows, then as many candidates as fit on
+    the paired seeds, the leading one on ``undecided`` seeds more, and, when it is
+    ``accepted``, its held-out run and the speed stage's rounds while they fit; then the
+    study again while it has trials left (study_explore.go_on)."""
     budget, clock = minutes * 60, baseline_s
     run_s = max(baseline_s, trial_s)
-    k = study_budget.candidates_that_fit(budget - clock, confirm, seeds, run_s, rounds)
-    reserve = study_budget.confirm_seconds(k, seeds, run_s, rounds)
+    k, added = study_budget.candidates_that_fit(
+        budget - clock, confirm, seeds, run_s, rounds, max_seeds
+    )
+    reserve = study_budget.room_seconds(k, seeds, added, run_s, rounds)
     done, released = 0, False
     while done < trials:
         found = done >= first_hit  # a trial has reached the target: something to confirm
@@ -39,7 +47,7 @@ def simulate(
             budget - clock,
             trial_s,
             reserve,
-            study_budget.confirm_seconds(1, seeds, run_s, rounds),
+            study_budget.room_seconds(1, seeds, 0, run_s, rounds),
             found,
             released,
         )
@@ -47,37 +55,50 @@ def simulate(
             break
         clock, done = clock + trial_s, done + 1
     if done < first_hit:  # nothing to confirm
-        return {"trials": done, "confirmed": 0, "seconds": clock, "k": k}
-    confirmed = 0
-    for _ in range(confirm + 1):  # the command, then the candidates, while they fit
-        cost = seeds * run_s
-        if budget - clock - study_budget.speed_seconds(rounds, run_s) < cost:
+        return {"trials": done, "confirmed": 0, "seconds": clock, "k": k, "added": added}
+    confirmed, after = 0, 0
+    held = run_s + study_budget.speed_seconds(rounds, run_s)  # the held-out run, the speed
+    for _ in range(k + 1):  # the command, then the candidates, while they fit
+        if budget - clock - held < seeds * run_s:
             break
-        clock, confirmed = clock + cost, confirmed + 1
-    for _ in range(most_rounds):  # more than the reserved rounds while they fit
-        if budget - clock < 2 * max(1.0, run_s / 2):
+        clock, confirmed = clock + seeds * run_s, confirmed + 1
+    for _ in range(undecided):  # the leading candidate and the command on one seed more
+        if budget - clock - held < 2 * run_s:
             break
-        clock += 2 * max(1.0, run_s / 2)
-    return {"trials": done, "confirmed": confirmed - 1, "seconds": clock, "k": k}
+        clock += 2 * run_s
+    if accepted and budget - clock >= held:
+        clock += run_s
+        for _ in range(most_rounds):  # more than the reserved rounds while they fit
+            if budget - clock < 2 * max(1.0, run_s / 2):
+                break
+            clock += 2 * max(1.0, run_s / 2)
+    while done + after < trials and study_budget.goes_on(budget - clock, trial_s, trials):
+        clock, after = clock + trial_s, after + 1
+    return {
+        "trials": done,
+        "confirmed": confirmed - 1,
+        "seconds": clock,
+        "k": k,
+        "added": added,
+        "after": after,
+    }
 
 
 @pytest.mark.parametrize("minutes", [2, 3, 5, 8, 10, 15, 30])
 @pytest.mark.parametrize("baseline_s,trial_s", [(3.0, 1.5), (8.0, 4.0), (10.0, 10.0)])
-def test_the_minutes_are_spent_within_ten_percent_with_study_trials(minutes, baseline_s, trial_s):
+@pytest.mark.parametrize("accepted,undecided", [(True, 0), (False, 0), (False, 5)])
+def test_the_minutes_are_spent_within_ten_percent_with_study_trials(
+    minutes, baseline_s, trial_s, accepted, undecided
+):
     """Whenever the study has trials left, the search ends within 10 % of its minutes, with at
-    least one study trial and at least one candidate confirmed (digits' baseline takes
-    seconds: a 2-minute budget is not left unspent with 0 trials)."""
-    run = simulate(minutes, baseline_s, trial_s, trials=10**6)  # trials left throughout
+    least one study trial and at least one candidate confirmed, whether a candidate is
+    accepted or not and however many seeds decide it (digits' baseline takes seconds: a
+    2-minute budget is not left unspent with 0 trials)."""
+    run = simulate(
+        minutes, baseline_s, trial_s, trials=10**6, accepted=accepted, undecided=undecided
+    )
     assert run["trials"] >= 1 and run["confirmed"] >= 1
     assert 0.9 * minutes * 60 <= run["seconds"] <= 1.1 * minutes * 60
-
-
-@pytest.mark.parametrize("minutes", [2, 8])
-def test_with_nothing_to_confirm_the_study_goes_on_with_the_confirmations_minutes(minutes):
-    """No study trial reaches the target before the confirmation's room is all that is left:
-    the study spends it rather than stopping with the minutes unused."""
-    run = simulate(minutes, 10.0, 10.0, trials=10**6, first_hit=10**6)
-    assert run["seconds"] >= 0.9 * minutes * 60 and run["seconds"] <= minutes * 60
 
 
 def test_a_candidate_found_after_the_release_keeps_one_candidates_room():
@@ -90,8 +111,30 @@ def test_a_candidate_found_after_the_release_keeps_one_candidates_room():
 def test_a_tight_budget_confirms_fewer_candidates_rather_than_none():
     wide = study_budget.candidates_that_fit(30 * 60, 3, 3, 10.0, 2)
     tight = study_budget.candidates_that_fit(2 * 60, 3, 3, 10.0, 2)
-    assert (wide, tight) == (3, 1)
+    assert (wide, tight) == ((3, 0), (1, 0))
     assert simulate(2, 10.0, 5.0)["k"] == 1 and simulate(30, 10.0, 5.0)["k"] == 3
+
+
+def test_the_room_holds_the_seeds_added_for_the_leading_candidate():
+    """A run to the target at 7.5 s (digits' 5 s x race_margin), 3 paired seeds, up to 8:
+    each candidate's 3 seeds, the leader's 5 seeds more with the command's (10 runs), the
+    held-out run, then 2 speed rounds of two half-runs (15 s)."""
+    assert study_budget.room_seconds(3, 3, 5, 7.5, 2) == (12 + 10 + 1) * 7.5 + 15
+    # 10 minutes: three candidates and every seed up to 8 (187.5 s of the 590 s left)
+    assert study_budget.candidates_that_fit(590.0, 3, 3, 7.5, 2, max_seeds=8) == (3, 5)
+    # 5 minutes: the candidates shrink first, the leader keeps its seeds (142.5 s of 290 s)
+    assert study_budget.candidates_that_fit(290.0, 3, 3, 7.5, 2, max_seeds=8) == (1, 5)
+    # 4 minutes: one candidate, as many added seeds as fit (3: 112.5 s of 125 s)
+    assert study_budget.candidates_that_fit(250.0, 3, 3, 7.5, 2, max_seeds=8) == (1, 3)
+    # 2 minutes: one candidate on the paired seeds, the study goes on (not stopped)
+    assert study_budget.candidates_that_fit(115.0, 3, 3, 7.5, 2, max_seeds=8) == (1, 0)
+    assert simulate(2, 5.0, 5.0)["trials"] >= 1
+
+
+def test_the_study_goes_on_after_the_answer_only_with_trials_and_a_trials_time_left():
+    assert study_budget.goes_on(30.0, 10.0, trials_left=1)
+    assert not study_budget.goes_on(30.0, 10.0, trials_left=0)
+    assert not study_budget.goes_on(9.0, 10.0, trials_left=5)
 
 
 def test_another_seed_only_while_it_and_the_speed_stage_fit():
@@ -150,9 +193,80 @@ def test_a_budget_too_small_for_one_trial_and_a_confirmation_is_refused_with_the
 
 
 def test_a_budget_that_holds_them_sizes_the_confirmation():
+    """2 minutes, a 3 s baseline: one candidate, the leader's seeds up to 8 (57 s of the
+    117 s left); 30 minutes: three, and the note says nothing was cut; 19 minutes at 95 s:
+    one candidate on the paired seeds only, and autotune.md's notes say so."""
     search = search_after_baseline(2, 3.0)
     search.share_budget()
-    assert search.confirm_count == 3
+    assert (search.confirm_count, search.confirm_added) == (1, 5)
+    search = search_after_baseline(30, 3.0)
+    search.share_budget()
+    assert (search.confirm_count, search.confirm_added, search.notes) == (3, 5, [])
     search = search_after_baseline(19, 95.0)
     search.share_budget()
-    assert search.confirm_count == 1
+    assert (search.confirm_count, search.confirm_added) == (1, 0)
+    assert search.notes == [
+        "the budget holds the confirmation of 1 candidate(s) (autotune.confirm=3), the "
+        "leading one on up to 3 seeds (autotune.max_seeds=8)"
+    ]
+
+
+class ClockLab:
+    """A lab whose runs take ``run_s`` seconds of an injected clock (no wall clock): each
+    reaches the target in 10 steps and writes no file."""
+
+    def __init__(self, now: list[float], run_s: float, sweep_dir) -> None:
+        self.now, self.run_s, self.sweep_dir = now, run_s, sweep_dir
+        self.trials: list[Trial] = []
+        self.alone = ([], "")
+
+    def run(self, label, overrides, steps=None, limit_s=None, settings=None, worker=None):
+        self.now[0] += self.run_s
+        summary = {
+            "status": "ok",
+            "target": {"reached": True, "value": 0.9, "mode": "max"},
+            "target_history": [{"step": 10, "samples": 100, "value": 0.9}],
+            "steps_to_target": 10,
+            "samples_to_target": 100,
+            "effective_batch_size": 10,
+        }
+        job = str(len(self.trials))
+        trial = Trial(label, tuple(overrides), job, self.sweep_dir / job, summary, self.run_s)
+        self.trials.append(trial)
+        return trial
+
+
+def test_what_the_answer_leaves_goes_back_to_the_study(tmp_path):
+    """A 2-minute search on an injected clock, runs of 4 s: the study stops with the
+    confirmation's room left; the confirmation is decided on its 3 paired seeds and keeps the
+    command (no held-out run, no speed stage): the study goes on with what that left while
+    it has trials, and the search ends within a trial's time of its minutes."""
+    settings = Settings(
+        objective="time_to_target", budget_minutes=2, budget_trials=1000, cost="steps"
+    )
+    now = [0.0]
+    lab = ClockLab(now, 4.0, tmp_path / "sweep")
+    budget = Budget(settings.budget_seconds, clock=lambda: now[0])
+    accept = SimpleNamespace(inspect=lambda overrides: SimpleNamespace(ok=True, problems=()))
+    search = StudySearch(settings, lab, accept, budget, 0, str(tmp_path / "optuna.journal"))
+    search.user_config = {"optimizer": {"lr": 0.01}}
+    search.space = SimpleNamespace(
+        sample=lambda t: {"optimizer.lr": t.suggest_float("optimizer.lr", 0.05, 1.0, log=True)},
+        overrides=lambda values: tuple(f"{k}={v}" for k, v in values.items()),
+    )
+    search.open_study()
+    search.baseline = {"trial_samples": 150, "samples_to_target": 100, "seconds": 4.0}
+    now[0] = 4.0  # the baseline has run
+    search.share_budget()
+    search.explore()
+    room = search._reserve()
+    assert room > 0 and budget.seconds - budget.elapsed < room + 4.0  # the room is kept
+    studied = len(search.explored())
+    now[0] += 2 * 3 * 4.0  # the command and one candidate on 3 seeds: the command kept
+    search.go_on()
+    assert len(search.explored()) > studied
+    assert budget.seconds - 4.0 < budget.elapsed <= budget.seconds
+    assert search.notes[-1].startswith("the answer left ") and search.notes[-1].endswith(
+        f"of the 2 minute(s) of autotune.budget_minutes: the study went on with them, {len(search.explored()) - studied} more trial(s), "
+        "kept in the study for a continued search (not confirmed)"
+    )

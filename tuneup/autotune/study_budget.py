@@ -7,14 +7,20 @@ baseline's, or the study's median trial's if longer), which is what a confirmati
 
 How the minutes are shared, once the baseline has run and its time is known:
 
-- The confirmation gets the room for ``k`` candidates (and the command) on the paired seeds,
-  plus the speed stage: ``k`` is the most of ``autotune.confirm`` whose confirmation takes at
-  most half of what is left after the baseline (at least 1). A tight budget confirms fewer
-  candidates; it does not stop the study.
+- The confirmation gets its room (:func:`room_seconds`): ``k`` candidates and the command on
+  the paired seeds, the seeds added one at a time while the leading candidate is undecided
+  (it and the command on each, up to ``autotune.max_seeds``), the pick's run on the held-out
+  seed, then the speed stage. ``k`` is the most of ``autotune.confirm`` whose room takes at
+  most half of what is left after the baseline (at least 1); where even one candidate's
+  does not fit, fewer seeds are added (:func:`plan`). A tight budget confirms fewer
+  candidates on fewer seeds; it does not stop the study.
 - The explore stage gets the rest: it runs while what is left exceeds that room by a trial's
   time, so the study ends when the minutes left are the minutes the confirmation needs. If
   no study trial has reached the target by then, there is nothing to confirm: the study goes
   on with that room too (:func:`explore_reserve`).
+- What the answer leaves (a confirmation decided in fewer seeds than its room holds, no
+  pick to run on the held-out seed and to time) goes back to the study while it has trials
+  left (:func:`goes_on`): the minutes are spent whatever the answer.
 - A budget in which one study trial and the confirmation of one candidate do not fit is
   refused as soon as the baseline's time says so, before any study trial, with the minutes
   it would need.
@@ -41,11 +47,29 @@ def confirm_seconds(candidates: int, seeds: int, run_s: float, rounds: int) -> f
     return (candidates + 1) * seeds * run_s + speed_seconds(rounds, run_s)
 
 
-def candidates_that_fit(left_s: float, most: int, seeds: int, run_s: float, rounds: int) -> int:
-    """How many candidates the confirmation takes: the most of ``most`` whose confirmation
-    needs at most half of ``left_s`` (the other half at least goes to the study), at least 1."""
-    fit = [k for k in range(1, most + 1) if confirm_seconds(k, seeds, run_s, rounds) <= left_s / 2]
-    return max(fit, default=1)
+def room_seconds(candidates: int, seeds: int, added: int, run_s: float, rounds: int) -> float:
+    """The confirmation's room: ``candidates`` and the command on ``seeds`` paired seeds,
+    ``added`` seeds more for the leading candidate (it and the command on each), the pick's
+    run on the held-out seed, each at ``run_s``; then the speed stage's ``rounds``."""
+    runs = (candidates + 1) * seeds + 2 * added + 1
+    return runs * run_s + speed_seconds(rounds, run_s)
+
+
+def candidates_that_fit(
+    left_s: float, most: int, seeds: int, run_s: float, rounds: int, max_seeds: int | None = None
+) -> tuple[int, int]:
+    """(candidates, seeds added) of the confirmation's room: the most of ``most`` candidates
+    whose room, with every seed up to ``max_seeds`` for the leading one, needs at most half
+    of ``left_s`` (the other half at least goes to the study); where not even one fits, one
+    candidate with the most added seeds that fit (at least none)."""
+    added = max(0, (max_seeds or seeds) - seeds)
+    fit = [
+        k for k in range(1, most + 1) if room_seconds(k, seeds, added, run_s, rounds) <= left_s / 2
+    ]
+    if fit:
+        return max(fit), added
+    fewer = [a for a in range(added + 1) if room_seconds(1, seeds, a, run_s, rounds) <= left_s / 2]
+    return 1, max(fewer, default=0)
 
 
 def another_seed(left_s: float, candidates: int, run_s: float, rounds: int) -> bool:
@@ -73,6 +97,12 @@ def explore_limit(left_s: float, reserve_s: float, trial_s: float) -> float:
     0 when that is less than a typical trial's time (the study stops there)."""
     limit = left_s - reserve_s
     return limit if limit >= trial_s else 0.0
+
+
+def goes_on(left_s: float, trial_s: float, trials_left: int) -> bool:
+    """Whether the study goes on once the answer is given: it has trials left and what the
+    answer left holds a typical trial."""
+    return trials_left > 0 and left_s >= trial_s
 
 
 def minutes_needed(
@@ -120,7 +150,7 @@ def too_small(
     )
 
 
-def confirm_count(
+def plan(
     budget_minutes: float,
     elapsed_s: float,
     baseline_s: float,
@@ -130,12 +160,15 @@ def confirm_count(
     rounds: int,
     trials_left: int,
     before: tuple[float, float] = (0.0, 0.0),
-) -> int:
-    """How many candidates the confirmation takes (:func:`candidates_that_fit`), once the
-    baseline has run; a budget too small for one trial and one confirmation is refused."""
+    max_seeds: int | None = None,
+) -> tuple[int, int]:
+    """(candidates, seeds added) of the confirmation's room (:func:`candidates_that_fit`),
+    once the baseline has run; a budget too small for one trial and one confirmation is
+    refused."""
     refusal = too_small(
         budget_minutes, elapsed_s, baseline_s, run_s, seeds, rounds, trials_left, before
     )
     if refusal:
         raise TuneupError(refusal)
-    return candidates_that_fit(budget_minutes * 60 - elapsed_s, most, seeds, run_s, rounds)
+    left = budget_minutes * 60 - elapsed_s
+    return candidates_that_fit(left, most, seeds, run_s, rounds, max_seeds)

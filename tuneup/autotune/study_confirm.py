@@ -1,6 +1,7 @@
 """The time-to-target study's confirm stage and its decision (study_search.py's stages 3, 4).
 
-The best ``autotune.confirm`` configurations of the study and the user's command run on the
+The best ``autotune.confirm`` distinct configurations of the study (study_distinct.py: one
+candidate per recipe, not one per nearby value) and the user's command run on the
 same ``autotune.seeds`` seeds the study never saw, then on one more seed at a time, up to
 ``autotune.max_seeds``, for the candidates still undecided (sequential.py); a candidate is
 accepted only when its per-seed differences from the command's, their spread floored at the
@@ -15,8 +16,9 @@ from __future__ import annotations
 
 import math
 
+from tuneup.autotune import study_distinct
 from tuneup.autotune import study_step_cost as step_cost
-from tuneup.autotune.outcome import BASELINE, label
+from tuneup.autotune.outcome import BASELINE
 from tuneup.autotune.race import reached
 from tuneup.autotune.study_advice import search_no_answer
 from tuneup.autotune.study_step_cost import time_to_target
@@ -144,32 +146,37 @@ def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
         for t in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         if t.user_attrs.get("reached") and not t.user_attrs.get(BASELINE_ATTR)
     ]
-    most = search.settings.confirm
+    most = min(search.settings.confirm, search.confirm_count)  # what the budget's room holds
     if step_cost.applies(search) and hits:
+        ranked = hits  # by their own times, if none can be timed apart
         contenders = _distinct(sorted(hits, key=lambda t: t.value), most * step_cost.CONTENDERS)
         measured = step_cost.measure(search, [(), *(o for _, o, _ in contenders)])
         hits = [t for t in hits if tuple(t.user_attrs.get(OVERRIDES_ATTR) or ()) in measured]
         if () in measured and hits:  # your command's and a contender's: the costs compare
             search.step_cost = measured
             search.notes.append(step_cost.rule(search))
-            return _distinct(sorted(hits, key=lambda t: _timed_value(search, t)), most)
+            return _distinct(
+                sorted(hits, key=lambda t: _timed_value(search, t)), most, search.notes
+            )
         search.notes.append(
             "the workers shared the cores, but no seconds per step could be timed apart: "
             "each run's own were used"
         )
-        return contenders[:most]
+        return _distinct(sorted(ranked, key=lambda t: t.value), most, search.notes)
     if step_cost.rule(search):
         search.notes.append(step_cost.rule(search))
-    return _distinct(sorted(hits, key=lambda t: t.value), most)
+    return _distinct(sorted(hits, key=lambda t: t.value), most, search.notes)
 
 
-def _distinct(trials, most: int) -> list[tuple[str, tuple[str, ...], int]]:
-    best, seen = [], set()
-    for trial in trials:
-        overrides = tuple(trial.user_attrs.get(OVERRIDES_ATTR) or ())
-        if overrides and overrides not in seen and len(best) < most:
-            seen.add(overrides)
-            best.append((label(overrides), overrides, trial.number))
+def _distinct(
+    trials, most: int, notes: list | None = None
+) -> list[tuple[str, tuple[str, ...], int]]:
+    """The best of each distinct configuration (study_distinct.py); ``notes`` hears which
+    trials were merged into the candidates."""
+    best, merged = study_distinct.distinct(trials, most)
+    note = study_distinct.merged_note(best, merged)
+    if notes is not None and note:
+        notes.append(note)
     return best
 
 

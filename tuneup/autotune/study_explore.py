@@ -70,6 +70,26 @@ def explore(search) -> None:
     )
 
 
+def go_on(search) -> None:
+    """Once the answer is given: the minutes it left (a confirmation decided in fewer seeds
+    than its room, no pick to run on the held-out seed and to time) go to the study while it
+    has trials left (study_budget.goes_on). Those trials are the study's, for a continued
+    search on the same storage; the answer stays the one given: confirming another
+    candidate now would test again at the level the confirmation has spent."""
+    left = search.settings.budget_trials - study_leader.taken(search.study)
+    if not study_budget.goes_on(search._left(), search._typical_seconds(), left):
+        return
+    search.answered = True
+    before, minutes = len(search.explored()), search._left() / 60
+    explore(search)
+    search.notes.append(
+        f"the answer left {minutes:.2g} of the {search.settings.budget_minutes:g} minute(s) "
+        f"of autotune.budget_minutes: the study went on with them, "
+        f"{len(search.explored()) - before} more trial(s), kept in the study for a continued "
+        "search (not confirmed)"
+    )
+
+
 def ask(search):
     """The next trial and its job, ``(trial, None)`` for one the checks refuse (told failed
     here), or None once ``budget_samples`` or ``budget_minutes`` stop the study."""
@@ -84,9 +104,9 @@ def ask(search):
         return None
     limit = study_budget.explore_limit(search._left(), search._reserve(), search._typical_seconds())
     if not limit:
+        rest = "" if search.answered else ": the rest is kept for confirm and speed"
         search.notes.append(
-            f"explore stopped by autotune.budget_minutes after "
-            f"{len(done)} trial(s): the rest is kept for confirm and speed"
+            f"explore stopped by autotune.budget_minutes after {len(done)} trial(s){rest}"
         )
         return None
     budget = search.settings.budget_trials

@@ -18,8 +18,9 @@ paired seeds, then paired throughput windows.
                 seconds per step + validations, steps, or samples; study_trials.trial_cost);
                 a miss: its cost so far x (1 + its last relative distance), above every hit.
                 Up to autotune.workers trials at once (study_explore.py, study_workers.py)
-    confirm     the best autotune.confirm configurations and the baseline, each on the same
-                autotune.seeds seeds the study never saw (seed+1, seed+2, ...); a candidate
+    confirm     the best autotune.confirm distinct configurations (study_distinct.py) and
+                the baseline, each on the same autotune.seeds seeds the study never saw
+                (seed+1, seed+2, ...), seeds added while undecided; a candidate
                 wins only when its per-seed differences in cost from the baseline's have a t
                 interval below 0 (paired.py); the lowest mean cost among winners is the pick
     speed       the pick and the baseline's seconds per step, from short interleaved
@@ -33,8 +34,10 @@ The budget: ``autotune.budget_trials`` study trials (the baseline aside), or
 ``autotune.budget_minutes`` over everything, shared by study_budget.py once the baseline's time
 is known: a budget too small for one study trial and one confirmation is refused there; the
 confirmation gets room for as many candidates as fit in half of what is left (at least one),
-and the study runs until the minutes left are that room. A trial gets ``trainer.max_time`` of
-what is left above it, and no trial starts that could not finish in it.
+with the leading one's seeds added up to autotune.max_seeds, the held-out run and the speed
+stage, and the study runs until the minutes left are that room; what the answer leaves goes
+back to the study while it has trials (study_explore.go_on). A trial gets
+``trainer.max_time`` of what is left above it, and no trial starts that could not finish in it.
 """
 
 from __future__ import annotations
@@ -88,6 +91,8 @@ class StudySearch(BudgetShare):
         self.study = None
         self.confirmed: dict[str, dict] = {}  # label -> {"overrides", "trials", "decision"}
         self.confirm_count = settings.confirm  # candidates the budget confirms (share_budget)
+        self.confirm_added = 0  # the leading candidate's seeds added it holds (share_budget)
+        self.answered = False  # the answer given: the study has what is left (go_on)
         self._released = False  # the confirmation's room given to the study (_reserve)
         self.workers = study_workers.Workers(1, False, 1)  # autotune.workers, resolved in run
         self.step_cost: dict[tuple[str, ...], float] = {}  # study_step_cost: s/step timed apart
@@ -123,6 +128,7 @@ class StudySearch(BudgetShare):
             study_leader.ended(self.study, self.sweeper)
             raise
         study_leader.answered(self.study, self.sweeper, str(self.lab.sweep_dir))
+        self.go_on()
         return self
 
     def use_workers(self, workers: study_workers.Workers) -> None:
@@ -205,6 +211,11 @@ class StudySearch(BudgetShare):
         from tuneup.autotune.study_explore import explore
 
         explore(self)
+
+    def go_on(self) -> None:
+        from tuneup.autotune.study_explore import go_on
+
+        go_on(self)
 
     def explored(self) -> list:
         """The study's finished trials, the baseline's aside (what autotune.budget_trials counts)."""

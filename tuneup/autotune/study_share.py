@@ -9,8 +9,8 @@ from tuneup.autotune import study_budget
 
 class BudgetShare:
     """Mixed into StudySearch: reads ``settings``, ``budget``, ``baseline``, ``lab``,
-    ``confirm_seeds``, ``confirm_count``, ``_released``, ``notes``, ``before`` and
-    ``explored()``."""
+    ``confirm_seeds``, ``confirm_count``, ``confirm_added``, ``answered``, ``_released``,
+    ``notes``, ``before`` and ``explored()``."""
 
     def _left(self) -> float:
         return self.budget.seconds - self.budget.elapsed
@@ -25,9 +25,9 @@ class BudgetShare:
 
     def share_budget(self) -> None:
         """Refuse a budget too small for one study trial and one confirmation, or size the
-        confirmation to it (study_budget.py), once the baseline's time is known."""
+        confirmation's room to it (study_budget.py), once the baseline's time is known."""
         s = self.settings
-        self.confirm_count = study_budget.confirm_count(
+        self.confirm_count, self.confirm_added = study_budget.plan(
             s.budget_minutes,
             self.budget.elapsed,
             self.baseline.get("seconds", 1.0),
@@ -37,14 +37,23 @@ class BudgetShare:
             s.min_rounds,
             max(0, s.budget_trials - len(self.explored())),
             self.before,
+            s.max_seeds,
         )
+        seeds = len(self.confirm_seeds) + self.confirm_added
+        if (self.confirm_count, seeds) != (s.confirm, max(s.max_seeds, len(self.confirm_seeds))):
+            self.notes.append(
+                f"the budget holds the confirmation of {self.confirm_count} candidate(s) "
+                f"(autotune.confirm={s.confirm}), the leading one on up to {seeds} seeds "
+                f"(autotune.max_seeds={s.max_seeds})"
+            )
 
     def _speed_reserve(self) -> float:
         """The speed stage's first ``min_rounds`` (more rounds while the budget allows)."""
         return study_budget.speed_seconds(self.settings.min_rounds, self._confirm_seconds())
 
     def _reserve(self) -> float:
-        """Room kept for confirm and speed (study_budget.explore_reserve). A confirm run is
+        """Room kept for confirm and speed (study_budget.explore_reserve; none once the
+        answer is given, study_explore.go_on). A confirm run is
         taken at ``autotune.race_margin`` x its expected seconds: your command runs to the
         target on seeds the search never saw, which may need more steps than the search seed
         (a candidate's runs there are capped at that margin of your command's samples), and
@@ -54,13 +63,15 @@ class BudgetShare:
             self._confirm_seconds() * self.settings.race_margin,
             self.settings.min_rounds,
         )
+        if self.answered:  # the answer is given: what it left is the study's
+            return 0.0
         found = any(t.user_attrs.get("reached") for t in self.explored())
         released = self._released
         room, self._released = study_budget.explore_reserve(
             self._left(),
             self._typical_seconds(),
-            study_budget.confirm_seconds(self.confirm_count, seeds, run_s, rounds),
-            study_budget.confirm_seconds(1, seeds, run_s, rounds),
+            study_budget.room_seconds(self.confirm_count, seeds, self.confirm_added, run_s, rounds),
+            study_budget.room_seconds(1, seeds, 0, run_s, rounds),
             found,
             released,
         )
