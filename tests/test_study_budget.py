@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 from tuneup import TuneupError
-from tuneup.autotune import study_budget
-from tuneup.autotune.search import Budget
 from tuneup.autotune.settings import Settings
-from tuneup.autotune.study_search import StudySearch
+from tuneup.autotune.speed.search import Budget
+from tuneup.autotune.study import budget as study_budget
+from tuneup.autotune.time_to_target import StudySearch
 
 
 def simulate(

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import compose_config
+from tuneup.autotune.report.study_markdown import _space_lines
 from tuneup.autotune.space import Checks
-from tuneup.autotune.study_markdown import _space_lines
-from tuneup.autotune.study_space import build_space, default_params, searched
-from tuneup.autotune.study_trials import config_value
+from tuneup.autotune.study.space import build_space, default_params, searched
+from tuneup.autotune.study.trials import config_value
 
 optuna = pytest.importorskip("optuna")
 

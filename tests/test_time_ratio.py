@@ -10,10 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from tuneup.autotune.outcome import BASELINE
+from tuneup.autotune.confirm.seeds import decide
 from tuneup.autotune.settings import Settings
-from tuneup.autotune.study_confirm import decide
-from tuneup.autotune.study_trials import seed_figure, trial_cost, trial_value
+from tuneup.autotune.speed.outcome import BASELINE
+from tuneup.autotune.study.trials import seed_figure, trial_cost, trial_value
 from tuneup.autotune.trials import Trial
 from tuneup.stats.interval import paired
 from tuneup.stats.paired import BETTER
@@ -201,7 +201,7 @@ def test_your_command_enters_the_study_at_its_cost_with_steps_and_samples_beside
     optuna = pytest.importorskip("optuna")
     from optuna.distributions import FloatDistribution
 
-    from tuneup.autotune.study_search import StudySearch
+    from tuneup.autotune.time_to_target import StudySearch
 
     lab = SimpleNamespace(run=lambda *a, **k: race_trial(40, 16, 0.05, validation_s=2.0))
     search = StudySearch(
@@ -213,7 +213,7 @@ def test_your_command_enters_the_study_at_its_cost_with_steps_and_samples_beside
         "",
     )
     search.study = optuna.create_study()
-    with caplog.at_level(logging.INFO, logger="tuneup.autotune.study_search"):
+    with caplog.at_level(logging.INFO, logger="tuneup.autotune.time_to_target"):
         search.baseline_run(None)
     assert "your command: 4 s to the target (40 steps, 640 samples; autotune.cost=time)" in (
         caplog.text

@@ -23,11 +23,11 @@ import logging
 import statistics
 
 from tuneup.autotune.race import NO_TARGET
-from tuneup.autotune.record import interval_dict, outcome_dict, trial_dict
-from tuneup.autotune.search import Budget, Search
+from tuneup.autotune.report.record import interval_dict, outcome_dict, trial_dict
 from tuneup.autotune.settings import BATCH, SPEED, STUDY, Settings
 from tuneup.autotune.space import Checks
-from tuneup.autotune.study_trials import step_seconds
+from tuneup.autotune.speed.search import Budget, Search
+from tuneup.autotune.study.trials import step_seconds
 from tuneup.autotune.trials import Lab, trial_settings
 
 log = logging.getLogger(__name__)

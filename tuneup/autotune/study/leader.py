@@ -34,7 +34,7 @@ import socket
 import time
 from pathlib import Path
 
-from tuneup.autotune.study_trials import BASELINE_ATTR
+from tuneup.autotune.study.trials import BASELINE_ATTR
 
 log = logging.getLogger(__name__)
 
@@ -216,7 +216,7 @@ def draw_apart(search, ticket: int) -> None:
     continued study its first ones again."""
     from dataclasses import replace
 
-    from tuneup.autotune.study_sampler import study_sampler
+    from tuneup.autotune.study.sampler import study_sampler
 
     earlier = [
         t

@@ -6,12 +6,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from tuneup.autotune.outcome import BASELINE
+from tuneup.autotune.confirm.seeds import held_out_seed, paired_seeds
 from tuneup.autotune.race import reached
-from tuneup.autotune.record import trial_dict
-from tuneup.autotune.study_confirm import held_out_seed, paired_seeds
-from tuneup.autotune.study_space import searched
-from tuneup.autotune.study_trials import (
+from tuneup.autotune.report.record import trial_dict
+from tuneup.autotune.speed.outcome import BASELINE
+from tuneup.autotune.study.space import searched
+from tuneup.autotune.study.trials import (
     STEPS,
     TIME,
     UNITS,

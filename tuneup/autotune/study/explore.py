@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import logging
 
-from tuneup.autotune import study_budget, study_leader
-from tuneup.autotune.outcome import label
 from tuneup.autotune.race import reached
-from tuneup.autotune.study_trials import (
+from tuneup.autotune.speed.outcome import label
+from tuneup.autotune.study import budget as study_budget
+from tuneup.autotune.study import leader as study_leader
+from tuneup.autotune.study.trials import (
     JOB_ATTR,
     NEVER_ATTR,
     OVERRIDES_ATTR,

@@ -82,10 +82,10 @@ def no_answer(
 
 
 def search_no_answer(search) -> str:
-    """:func:`no_answer` for a :class:`~tuneup.autotune.study_search.StudySearch`."""
+    """:func:`no_answer` for a :class:`~tuneup.autotune.time_to_target.StudySearch`."""
     from optuna.trial import TrialState
 
-    from tuneup.autotune.study_trials import BASELINE_ATTR
+    from tuneup.autotune.study.trials import BASELINE_ATTR
 
     target = dict((search.user_config or {}).get("target") or {})
     done = search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))

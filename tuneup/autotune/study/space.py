@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from tuneup.autotune import study_companions as companions
-from tuneup.autotune.study_family import family_params, lr_range, num
+from tuneup.autotune.study import companions as companions
+from tuneup.autotune.study.family import family_params, lr_range, num
 from tuneup.optuna.space import override_value, parse_space
 
 OFF = ("off", "none", "false")
@@ -148,7 +148,7 @@ def suggest(trial, key: str, dist):
 
 
 def _contains(dist, value) -> bool:
-    from tuneup.autotune.study_trials import contains
+    from tuneup.autotune.study.trials import contains
 
     return contains(dist, value)
 

@@ -36,9 +36,11 @@ import statistics
 import time
 
 from tuneup import TuneupError
-from tuneup.autotune import batch as batches
-from tuneup.autotune.guard import loss_gap, rejection
-from tuneup.autotune.outcome import (
+from tuneup.autotune.settings import BATCH, Settings
+from tuneup.autotune.space import Candidate, Checks, half_weights, why_not
+from tuneup.autotune.speed import batch as batches
+from tuneup.autotune.speed.guard import loss_gap, rejection
+from tuneup.autotune.speed.outcome import (
     ACCEPTED,
     BASELINE,
     NOT_TRIED,
@@ -48,8 +50,6 @@ from tuneup.autotune.outcome import (
     label,
     verdict,
 )
-from tuneup.autotune.settings import BATCH, Settings
-from tuneup.autotune.space import Candidate, Checks, half_weights, why_not
 from tuneup.autotune.trials import Lab, Trial
 from tuneup.stats.interval import NOISE, can_still_win
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import statistics
 
+from tuneup.autotune.confirm.speed import SPEED
 from tuneup.autotune.race import NO_TARGET, speed_settings
-from tuneup.autotune.study_speed import SPEED
-from tuneup.autotune.study_trials import steps_seen, validation_seconds
+from tuneup.autotune.study.trials import steps_seen, validation_seconds
 
 #: the configurations timed apart: this many x autotune.confirm (the ranking's contenders)
 CONTENDERS = 2

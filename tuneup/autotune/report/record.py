@@ -8,7 +8,7 @@ import json
 import math
 from pathlib import Path
 
-from tuneup.autotune.outcome import median_peak
+from tuneup.autotune.speed.outcome import median_peak
 
 FILE_NAME = "autotune.json"
 

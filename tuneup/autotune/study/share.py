@@ -4,7 +4,7 @@ the search's view of it (its baseline, its trials, its clock)."""
 
 from __future__ import annotations
 
-from tuneup.autotune import study_budget
+from tuneup.autotune.study import budget as study_budget
 
 
 class BudgetShare:

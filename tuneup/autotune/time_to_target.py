@@ -44,15 +44,16 @@ import math
 import warnings
 
 from tuneup import TuneupError
-from tuneup.autotune import study_leader, study_workers
-from tuneup.autotune.batch import own_loop
-from tuneup.autotune.outcome import BASELINE
+from tuneup.autotune.confirm.advice import baseline_stop
 from tuneup.autotune.race import race_settings, reached, required_target, sample_limit
-from tuneup.autotune.study_advice import baseline_stop
-from tuneup.autotune.study_sampler import study_sampler
-from tuneup.autotune.study_share import BudgetShare
-from tuneup.autotune.study_space import build_space, default_params
-from tuneup.autotune.study_trials import (
+from tuneup.autotune.speed.batch import own_loop
+from tuneup.autotune.speed.outcome import BASELINE
+from tuneup.autotune.study import leader as study_leader
+from tuneup.autotune.study import workers as study_workers
+from tuneup.autotune.study.sampler import study_sampler
+from tuneup.autotune.study.share import BudgetShare
+from tuneup.autotune.study.space import build_space, default_params
+from tuneup.autotune.study.trials import (
     BASELINE_ATTR,
     JOB_ATTR,
     OVERRIDES_ATTR,
@@ -202,7 +203,7 @@ class StudySearch(BudgetShare):
         self.study.add_trial(trial)
 
     def explore(self) -> None:
-        from tuneup.autotune.study_explore import explore
+        from tuneup.autotune.study.explore import explore
 
         explore(self)
 
@@ -213,12 +214,12 @@ class StudySearch(BudgetShare):
         return [t for t in studies.finished(self.study) if not t.user_attrs.get(BASELINE_ATTR)]
 
     def confirm(self) -> None:
-        from tuneup.autotune.study_confirm import confirm
+        from tuneup.autotune.confirm.seeds import confirm
 
         confirm(self)
 
     def decide(self) -> None:
-        from tuneup.autotune.study_confirm import decide
+        from tuneup.autotune.confirm.seeds import decide
 
         decide(self)
 

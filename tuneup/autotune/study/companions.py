@@ -19,7 +19,7 @@ keep what they composed), a fraction of a second each.
 
 from __future__ import annotations
 
-from tuneup.autotune.study_trials import config_value
+from tuneup.autotune.study.trials import config_value
 from tuneup.optuna.space import override_value
 
 

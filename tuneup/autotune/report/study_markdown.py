@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tuneup.autotune.stages_markdown import stages_lines
+from tuneup.autotune.report.stages_markdown import stages_lines
 from tuneup.report.cells import code, escape
 
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import math
 
-from tuneup.autotune import study_step_cost as step_cost
-from tuneup.autotune.outcome import BASELINE, label
+from tuneup.autotune.confirm import step_cost
+from tuneup.autotune.confirm.advice import search_no_answer
+from tuneup.autotune.confirm.step_cost import time_to_target
 from tuneup.autotune.race import reached
-from tuneup.autotune.study_advice import search_no_answer
-from tuneup.autotune.study_step_cost import time_to_target
-from tuneup.autotune.study_trials import (
+from tuneup.autotune.speed.outcome import BASELINE, label
+from tuneup.autotune.study.trials import (
     BASELINE_ATTR,
     OVERRIDES_ATTR,
     SAMPLES,
@@ -231,7 +231,7 @@ def decide(search) -> None:
     baseline's (study_speed.py). With ``autotune.cost=time`` the pick is adopted only when
     that time is lower than the command's beyond the noise; with ``steps`` or ``samples`` the
     paired decision on that count decides and the time on this machine is information."""
-    from tuneup.autotune.study_speed import Speed
+    from tuneup.autotune.confirm.speed import Speed
 
     cost = search.settings.cost
     decisions = {n: e["decision"] for n, e in search.confirmed.items() if n != BASELINE}
