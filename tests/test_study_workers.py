@@ -157,7 +157,7 @@ def test_the_confirmations_seeds_run_two_at_a_time(tmp_path):
     while job 0 runs), then the candidate's two, with the sample limit your command's runs
     set; each configuration's runs kept in seed order, each with its worker's threads."""
     from tuneup.autotune.confirm.seeds import confirm
-    from tuneup.autotune.speed.outcome import BASELINE
+    from tuneup.autotune.trials import BASELINE
 
     launcher = RaceLauncher(tmp_path / "sweep", until=1)
     search = study_search(tmp_path, launcher, trials=1, workers=2)

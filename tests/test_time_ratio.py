@@ -12,9 +12,8 @@ import pytest
 
 from tuneup.autotune.confirm.seeds import decide
 from tuneup.autotune.settings import Settings
-from tuneup.autotune.speed.outcome import BASELINE
 from tuneup.autotune.study.trials import seed_figure, trial_cost, trial_value
-from tuneup.autotune.trials import Trial
+from tuneup.autotune.trials import BASELINE, Trial
 from tuneup.stats.interval import paired
 from tuneup.stats.paired import BETTER
 from tuneup.stats.time_ratio import FASTER, NOISE, Seed, quantum, time_ratio

@@ -47,7 +47,6 @@ from tuneup import TuneupError
 from tuneup.autotune.confirm.advice import baseline_stop
 from tuneup.autotune.race import race_settings, reached, required_target, sample_limit
 from tuneup.autotune.speed.batch import own_loop
-from tuneup.autotune.speed.outcome import BASELINE
 from tuneup.autotune.study import leader as study_leader
 from tuneup.autotune.study import workers as study_workers
 from tuneup.autotune.study.sampler import study_sampler
@@ -63,7 +62,7 @@ from tuneup.autotune.study.trials import (
     samples_seen,
     trial_value,
 )
-from tuneup.autotune.trials import Trial
+from tuneup.autotune.trials import BASELINE, Trial
 
 log = logging.getLogger(__name__)
 

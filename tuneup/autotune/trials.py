@@ -29,6 +29,14 @@ from tuneup.report.runs import Run
 from tuneup.stats.interval import trial_speed
 from tuneup.trainer import summary as run_summary
 
+#: The user's command as a trial's label: every stage runs it beside its candidates.
+BASELINE = "baseline"
+
+
+def label(overrides: tuple[str, ...]) -> str:
+    """A configuration's name in the trials, the answer and the console: its overrides."""
+    return " ".join(overrides) or BASELINE
+
 
 def trial_settings(steps: int, limit_s: float | None = None) -> list[str]:
     """What makes a run a trial: a fixed number of steps, nothing but training in them, and

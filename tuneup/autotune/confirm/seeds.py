@@ -19,7 +19,6 @@ from tuneup.autotune.confirm import step_cost
 from tuneup.autotune.confirm.advice import search_no_answer
 from tuneup.autotune.confirm.step_cost import time_to_target
 from tuneup.autotune.race import reached
-from tuneup.autotune.speed.outcome import BASELINE, label
 from tuneup.autotune.study.trials import (
     BASELINE_ATTR,
     OVERRIDES_ATTR,
@@ -30,6 +29,7 @@ from tuneup.autotune.study.trials import (
     quantum,
     seed_figure,
 )
+from tuneup.autotune.trials import BASELINE, label
 from tuneup.stats import paired, sequential
 
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import statistics
 
 from tuneup.autotune.race import NO_TARGET, speed_settings
-from tuneup.autotune.speed.outcome import BASELINE
 from tuneup.autotune.study.trials import samples_seen, steps_seen, validation_seconds
+from tuneup.autotune.trials import BASELINE
 from tuneup.stats import paired
 from tuneup.stats.interval import paired as paired_speeds
 from tuneup.stats.time_ratio import FASTER, NOISE, Seed, quantum, time_ratio

@@ -9,7 +9,6 @@ from pathlib import Path
 from tuneup.autotune.confirm.seeds import held_out_seed, paired_seeds
 from tuneup.autotune.race import reached
 from tuneup.autotune.report.record import trial_dict
-from tuneup.autotune.speed.outcome import BASELINE
 from tuneup.autotune.study.space import searched
 from tuneup.autotune.study.trials import (
     STEPS,
@@ -20,6 +19,7 @@ from tuneup.autotune.study.trials import (
     seed_figure,
     steps_seen,
 )
+from tuneup.autotune.trials import BASELINE
 from tuneup.stats import paired
 
 #: What ``autotune.cost`` ranks by, and why (autotune.md's first lines).

@@ -11,12 +11,7 @@ from tuneup.autotune.space import Candidate
 from tuneup.autotune.trials import Trial
 from tuneup.stats.interval import FASTER, SLOWER, Interval, paired
 
-BASELINE = "baseline"
 ACCEPTED, REJECTED, NOT_TRIED = "accepted", "rejected", "not tried"
-
-
-def label(overrides: tuple[str, ...]) -> str:
-    return " ".join(overrides) or BASELINE
 
 
 @dataclass

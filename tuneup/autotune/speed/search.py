@@ -42,15 +42,13 @@ from tuneup.autotune.speed import batch as batches
 from tuneup.autotune.speed.guard import loss_gap, rejection
 from tuneup.autotune.speed.outcome import (
     ACCEPTED,
-    BASELINE,
     NOT_TRIED,
     REJECTED,
     Contest,
     Outcome,
-    label,
     verdict,
 )
-from tuneup.autotune.trials import Lab, Trial
+from tuneup.autotune.trials import BASELINE, Lab, Trial, label
 from tuneup.stats.interval import NOISE, can_still_win
 
 MIN_TRIAL_LIMIT_S = 60.0

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 
 from tuneup.autotune.race import reached
-from tuneup.autotune.speed.outcome import label
 from tuneup.autotune.study import budget as study_budget
 from tuneup.autotune.study import leader as study_leader
 from tuneup.autotune.study.trials import (
@@ -32,7 +31,7 @@ from tuneup.autotune.study.trials import (
     samples_seen,
     trial_value,
 )
-from tuneup.autotune.trials import Trial
+from tuneup.autotune.trials import Trial, label
 
 log = logging.getLogger(__name__)
 
