@@ -156,12 +156,12 @@ def decided(cost: str, steps: int = 30, step_s: float = 0.14, base_seeds: int = 
         verdict="",
         speed=None,
         notes=[],
-        _left=lambda: 600.0,
-        _typical_seconds=lambda: 1.0,
+        left=lambda: 600.0,
+        typical_seconds=lambda: 1.0,
         batch=lambda overrides: 10,
         seed=0,
-        _speed_reserve=lambda: 600.0,
-        _confirm_seconds=lambda: 1.0,  # no held-out run
+        speed_reserve=lambda: 600.0,
+        confirm_seconds=lambda: 1.0,  # no held-out run
     )
     base = [race_trial(40, 10, 0.1, validation_s=0.0) for _ in range(base_seeds)]
     pick = [race_trial(steps, 10, step_s, validation_s=0.0) for _ in range(3)]

@@ -47,10 +47,10 @@ from tuneup import TuneupError
 from tuneup.autotune.confirm.advice import baseline_stop
 from tuneup.autotune.race import race_settings, reached, required_target, sample_limit
 from tuneup.autotune.speed.batch import own_loop
+from tuneup.autotune.study import BudgetShare
 from tuneup.autotune.study import leader as study_leader
 from tuneup.autotune.study import workers as study_workers
 from tuneup.autotune.study.sampler import study_sampler
-from tuneup.autotune.study.share import BudgetShare
 from tuneup.autotune.study.space import build_space, default_params
 from tuneup.autotune.study.trials import (
     BASELINE_ATTR,
@@ -84,11 +84,12 @@ class StudySearch(BudgetShare):
         self.confirm_seeds = [seed + 1 + i for i in range(settings.seeds)]
         self.recipe: tuple[str, ...] = ()
         self.baseline: dict = {}  # the baseline's figures on the search seed
+        self.user_config = None  # your command's config, once run() composed it
         self.space = None
         self.study = None
         self.confirmed: dict[str, dict] = {}  # label -> {"overrides", "trials", "decision"}
         self.confirm_count = settings.confirm  # candidates the budget confirms (share_budget)
-        self._released = False  # the confirmation's room given to the study (_reserve)
+        self._released = False  # the confirmation's room given to the study (reserve)
         self.workers = study_workers.Workers(1, False, 1)  # autotune.workers, resolved in run
         self.step_cost: dict[tuple[str, ...], float] = {}  # study_step_cost: s/step timed apart
         self.speed = None  # study_speed.Speed
@@ -102,8 +103,7 @@ class StudySearch(BudgetShare):
     # -- the stages ---------------------------------------------------------------------------
 
     def run(self) -> StudySearch:
-        config = required_target(self.checks)
-        self.user_config = config
+        self.user_config = config = required_target(self.checks)
         self.use_workers(study_workers.resolve(self.settings.workers, self.lab.launcher, config))
         self.open_study()
         self.baseline_run(config)
@@ -153,7 +153,7 @@ class StudySearch(BudgetShare):
                 f"{len(self.explored())} finished trial(s) kept"
             )
             return
-        limit = self._left()
+        limit = self.left()
         trial = self.race_run(BASELINE, (), self.seed, samples=None, limit_s=limit)
         if not trial.ok:
             raise TuneupError(
@@ -213,12 +213,12 @@ class StudySearch(BudgetShare):
         return [t for t in studies.finished(self.study) if not t.user_attrs.get(BASELINE_ATTR)]
 
     def confirm(self) -> None:
-        from tuneup.autotune.confirm.seeds import confirm
+        from tuneup.autotune.confirm import confirm
 
         confirm(self)
 
     def decide(self) -> None:
-        from tuneup.autotune.confirm.seeds import decide
+        from tuneup.autotune.confirm import decide
 
         decide(self)
 
@@ -238,7 +238,7 @@ class StudySearch(BudgetShare):
         batch = int((cfg.get("data") or {}).get("batch_size") or 1)
         return batch * int((cfg.get("grad_accum") or {}).get("steps") or 1)
 
-    def _job_settings(self, trial) -> dict:
+    def job_settings(self, trial) -> dict:
         from tuneup.optuna.space import override_value
 
         return {

@@ -14,6 +14,7 @@ against the command (study_speed.py).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from tuneup.autotune.confirm import step_cost
 from tuneup.autotune.confirm.advice import search_no_answer
@@ -32,8 +33,11 @@ from tuneup.autotune.study.trials import (
 from tuneup.autotune.trials import BASELINE, label
 from tuneup.stats import paired, sequential
 
+if TYPE_CHECKING:
+    from tuneup.autotune.confirm.inputs import ConfirmInputs
 
-def confirm(search) -> None:
+
+def confirm(search: ConfirmInputs) -> None:
     """The baseline and the best configurations on the paired seeds, seeds added while
     undecided; ``search.confirmed[name]``: overrides, trials (one per paired seed run, in seed
     order), samples budget and, for the candidates, the corrected decision."""
@@ -51,7 +55,7 @@ def confirm(search) -> None:
         entry = entries[name]
         # a configuration's first seeds are run only if all of them fit (none half-confirmed)
         runs = settings.seeds if index == 0 else 1
-        if search._left() - _reserve(search) < search._confirm_seconds() * runs:
+        if search.left() - _reserve(search) < search.confirm_seconds() * runs:
             what = "not confirmed" if index == 0 else f"not run on seed {seeds[index]}"
             search.notes.append(f"`{name}` (trial {entry['trial']}) {what}: the budget ran out")
             return None
@@ -64,7 +68,7 @@ def confirm(search) -> None:
                 entry["overrides"],
                 seeds[index],
                 samples=samples,
-                limit_s=max(1.0, search._left() - _reserve(search)),
+                limit_s=max(1.0, search.left() - _reserve(search)),
                 worker=worker,
             )
             if not trial.killed:
@@ -99,7 +103,7 @@ def confirm(search) -> None:
         search.confirmed[name]["decision"] = decision
 
 
-def at_once(search, runs: list[tuple[str, int]], launch) -> dict:
+def at_once(search: ConfirmInputs, runs: list[tuple[str, int]], launch) -> dict:
     """A round's runs, ``autotune.workers`` at a time, each with its worker's share of the
     machine: the baseline's first (the candidates' sample limit is read from them), then the
     candidates'. {} with one worker: each runs when the round reaches it."""
@@ -123,7 +127,7 @@ def at_once(search, runs: list[tuple[str, int]], launch) -> dict:
     return done
 
 
-def run_figure(search, trial, overrides) -> tuple[float, bool, float]:
+def run_figure(search: ConfirmInputs, trial, overrides) -> tuple[float, bool, float]:
     """(cost to target, reached, the validation lattice's step) of a confirmation run, at
     the seconds per step timed apart where the workers shared the cores (study_step_cost)."""
     step_s = (getattr(search, "step_cost", None) or {}).get(tuple(overrides))
@@ -191,13 +195,13 @@ def held_out_seed(search) -> int:
     return search.seed + 1 + search.settings.max_seeds
 
 
-def held_out(search, name: str) -> None:
+def held_out(search: ConfirmInputs, name: str) -> None:
     """The pick once more, on :func:`held_out_seed`: the seeds that accepted it chose it too
     (the best of several on them is biased low), so what it is expected to need is read from
     a seed that did neither. ``search.confirmed[name]["held_out"]``: the trial (or absent,
     with a note, when the budget does not allow it)."""
     entry = search.confirmed[name]
-    if search._left() - search._speed_reserve() < search._confirm_seconds():
+    if search.left() - search.speed_reserve() < search.confirm_seconds():
         search.notes.append(
             f"`{name}`: no run on the held-out seed {held_out_seed(search)}: "
             "the budget ran out (its expected figures are the paired seeds')"
@@ -208,13 +212,13 @@ def held_out(search, name: str) -> None:
         entry["overrides"],
         held_out_seed(search),
         samples=_confirm_samples(search, search.confirmed[BASELINE]),
-        limit_s=max(1.0, search._left() - search._speed_reserve()),
+        limit_s=max(1.0, search.left() - search.speed_reserve()),
     )
 
 
 def _reserve(search) -> float:
     """What the confirmation leaves: the speed stage's share and the held-out seed's run."""
-    return search._speed_reserve() + search._confirm_seconds()
+    return search.speed_reserve() + search.confirm_seconds()
 
 
 def _confirm_samples(search, baseline: dict) -> int:
@@ -226,7 +230,7 @@ def _confirm_samples(search, baseline: dict) -> int:
     return max(most, search.baseline["trial_samples"])
 
 
-def decide(search) -> None:
+def decide(search: ConfirmInputs) -> None:
     """The pick (paired seeds, on ``autotune.cost``), then its time to target against the
     baseline's (study_speed.py). With ``autotune.cost=time`` the pick is adopted only when
     that time is lower than the command's beyond the noise; with ``steps`` or ``samples`` the

@@ -18,6 +18,7 @@ steps and the rounds' seconds per step on the log scale (time_ratio.py); with
 from __future__ import annotations
 
 import statistics
+from typing import TYPE_CHECKING
 
 from tuneup.autotune.race import NO_TARGET, speed_settings
 from tuneup.autotune.study.trials import samples_seen, steps_seen, validation_seconds
@@ -26,11 +27,14 @@ from tuneup.stats import paired
 from tuneup.stats.interval import paired as paired_speeds
 from tuneup.stats.time_ratio import FASTER, NOISE, Seed, quantum, time_ratio
 
+if TYPE_CHECKING:
+    from tuneup.autotune.confirm.inputs import ConfirmInputs
+
 SPEED = "speed"
 
 
 class Speed:
-    def __init__(self, search, pick: dict) -> None:
+    def __init__(self, search: ConfirmInputs, pick: dict) -> None:
         self.search, self.pick = search, pick
         self.base = search.confirmed[BASELINE]
         self.pairs: list[tuple[float, float]] = []  # (baseline, pick) samples/s, per round
@@ -44,12 +48,12 @@ class Speed:
             if number >= settings.min_rounds and self._decided():
                 break
             order = [(), self.pick["overrides"]][:: -1 if number % 2 else 1]
-            if search._left() < 2 * max(1.0, search._typical_seconds() / 2):
+            if search.left() < 2 * max(1.0, search.typical_seconds() / 2):
                 search.notes.append(f"speed: {number} round(s), the budget ran out")
                 break
             speeds = {}
             for overrides in order:
-                limit = max(1.0, search._left())
+                limit = max(1.0, search.left())
                 run = speed_settings(settings.trial_steps, search.batch(overrides), limit)
                 trial = search.lab.run(SPEED, (*overrides, *NO_TARGET), settings=run)
                 self.trials.append(trial)

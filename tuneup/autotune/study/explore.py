@@ -17,6 +17,7 @@ its parameters are asked again, once; the other workers go on.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from tuneup.autotune.race import reached
 from tuneup.autotune.study import budget as study_budget
@@ -33,13 +34,16 @@ from tuneup.autotune.study.trials import (
 )
 from tuneup.autotune.trials import Trial, label
 
+if TYPE_CHECKING:
+    from tuneup.autotune.study.inputs import StudyInputs
+
 log = logging.getLogger(__name__)
 
 #: The worker's share of the machine the trial ran with ("1 thread(s)", "GPU 1")
 WORKER_ATTR = "tuneup_worker"
 
 
-def explore(search) -> None:
+def explore(search: StudyInputs) -> None:
     """Run the study's trials until the budget is spent (module docstring)."""
     from tuneup.optuna import study as studies
     from tuneup.optuna.workers import Slots, run_trials
@@ -70,7 +74,7 @@ def explore(search) -> None:
     )
 
 
-def ask(search):
+def ask(search: StudyInputs):
     """The next trial and its job, ``(trial, None)`` for one the checks refuse (told failed
     here), or None once ``budget_samples`` or ``budget_minutes`` stop the study."""
     from optuna.trial import TrialState
@@ -82,7 +86,7 @@ def ask(search):
     if search.settings.budget_samples is not None and used >= search.settings.budget_samples:
         search.notes.append(f"explore stopped at autotune.budget_samples: {used:,} samples")
         return None
-    limit = study_budget.explore_limit(search._left(), search._reserve(), search._typical_seconds())
+    limit = study_budget.explore_limit(search.left(), search.reserve(), search.typical_seconds())
     if not limit:
         search.notes.append(
             f"explore stopped by autotune.budget_minutes after "
@@ -113,7 +117,7 @@ def ask(search):
         trial.set_user_attr(NEVER_ATTR, "; ".join(inspection.problems))
         search.study.tell(trial, state=TrialState.FAIL)
         return trial, None
-    job = [f"+hydra.sweeper.{k}={v}" for k, v in search._job_settings(trial).items()]
+    job = [f"+hydra.sweeper.{k}={v}" for k, v in search.job_settings(trial).items()]
     extra = [*job, "+optuna_trial.plugin=optuna_trial"]
     return trial, {
         "label": label(overrides),
@@ -123,7 +127,7 @@ def ask(search):
     }
 
 
-def tell(search, trial, run: Trial) -> bool:
+def tell(search: StudyInputs, trial, run: Trial) -> bool:
     """Tell the study what the run's summary.json says; True when the trial failed."""
     from optuna.trial import TrialState
 
@@ -162,7 +166,7 @@ def tell(search, trial, run: Trial) -> bool:
     return False
 
 
-def killed(search, trial, run: Trial) -> bool:
+def killed(search: StudyInputs, trial, run: Trial) -> bool:
     """A trial whose process was killed: failed; the first time, interrupted (it does not
     count towards the budget) and its parameters asked again; a retry killed again counts."""
     from optuna.trial import TrialState

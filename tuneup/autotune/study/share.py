@@ -12,10 +12,10 @@ class BudgetShare:
     ``confirm_seeds``, ``confirm_count``, ``_released``, ``notes``, ``before`` and
     ``explored()``."""
 
-    def _left(self) -> float:
+    def left(self) -> float:
         return self.budget.seconds - self.budget.elapsed
 
-    def _typical_seconds(self) -> float:
+    def typical_seconds(self) -> float:
         """A race trial's expected seconds: the median of the study's trials so far (or the
         baseline's)."""
         seconds = sorted(t.seconds for t in self.lab.trials if t.label != "speed") or [
@@ -31,7 +31,7 @@ class BudgetShare:
             s.budget_minutes,
             self.budget.elapsed,
             self.baseline.get("seconds", 1.0),
-            self._confirm_seconds(),
+            self.confirm_seconds(),
             len(self.confirm_seeds),
             s.confirm,
             s.min_rounds,
@@ -39,11 +39,11 @@ class BudgetShare:
             self.before,
         )
 
-    def _speed_reserve(self) -> float:
+    def speed_reserve(self) -> float:
         """The speed stage's first ``min_rounds`` (more rounds while the budget allows)."""
-        return study_budget.speed_seconds(self.settings.min_rounds, self._confirm_seconds())
+        return study_budget.speed_seconds(self.settings.min_rounds, self.confirm_seconds())
 
-    def _reserve(self) -> float:
+    def reserve(self) -> float:
         """Room kept for confirm and speed (study_budget.explore_reserve). A confirm run is
         taken at ``autotune.race_margin`` x its expected seconds: your command runs to the
         target on seeds the search never saw, which may need more steps than the search seed
@@ -51,14 +51,14 @@ class BudgetShare:
         the room is kept before any of them has run."""
         seeds, run_s, rounds = (
             len(self.confirm_seeds),
-            self._confirm_seconds() * self.settings.race_margin,
+            self.confirm_seconds() * self.settings.race_margin,
             self.settings.min_rounds,
         )
         found = any(t.user_attrs.get("reached") for t in self.explored())
         released = self._released
         room, self._released = study_budget.explore_reserve(
-            self._left(),
-            self._typical_seconds(),
+            self.left(),
+            self.typical_seconds(),
             study_budget.confirm_seconds(self.confirm_count, seeds, run_s, rounds),
             study_budget.confirm_seconds(1, seeds, run_s, rounds),
             found,
@@ -71,7 +71,7 @@ class BudgetShare:
             )
         return room
 
-    def _confirm_seconds(self) -> float:
+    def confirm_seconds(self) -> float:
         """A confirm run's expected seconds: a run to the target, as the baseline's (the
         study's median trial is a pruned one, far shorter)."""
-        return max(self._typical_seconds(), self.baseline.get("seconds", 1.0))
+        return max(self.typical_seconds(), self.baseline.get("seconds", 1.0))
