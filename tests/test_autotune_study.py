@@ -324,7 +324,7 @@ def test_the_default_space_holds_the_hand_recipes_and_drops_what_is_not_installe
 
     for optimizer, hand in (("sgd", 0.2), ("adamw", 0.003)):  # bench/race.py's hand recipes
         params = default_params(compose([f"optimizer={optimizer}"]), 40)
-        key = f"optimizer.lr@{optimizer}"  # your optimizer's own range (study_family.py)
+        key = f"optimizer.lr@{optimizer}"  # your optimizer's own range (study/family.py)
         lr = parse_space({key: params[key]}, []).distributions[key]
         assert lr.log and lr.low < hand < lr.high
     space = build_space(params, [], Checks(compose), lambda key: key == "scheduler")

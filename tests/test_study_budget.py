@@ -1,4 +1,4 @@
-"""The time-to-target study's budget (tuneup/autotune/study_budget.py, issue 50 item 5): the
+"""The time-to-target study's budget (tuneup/autotune/study/budget.py, issue 50 item 5): the
 minutes go to the answer. Made-up times, no clock: each test runs in milliseconds."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def simulate(
     trials=100,
     first_hit=1,
 ) -> dict:
-    """The search's stages on a made-up clock, sharing the minutes as study_search.py does:
+    """The search's stages on a made-up clock, sharing the minutes as time_to_target.py does:
     the baseline, study trials while explore_limit allows, then as many candidates as fit
     on the paired seeds, then the speed stage's rounds while they fit."""
     budget, clock = minutes * 60, baseline_s

@@ -1,5 +1,5 @@
-"""The time-to-target study's default space (tuneup/autotune/study_space.py, study_family.py,
-study_companions.py; issue 50 item 4): the optimizer family where it applies, each member with
+"""The time-to-target study's default space (tuneup/autotune/study/space.py, study/family.py,
+study/companions.py; issue 50 item 4): the optimizer family where it applies, each member with
 its own learning-rate range, and what is left out with the plugins' own reasons. Compositions
 only, nothing trained."""
 

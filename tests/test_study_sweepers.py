@@ -1,4 +1,4 @@
-"""Two sweepers on one study (issue 48, point 2; tuneup/autotune/study_leader.py): they share
+"""Two sweepers on one study (issue 48, point 2; tuneup/autotune/study/leader.py): they share
 one ``autotune.budget_trials``, and exactly one of them writes the answer, the others naming
 it. Fake launchers and in-memory or journal studies: milliseconds each."""
 

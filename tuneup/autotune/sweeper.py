@@ -2,13 +2,13 @@
 
 Hydra hands a sweeper the sweep's config and a launcher; this one runs the search through
 that launcher, so its trials run wherever the user's jobs run: the speed features' walk
-(search.py), the time-to-target study (study_search.py), or both, one after the other
+(speed/search.py), the time-to-target study (time_to_target.py), or both, one after the other
 (``autotune.stages``: pipeline.py); then it writes the answer into the sweep directory:
 
-- ``conf/experiment/recipe.yaml``: the recipe, a preset for the full run (recipe.py);
+- ``conf/experiment/recipe.yaml``: the recipe, a preset for the full run (report/recipe.py);
 - ``autotune.md``, ``autotune.png``: the path the search took, each candidate's speed-up
   with its interval, memory, why each rejected one was rejected, the projection;
-- ``autotune.json``: all of it, for scripts (record.py).
+- ``autotune.json``: all of it, for scripts (report/record.py).
 
 Hydra instantiates sweepers only from the ``hydra_plugins`` package:
 ``hydra_plugins/tuneup_autotune`` holds the class Hydra sees, which hands over to this one.

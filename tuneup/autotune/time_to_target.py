@@ -9,28 +9,28 @@ paired seeds, then paired throughput windows.
                 a sample limit the scheduler does not see (race.sample_limit): every run
                 keeps the user's trainer.max_steps / max_epochs, the schedule of the recipe
     explore     an Optuna study (ask and tell; storage and continuation as hparams_search=optuna:
-                tuneup/optuna/study.py) over autotune.params (study_space.py), TPE seeded
+                tuneup/optuna/study.py) over autotune.params (study/space.py), TPE seeded
                 (multivariate, grouped for the conditional keys); each trial trains to the
                 target on the search seed and reports its distance to the target at every
                 validation against the samples seen (plugins/optuna_trial.py); successive
                 halving (or Hyperband) prunes the trials that are behind at equal samples.
                 The value: its cost to the target (autotune.cost: time = steps x its own
-                seconds per step + validations, steps, or samples; study_trials.trial_cost);
+                seconds per step + validations, steps, or samples; study/trials.py: trial_cost);
                 a miss: its cost so far x (1 + its last relative distance), above every hit.
-                Up to autotune.workers trials at once (study_explore.py, study_workers.py)
+                Up to autotune.workers trials at once (study/explore.py, study/workers.py)
     confirm     the best autotune.confirm configurations and the baseline, each on the same
                 autotune.seeds seeds the study never saw (seed+1, seed+2, ...); a candidate
                 wins only when its per-seed differences in cost from the baseline's have a t
                 interval below 0 (paired.py); the lowest mean cost among winners is the pick
     speed       the pick and the baseline's seconds per step, from short interleaved
-                throughput trials (study_speed.py); estimated time to target = steps x
+                throughput trials (confirm/speed.py); estimated time to target = steps x
                 s/step + the validations' seconds, its ratio's interval on the log scale
                 (time_ratio.py); with autotune.cost=time a pick not faster in it beyond the
                 noise is not adopted
 
 The budget: ``autotune.budget_trials`` study trials (the baseline aside), or
 ``autotune.budget_samples`` samples trained by them, whichever comes first; and
-``autotune.budget_minutes`` over everything, shared by study_budget.py once the baseline's time
+``autotune.budget_minutes`` over everything, shared by study/budget.py once the baseline's time
 is known: a budget too small for one study trial and one confirmation is refused there; the
 confirmation gets room for as many candidates as fit in half of what is left (at least one),
 and the study runs until the minutes left are that room. A trial gets ``trainer.max_time`` of
@@ -91,11 +91,13 @@ class StudySearch(BudgetShare):
         self.confirm_count = settings.confirm  # candidates the budget confirms (share_budget)
         self._released = False  # the confirmation's room given to the study (reserve)
         self.workers = study_workers.Workers(1, False, 1)  # autotune.workers, resolved in run
-        self.step_cost: dict[tuple[str, ...], float] = {}  # study_step_cost: s/step timed apart
-        self.speed = None  # study_speed.Speed
+        self.step_cost: dict[
+            tuple[str, ...], float
+        ] = {}  # confirm/step_cost.py: s/step timed apart
+        self.speed = None  # confirm/speed.py: Speed
         self.verdict = ""  # the answer, in words
         self.sweeper = _sweeper_id()  # host:pid, as the study's trials and tickets name it
-        self.ticket: int | None = None  # the number of its first trial (study_leader.py)
+        self.ticket: int | None = None  # the number of its first trial (study/leader.py)
         self.answered_by: dict | None = None  # the sweeper that answers, when not this one
         self.notes: list[str] = []
         self.before = (0.0, 0.0)  # the stages before the study: seconds, budget share

@@ -12,7 +12,7 @@ Estimated time to target = steps to target x seconds per step + the validations'
 (from the confirm trials' summaries). Its ratio to the baseline's combines the paired seeds'
 steps and the rounds' seconds per step on the log scale (time_ratio.py); with
 ``autotune.cost=time`` a pick is adopted only when that ratio is below 1 beyond the noise
-(study_confirm.decide).
+(seeds.py: decide).
 """
 
 from __future__ import annotations

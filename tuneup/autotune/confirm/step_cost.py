@@ -2,12 +2,12 @@
 share the cores (``autotune.workers`` > 1 on a CPU).
 
 A run's time to target is its steps x its seconds per step + its validations' seconds
-(study_trials.trial_cost). The steps are exact counts whatever else runs; the seconds per step
+(study/trials.py: trial_cost). The steps are exact counts whatever else runs; the seconds per step
 are not: a trial that ran beside another worker on the same cores measured the other's load
 as well as its own configuration, and by how much depends on what ran beside it. So before
 the study's candidates are ranked for the confirmation, the configurations in contention (the
 best distinct ones that reached the target, and your command) are timed one at a time, in
-short throughput trials interleaved as the speed stage's (study_speed.py: the order reversed
+short throughput trials interleaved as the speed stage's (confirm/speed.py: the order reversed
 every round, each trial's fastest window, the median over ``autotune.min_rounds`` rounds),
 and those seconds per step replace the trials' own in the ranking and in the confirmation's
 per-seed costs. Where each worker has a device of its own, its own windows count.

@@ -1,4 +1,4 @@
-"""autotune.md of the time-to-target study, drawn from its record (study_report.py)."""
+"""autotune.md of the time-to-target study, drawn from its record (report/study_record.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""autotune.json of the time-to-target study (study_search.py); study_markdown.py draws
+"""autotune.json of the time-to-target study (time_to_target.py); report/study_markdown.py draws
 autotune.md from it."""
 
 from __future__ import annotations

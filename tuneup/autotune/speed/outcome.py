@@ -1,4 +1,4 @@
-"""What became of each candidate of the search (tuneup/autotune/search.py): its rounds
+"""What became of each candidate of the search (tuneup/autotune/speed/search.py): its rounds
 against the recipe so far (:class:`Contest`) and the verdict recorded for the path
 (:class:`Outcome`, :func:`verdict`), read by autotune.json and autotune.md."""
 

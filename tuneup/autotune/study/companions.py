@@ -1,4 +1,4 @@
-"""Which choices of the study's space run here, and with what (study_space.build_space).
+"""Which choices of the study's space run here, and with what (space.py: build_space).
 
 Each choice ``G=c`` of a config group in the space is composed and checked as its job would be
 (space.Checks: the core's and every plugin's ``check``), first with your other values. Then

@@ -1,5 +1,5 @@
 """The time-to-target study's share of ``autotune.budget_minutes`` between its stages, as
-the runs go (study_search.py): the arithmetic is study_budget.py's plain functions, this is
+the runs go (time_to_target.py): the arithmetic is study/budget.py's plain functions, this is
 the search's view of it (its baseline, its trials, its clock)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class BudgetShare:
 
     def share_budget(self) -> None:
         """Refuse a budget too small for one study trial and one confirmation, or size the
-        confirmation to it (study_budget.py), once the baseline's time is known."""
+        confirmation to it (study/budget.py), once the baseline's time is known."""
         s = self.settings
         self.confirm_count = study_budget.confirm_count(
             s.budget_minutes,
