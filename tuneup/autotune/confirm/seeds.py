@@ -1,4 +1,4 @@
-"""The time-to-target study's confirm stage and its decision (study_search.py's stages 3, 4).
+"""The time-to-target study's confirm stage and its decision (time_to_target.py's stages 3, 4).
 
 The best ``autotune.confirm`` configurations of the study and the user's command run on the
 same ``autotune.seeds`` seeds the study never saw, then on one more seed at a time, up to
@@ -8,7 +8,7 @@ validation lattice's and at the pooled seed spread, pass a one-sided t test corr
 seeds added and, by Holm's step-down, for the candidates compared (paired.py,
 sequential.py). The pick then runs once more on a held-out seed that neither chose it nor
 accepted it: that run's figure is what the pick is expected to need. The pick is timed
-against the command (study_speed.py).
+against the command (confirm/speed.py).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ def at_once(search: ConfirmInputs, runs: list[tuple[str, int]], launch) -> dict:
 
 def run_figure(search: ConfirmInputs, trial, overrides) -> tuple[float, bool, float]:
     """(cost to target, reached, the validation lattice's step) of a confirmation run, at
-    the seconds per step timed apart where the workers shared the cores (study_step_cost)."""
+    the seconds per step timed apart where the workers shared the cores (step_cost.py)."""
     step_s = (getattr(search, "step_cost", None) or {}).get(tuple(overrides))
     if step_s is None:
         return (*seed_figure(trial, search.settings.cost), quantum(trial, search.settings.cost))
@@ -140,7 +140,7 @@ def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
     """The study's best ``autotune.confirm`` distinct configurations that reached the
     target: (label, overrides, trial number). Where the workers shared the cores and time
     ranks, the contenders' and your command's seconds per step are timed apart first
-    (study_step_cost.py) and the ranking uses them."""
+    (confirm/step_cost.py) and the ranking uses them."""
     from optuna.trial import TrialState
 
     hits = [
@@ -232,7 +232,7 @@ def _confirm_samples(search, baseline: dict) -> int:
 
 def decide(search: ConfirmInputs) -> None:
     """The pick (paired seeds, on ``autotune.cost``), then its time to target against the
-    baseline's (study_speed.py). With ``autotune.cost=time`` the pick is adopted only when
+    baseline's (confirm/speed.py). With ``autotune.cost=time`` the pick is adopted only when
     that time is lower than the command's beyond the noise; with ``steps`` or ``samples`` the
     paired decision on that count decides and the time on this machine is information."""
     from tuneup.autotune.confirm.speed import Speed
@@ -245,7 +245,7 @@ def decide(search: ConfirmInputs) -> None:
     }
     chosen = paired.pick(decisions, means)
     less = "time" if cost == TIME else f"{UNITS[cost]}"
-    if not decisions:  # the advice follows from what happened (study_advice.py)
+    if not decisions:  # the advice follows from what happened (confirm/advice.py)
         search.verdict = search_no_answer(search)
         return
     if chosen is None:

@@ -1,10 +1,10 @@
-"""The time-to-target study's explore stage (study_search.py): its trials asked, launched and
+"""The time-to-target study's explore stage (time_to_target.py): its trials asked, launched and
 told, up to ``autotune.workers`` at once, by the Optuna sweepers' driver
 (tuneup/optuna/workers.py :func:`run_trials`): a worker asks the next trial as soon as its
 own ends, with no batch waiting for its slowest trial.
 
 ``autotune.budget_trials`` counts the study's trials over all workers, and over every sweeper
-on the study (study_leader.py: the study's first trials by number);
+on the study (study/leader.py: the study's first trials by number);
 ``autotune.budget_samples`` and ``autotune.budget_minutes`` stop the asking (the running
 trials are waited for and told); a trial's time limit is what is left above the
 confirmation's room when it starts, so no trial starts that could not finish in it.
