@@ -3,7 +3,6 @@ minutes go to the answer. Made-up times, no clock: each test runs in millisecond
 
 from __future__ import annotations
 
-import inspect
 from types import SimpleNamespace
 
 import pytest
@@ -157,29 +156,3 @@ def test_a_budget_that_holds_them_sizes_the_confirmation():
     search = search_after_baseline(19, 95.0)
     search.share_budget()
     assert search.confirm_count == 1
-
-
-def protocol_members(protocol) -> set[str]:
-    """The attributes and methods a typing.Protocol asks for, its base protocols' too."""
-    found = set()
-    for klass in protocol.__mro__:
-        if getattr(klass, "_is_protocol", False) and klass.__module__ != "typing":
-            found |= set(inspect.get_annotations(klass))
-            found |= {n for n, v in vars(klass).items() if callable(v) and not n.startswith("_")}
-    return found
-
-
-def test_the_search_gives_each_stage_every_input_it_asks_for():
-    """The study and the confirmation read their inputs through protocols
-    (study/inputs.py, confirm/inputs.py); the time-to-target search provides each member,
-    from the start (its attributes set in __init__)."""
-    from tuneup.autotune.confirm import ConfirmInputs
-    from tuneup.autotune.study import StudyBudget, StudyInputs
-
-    search = search_after_baseline(10, 30.0)
-    for protocol in (StudyBudget, StudyInputs, ConfirmInputs):
-        wanted = protocol_members(protocol)
-        assert {"left", "reserve", "confirm_seconds"} <= wanted
-        assert sorted(n for n in wanted if not hasattr(search, n)) == [], protocol.__name__
-    assert search.left() == 600.0 - 30.0  # public, and the budget's clock
-    assert search.confirm_seconds() == 30.0  # a run to the target, as the baseline's

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tuneup.autotune.confirm.seeds import held_out_seed, paired_seeds
 from tuneup.autotune.race import reached
@@ -22,6 +23,9 @@ from tuneup.autotune.study.trials import (
 from tuneup.autotune.trials import BASELINE
 from tuneup.stats import paired
 
+if TYPE_CHECKING:
+    from tuneup.autotune.report.inputs import StudyAnswer
+
 #: What ``autotune.cost`` ranks by, and why (autotune.md's first lines).
 COST_WHY = {
     TIME: "time to target on this machine: each run's optimizer steps x its own seconds per "
@@ -34,7 +38,7 @@ COST_WHY = {
 }
 
 
-def build_study_record(search, command: list[str], recipe: dict) -> dict:
+def build_study_record(search: StudyAnswer, command: list[str], recipe: dict) -> dict:
     confidence, cost = search.settings.confidence, search.settings.cost
     confirmed = []
     hits = {
