@@ -15,7 +15,7 @@ summary.json says ``status: pruned`` and the step. Only an objective the validat
 measures (``val.acc``, ``val.loss``...) of a study with one objective can be reported
 (Optuna prunes single-objective studies only).
 
-The autotune's time-to-target search (tuneup/autotune/study_search.py) launches its trials
+The autotune's time-to-target search (tuneup/autotune/time_to_target.py) launches its trials
 the same way, with ``hydra.sweeper.objectives=[target]`` and ``hydra.sweeper.step=samples``:
 such a trial reports its distance to the target (``target.value - metric`` for a metric that
 rises, ``metric - target.value`` for one that falls: lower is better, as the study's samples

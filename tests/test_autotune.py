@@ -19,12 +19,12 @@ import tuneup
 from tests.conftest import compose_config, run_cli
 from tests.plugin_dists import make_distribution
 from tests.report_tables import png_size
-from tuneup.autotune.batch import BatchSearch, MemoryModel, aligned
-from tuneup.autotune.guard import loss_gap, rejection
-from tuneup.autotune.outcome import ACCEPTED
-from tuneup.autotune.search import Budget, Search
 from tuneup.autotune.settings import Settings
 from tuneup.autotune.space import Checks, Inspection
+from tuneup.autotune.speed.batch import BatchSearch, MemoryModel, aligned
+from tuneup.autotune.speed.guard import loss_gap, rejection
+from tuneup.autotune.speed.outcome import ACCEPTED
+from tuneup.autotune.speed.search import Budget, Search
 from tuneup.autotune.trials import Trial, trial_settings
 from tuneup.stats.interval import FASTER, NOISE, SLOWER, paired, t_quantile
 
@@ -540,7 +540,7 @@ if __name__ == "__main__":  # pragma: no cover
 def test_a_larger_batch_scales_the_lightningmodules_own_lr_not_tuneups(monkeypatch):
     """A LightningModule with its own configure_optimizers reads no optimizer.lr: the batch
     dimension scales its model.lr where the config gives one, else keeps the lr and says so."""
-    from tuneup.autotune import batch
+    from tuneup.autotune.speed import batch
 
     cfg = OmegaConf.create({"model": {"lr": 0.1}, "optimizer": {"lr": 0.05}})
     monkeypatch.setattr(batch, "own_loop", lambda config: False)

@@ -207,7 +207,7 @@ def test_the_next_seed_interval_is_pooled_on_the_log_scale_and_floored_by_the_la
 def test_a_trials_lattice_is_the_gap_between_its_validations():
     from pathlib import Path
 
-    from tuneup.autotune.study_trials import quantum
+    from tuneup.autotune.study.trials import quantum
     from tuneup.autotune.trials import Trial
 
     def trial(samples):

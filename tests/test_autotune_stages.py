@@ -17,8 +17,8 @@ from tests.conftest import run_cli
 from tests.plugin_dists import make_distribution
 from tests.test_autotune_study import TASK
 from tuneup.autotune.pipeline import SpeedStage, speed_record
-from tuneup.autotune.search import Budget
 from tuneup.autotune.settings import Settings
+from tuneup.autotune.speed.search import Budget
 from tuneup.autotune.trials import Trial
 from tuneup.stats.interval import paired
 

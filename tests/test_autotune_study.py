@@ -71,7 +71,7 @@ def test_a_gain_within_the_noise_of_paired_seeds_is_not_accepted():
 def test_the_advice_without_an_answer_follows_from_what_happened():
     """More budget only where the budget stopped something: a target the command never reaches
     within its own limits asks for more training or an easier target instead."""
-    from tuneup.autotune.study_advice import OUT_OF_TIME, OWN_LIMITS, baseline_stop, no_answer
+    from tuneup.autotune.confirm.advice import OUT_OF_TIME, OWN_LIMITS, baseline_stop, no_answer
 
     loss = {"metric": "val/loss", "value": 0.001, "mode": "auto"}
     missed = {"reached": False, "samples_seen": 4224, "best": 0.4123, "mode": "min"}
@@ -145,7 +145,7 @@ def test_bad_study_settings_are_one_line_errors(values, message):
 def test_the_sampler_is_tpe_or_random_seeded_by_sampler_seed_or_the_runs_seed():
     """autotune.sampler=random: the race's control search (bench/race.py); sampler_seed: three
     independent searches from one command."""
-    from tuneup.autotune.study_search import study_sampler
+    from tuneup.autotune.time_to_target import study_sampler
 
     def first_draws(sampler):
         study = optuna.create_study(sampler=sampler)
@@ -218,7 +218,7 @@ def test_what_the_baseline_would_refuse_is_one_line_before_anything_is_written(
 
 def test_a_storage_the_autotune_cannot_write_is_named_as_the_user_gave_it(tmp_path):
     """autotune.storage, not the Optuna sweeper's hydra.sweeper.storage it shares code with."""
-    from tuneup.autotune.study_search import StudySearch
+    from tuneup.autotune.time_to_target import StudySearch
 
     (tmp_path / "a_file").write_text("")
     storage = str(tmp_path / "a_file" / "optuna.journal")  # under a file: unwritable, even as root
@@ -238,7 +238,7 @@ def study_pruner(baseline: dict, pruner: str = "successive_halving"):
 
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from tuneup.autotune.study_search import StudySearch
+    from tuneup.autotune.time_to_target import StudySearch
 
     settings = SimpleNamespace(seeds=1, pruner=pruner, confirm=1)
     search = StudySearch(settings, None, None, None, 0, "")
@@ -316,7 +316,7 @@ def test_the_default_space_holds_the_hand_recipes_and_drops_what_is_not_installe
     from optuna.distributions import CategoricalDistribution
 
     from tuneup.autotune.space import Checks
-    from tuneup.autotune.study_space import build_space, default_params
+    from tuneup.autotune.study.space import build_space, default_params
     from tuneup.optuna.space import parse_space
 
     def compose(overrides):
@@ -324,7 +324,7 @@ def test_the_default_space_holds_the_hand_recipes_and_drops_what_is_not_installe
 
     for optimizer, hand in (("sgd", 0.2), ("adamw", 0.003)):  # bench/race.py's hand recipes
         params = default_params(compose([f"optimizer={optimizer}"]), 40)
-        key = f"optimizer.lr@{optimizer}"  # your optimizer's own range (study_family.py)
+        key = f"optimizer.lr@{optimizer}"  # your optimizer's own range (study/family.py)
         lr = parse_space({key: params[key]}, []).distributions[key]
         assert lr.log and lr.low < hand < lr.high
     space = build_space(params, [], Checks(compose), lambda key: key == "scheduler")

@@ -246,7 +246,7 @@ def test_two_presets_given_apart_are_refused_naming_the_list_that_combines_them(
 
 
 def test_the_recipe_of_an_autotuned_preset_builds_on_that_preset(tmp_path):
-    from tuneup.autotune.recipe import recipe_overrides, write_recipe
+    from tuneup.autotune.report.recipe import recipe_overrides, write_recipe
     from tuneup.trainer.config import compose
 
     command = ["experiment=[mine,autotune]", "optimizer.lr=0.1", "autotune.budget_minutes=1"]

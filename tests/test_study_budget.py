@@ -1,4 +1,4 @@
-"""The time-to-target study's budget (tuneup/autotune/study_budget.py, issue 50 item 5): the
+"""The time-to-target study's budget (tuneup/autotune/study/budget.py, issue 50 item 5): the
 minutes go to the answer. Made-up times, no clock: each test runs in milliseconds."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import pytest
 
 from tuneup import TuneupError
-from tuneup.autotune import study_budget
-from tuneup.autotune.search import Budget
 from tuneup.autotune.settings import Settings
-from tuneup.autotune.study_search import StudySearch
+from tuneup.autotune.speed.search import Budget
+from tuneup.autotune.study import budget as study_budget
+from tuneup.autotune.time_to_target import StudySearch
 from tuneup.autotune.trials import Trial
 
 
@@ -29,11 +29,11 @@ def simulate(
     undecided=0,
     accepted=True,
 ) -> dict:
-    """The search's stages on a made-up clock, sharing the minutes as study_search.py does:
+    """The search's stages on a made-up clock, sharing the minutes as time_to_target.py does:
     the baseline, study trials while explore_limit allows, then as many candidates as fit on
     the paired seeds, the leading one on ``undecided`` seeds more, and, when it is
     ``accepted``, its held-out run and the speed stage's rounds while they fit; then the
-    study again while it has trials left (study_explore.go_on)."""
+    study again while it has trials left (study/explore.py: go_on)."""
     budget, clock = minutes * 60, baseline_s
     run_s = max(baseline_s, trial_s)
     k, added = study_budget.candidates_that_fit(
@@ -259,7 +259,7 @@ def test_what_the_answer_leaves_goes_back_to_the_study(tmp_path):
     now[0] = 4.0  # the baseline has run
     search.share_budget()
     search.explore()
-    room = search._reserve()
+    room = search.reserve()
     assert room > 0 and budget.seconds - budget.elapsed < room + 4.0  # the room is kept
     studied = len(search.explored())
     now[0] += 2 * 3 * 4.0  # the command and one candidate on 3 seeds: the command kept

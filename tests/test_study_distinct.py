@@ -1,4 +1,4 @@
-"""One candidate per distinct configuration (tuneup/autotune/study_distinct.py, issue 50
+"""One candidate per distinct configuration (tuneup/autotune/confirm/distinct.py, issue 50
 points 3 and 5): the confirmation does not spend its seeds and Holm's correction on one
 recipe at nearly the same values. Made-up Optuna trials: milliseconds."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuneup.autotune.study_confirm import _distinct
+from tuneup.autotune.confirm.seeds import _distinct
 
 optuna = pytest.importorskip("optuna")
 FloatDistribution = optuna.distributions.FloatDistribution

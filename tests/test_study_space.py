@@ -1,5 +1,5 @@
-"""The time-to-target study's default space (tuneup/autotune/study_space.py, study_family.py,
-study_companions.py; issue 50 item 4): the optimizer family where it applies, each member with
+"""The time-to-target study's default space (tuneup/autotune/study/space.py, study/family.py,
+study/companions.py; issue 50 item 4): the optimizer family where it applies, each member with
 its own learning-rate range, and what is left out with the plugins' own reasons. Compositions
 only, nothing trained."""
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import compose_config
+from tuneup.autotune.report.study_markdown import _space_lines
 from tuneup.autotune.space import Checks
-from tuneup.autotune.study_markdown import _space_lines
-from tuneup.autotune.study_space import build_space, default_params, searched
-from tuneup.autotune.study_trials import config_value
+from tuneup.autotune.study.space import build_space, default_params, searched
+from tuneup.autotune.study.trials import config_value
 
 optuna = pytest.importorskip("optuna")
 

@@ -1,4 +1,4 @@
-"""Two sweepers on one study (issue 48, point 2; tuneup/autotune/study_leader.py): they share
+"""Two sweepers on one study (issue 48, point 2; tuneup/autotune/study/leader.py): they share
 one ``autotune.budget_trials``, and exactly one of them writes the answer, the others naming
 it. Fake launchers and in-memory or journal studies: milliseconds each."""
 
@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.test_study_workers import RaceLauncher, study_search
-from tuneup.autotune import study_leader
+from tuneup.autotune.study import leader as study_leader
 
 optuna = pytest.importorskip("optuna")
 
@@ -63,7 +63,7 @@ def test_two_sweepers_share_one_budget_and_exactly_one_answers(tmp_path, caplog)
     params = [t.params["optimizer.lr"] for t in counted]
     assert len(set(params)) == 4  # no parameters repeat
     first, second = sorted((one, two), key=lambda s: s.ticket)
-    with caplog.at_level(logging.INFO, logger="tuneup.autotune.study_leader"):
+    with caplog.at_level(logging.INFO, logger="tuneup.autotune.study.leader"):
         leads = [study_leader.lead(second), study_leader.lead(first)]
     assert leads == [False, True]
     assert second.answered_by["sweeper"] == first.sweeper and first.answered_by is None
@@ -97,7 +97,7 @@ def test_a_trial_asked_past_the_budget_counts_nowhere_and_stops_the_asking(tmp_p
     search = study_search(tmp_path, RaceLauncher(tmp_path / "sweep"), trials=2, workers=1)
     for _ in range(2):
         search.study.ask().set_user_attr(SWEEPER_ATTR, "node-b:1")
-    from tuneup.autotune.study_explore import ask
+    from tuneup.autotune.study.explore import ask
 
     assert ask(search) is None and "has its 2 trial(s)" in search.notes[-1]
     assert len(search.study.get_trials()) == 2  # nothing asked
@@ -168,7 +168,7 @@ def test_under_slurm_each_worker_is_a_job_with_its_own_allocation(monkeypatch):
     from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
     from omegaconf import OmegaConf
 
-    from tuneup.autotune import study_workers
+    from tuneup.autotune.study import workers as study_workers
 
     monkeypatch.setattr(study_workers, "_gpus", lambda: 0)  # the sweeper's node has none
     gpu = OmegaConf.create({"trainer": {"accelerator": "gpu", "devices": 1}})

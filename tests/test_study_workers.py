@@ -15,8 +15,8 @@ from omegaconf import OmegaConf
 
 from tuneup import TuneupError
 from tuneup.autotune.settings import Settings
-from tuneup.autotune.study_search import StudySearch, study_sampler
-from tuneup.autotune.study_workers import Workers, resolve
+from tuneup.autotune.study.workers import Workers, resolve
+from tuneup.autotune.time_to_target import StudySearch, study_sampler
 from tuneup.autotune.trials import Lab
 
 optuna = pytest.importorskip("optuna")
@@ -118,7 +118,7 @@ def test_two_workers_keep_two_trials_in_flight_without_a_batch_barrier(tmp_path)
         assert f"optimizer.lr={trial.params['optimizer.lr']}" in line
         assert trial.user_attrs["tuneup_worker"] == "2 thread(s)"
     assert search.study.sampler._constant_liar  # workers asking at once: lies for the running
-    from tuneup.autotune.record import trial_dict
+    from tuneup.autotune.report.record import trial_dict
 
     assert {trial_dict(t)["worker"] for t in search.lab.trials} == {"2 thread(s)"}  # autotune.json
 
@@ -156,8 +156,8 @@ def test_the_confirmations_seeds_run_two_at_a_time(tmp_path):
     """autotune.workers=2, 2 paired seeds: your command's two seeds run at once (job 1 starts
     while job 0 runs), then the candidate's two, with the sample limit your command's runs
     set; each configuration's runs kept in seed order, each with its worker's threads."""
-    from tuneup.autotune.outcome import BASELINE
-    from tuneup.autotune.study_confirm import confirm
+    from tuneup.autotune.confirm.seeds import confirm
+    from tuneup.autotune.trials import BASELINE
 
     launcher = RaceLauncher(tmp_path / "sweep", until=1)
     search = study_search(tmp_path, launcher, trials=1, workers=2)
@@ -237,7 +237,7 @@ def test_on_shared_cores_time_ranks_by_seconds_per_step_timed_one_at_a_time(tmp_
     the other worker (its own windows: 0.1 s a step) and B (12 steps) slow; timed one at a
     time, interleaved (your command, A, B; then B, A, your command), A takes 1 s a step and
     B 0.1 s: B is the one confirmed, and the note says which rule applied."""
-    from tuneup.autotune.study_confirm import _best
+    from tuneup.autotune.confirm.seeds import _best
 
     speeds = {"": 100.0, "optimizer.lr=0.5": 10.0, "optimizer.lr=0.2": 100.0}  # samples/s
     search, launcher = shared_cores(tmp_path, speeds)
@@ -261,7 +261,7 @@ def test_on_shared_cores_time_ranks_by_seconds_per_step_timed_one_at_a_time(tmp_
 
 
 def test_without_your_commands_speed_timed_apart_the_trials_own_times_rank(tmp_path):
-    from tuneup.autotune.study_confirm import _best
+    from tuneup.autotune.confirm.seeds import _best
 
     speeds = {"": 0.0, "optimizer.lr=0.5": 10.0, "optimizer.lr=0.2": 100.0}  # "": no window
     search, _ = shared_cores(tmp_path, speeds)
@@ -313,7 +313,7 @@ def test_on_a_gpu_machine_the_default_is_one_worker_per_gpu(monkeypatch):
     runs one job at a time: 1; more workers than GPUs: one line."""
     from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 
-    from tuneup.autotune import study_workers
+    from tuneup.autotune.study import workers as study_workers
 
     monkeypatch.setattr(study_workers, "_gpus", lambda: 4)
     gpu = OmegaConf.create({"trainer": {"accelerator": "gpu", "devices": 1}})

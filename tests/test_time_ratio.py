@@ -10,11 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from tuneup.autotune.outcome import BASELINE
+from tuneup.autotune.confirm.seeds import decide
 from tuneup.autotune.settings import Settings
-from tuneup.autotune.study_confirm import decide
-from tuneup.autotune.study_trials import seed_figure, trial_cost, trial_value
-from tuneup.autotune.trials import Trial
+from tuneup.autotune.study.trials import seed_figure, trial_cost, trial_value
+from tuneup.autotune.trials import BASELINE, Trial
 from tuneup.stats.interval import paired
 from tuneup.stats.paired import BETTER
 from tuneup.stats.time_ratio import FASTER, NOISE, Seed, quantum, time_ratio
@@ -157,12 +156,12 @@ def decided(cost: str, steps: int = 30, step_s: float = 0.14, base_seeds: int = 
         verdict="",
         speed=None,
         notes=[],
-        _left=lambda: 600.0,
-        _typical_seconds=lambda: 1.0,
+        left=lambda: 600.0,
+        typical_seconds=lambda: 1.0,
         batch=lambda overrides: 10,
         seed=0,
-        _speed_reserve=lambda: 600.0,
-        _confirm_seconds=lambda: 1.0,  # no held-out run
+        speed_reserve=lambda: 600.0,
+        confirm_seconds=lambda: 1.0,  # no held-out run
     )
     base = [race_trial(40, 10, 0.1, validation_s=0.0) for _ in range(base_seeds)]
     pick = [race_trial(steps, 10, step_s, validation_s=0.0) for _ in range(3)]
@@ -201,7 +200,7 @@ def test_your_command_enters_the_study_at_its_cost_with_steps_and_samples_beside
     optuna = pytest.importorskip("optuna")
     from optuna.distributions import FloatDistribution
 
-    from tuneup.autotune.study_search import StudySearch
+    from tuneup.autotune.time_to_target import StudySearch
 
     lab = SimpleNamespace(run=lambda *a, **k: race_trial(40, 16, 0.05, validation_s=2.0))
     search = StudySearch(
@@ -213,7 +212,7 @@ def test_your_command_enters_the_study_at_its_cost_with_steps_and_samples_beside
         "",
     )
     search.study = optuna.create_study()
-    with caplog.at_level(logging.INFO, logger="tuneup.autotune.study_search"):
+    with caplog.at_level(logging.INFO, logger="tuneup.autotune.time_to_target"):
         search.baseline_run(None)
     assert "your command: 4 s to the target (40 steps, 640 samples; autotune.cost=time)" in (
         caplog.text

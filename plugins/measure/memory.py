@@ -2,7 +2,7 @@
 
 The CUDA allocator's figures on a GPU; on CPU the process's peak resident set size (reset at
 each fit) and, on Linux, /proc and the cgroup's limit. Also used by the strategy plugin
-(plugins/strategy/) and autotune's batch search (tuneup/autotune/batch.py).
+(plugins/strategy/) and autotune's batch search (tuneup/autotune/speed/batch.py).
 """
 
 from __future__ import annotations

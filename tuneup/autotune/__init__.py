@@ -1,30 +1,35 @@
 """Autotune: one command finds the fastest safe recipe for the user's model on this machine.
 
 ``tuneup -m experiment=autotune`` (conf/experiment/autotune.yaml) selects the Hydra sweeper
-``hydra/sweeper=autotune``, which searches the features that apply here within a budget and
-writes the answer into the sweep directory. The parts, in the order a search uses them:
+``hydra/sweeper=autotune``, which searches within a budget and writes the answer into the
+sweep directory. The package by stage, each stage a subpackage whose ``__init__`` names its
+interface; the import-linter contract in pyproject.toml keeps the layers below in this order
+(a layer imports only the layers under it; ``|``: side by side, importing nothing of each
+other):
 
-==============  ==========================================================================
-sweeper         the Hydra sweeper: runs the search through the sweep's launcher, writes
-                the answer (hydra_plugins/tuneup_autotune is the class Hydra sees)
-settings        the ``autotune`` config node, checked
-search          the path: the recipe so far, one dimension at a time, rounds, the budget
-study_search    autotune.objective=time_to_target: an Optuna study (study_space: its space;
-                study_trials: a trial's figures), confirmed on paired seeds
-                (study_confirm, paired: the decision), timed by paired throughput windows
-                (study_speed); study_report, study_figure: autotune.json, .md and .png
-race            a race trial's settings, the target a search needs, whether it was reached
-space           candidates, and which may be launched (the run's own checks, no build)
-batch           the batch-size dimension: memory probes, the largest batch that fits, lr
-trials          a trial is an ordinary job of the sweep: launched, its summary read
-interval        the interval rule (also the sweep report's): claim only outside 1.0
-guard           the accuracy guard: loss curves against the baseline's
-projection      GPU-hours (device-hours) and energy of the user's full run
-recipe, record  conf/experiment/recipe.yaml and autotune.json
-markdown,       autotune.md and autotune.png, drawn from autotune.json
-figure
-callback        a Hydra callback that registers the sweeper where Hydra's scan cannot
-==============  ==========================================================================
+======================  ===============================================================
+sweeper | callback      the Hydra sweeper: reads the settings, checks the command
+                        (preflight), runs the stages through the sweep's launcher, writes
+                        the answer (hydra_plugins/tuneup_autotune is the class Hydra sees);
+                        callback registers it where Hydra's scan cannot
+pipeline | preflight |  ``autotune.stages``: the speed stage, then the study on its
+time_to_target          recipe (pipeline); the command checked before anything is written
+                        (preflight); ``autotune.objective=time_to_target``: the baseline,
+                        the study, the confirmation, the decision (time_to_target)
+report/                 the answer on disk: autotune.json, autotune.md, autotune.png, the
+                        recipe preset, drawn from what the stages decided
+confirm/                the study's best configurations on paired seeds, the decision, the
+                        pick timed against your command (its inputs: confirm/inputs.py)
+speed/ | study/         speed: the throughput walk over the machine's features, one
+                        dimension at a time, in interleaved rounds; study: the Optuna study
+                        of the hyperparameters, trained to the target, ``autotune.workers``
+                        at once (its inputs and budget: study/inputs.py)
+race                    a race trial's settings, the target a search needs, whether a trial
+                        reached it
+settings | space |      the ``autotune`` config node, checked; the candidates and the checks
+trials                  that decide which may be launched; a trial: a job of the sweep,
+                        launched through the Lab, its summary read
+======================  ===============================================================
 
 docs/autotune.md is the user's page.
 """

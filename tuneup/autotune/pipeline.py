@@ -2,12 +2,12 @@
 
 ::
 
-    speed   the throughput walk (search.py) on your command: autotune.dimensions but the
+    speed   the throughput walk (speed/search.py) on your command: autotune.dimensions but the
             batch size (the study searches the batch with its learning rate, to the target),
             measured as the throughput objective measures them (interleaved rounds, one
             trial at a time), within its share of autotune.budget_minutes (SPEED_SHARE);
             what it adopts is its recipe
-    study   the time-to-target study (study_search.py) on your command plus that recipe:
+    study   the time-to-target study (time_to_target.py) on your command plus that recipe:
             its baseline, every study trial, confirmation and speed run has the recipe's
             overrides; it gets the rest of the budget, what the speed stage left included
 
@@ -23,18 +23,18 @@ import logging
 import statistics
 
 from tuneup.autotune.race import NO_TARGET
-from tuneup.autotune.record import interval_dict, outcome_dict, trial_dict
-from tuneup.autotune.search import Budget, Search
+from tuneup.autotune.report.record import interval_dict, outcome_dict, trial_dict
 from tuneup.autotune.settings import BATCH, SPEED, STUDY, Settings
 from tuneup.autotune.space import Checks
-from tuneup.autotune.study_trials import step_seconds
+from tuneup.autotune.speed.search import Budget, Search
+from tuneup.autotune.study.trials import step_seconds
 from tuneup.autotune.trials import Lab, trial_settings
 
 log = logging.getLogger(__name__)
 
 #: The speed stage's share of autotune.budget_minutes, at most: it plans its rounds within it
-#: (search.py), and the study, which is refused when what is left cannot hold one study trial
-#: and one confirmation (study_budget.py), keeps the rest.
+#: (speed/search.py), and the study, which is refused when what is left cannot hold one study trial
+#: and one confirmation (study/budget.py), keeps the rest.
 SPEED_SHARE = 1 / 3
 
 

@@ -1,5 +1,5 @@
 """What makes a run a race to the target, shared by the time-to-target study
-(study_search.py) and its speed stage (study_speed.py): the settings of a race trial, the
+(time_to_target.py) and the pick's timing (confirm/speed.py): the settings of a race trial, the
 target a search needs, and whether a trial reached it."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def sample_limit(samples: int | None) -> list[str]:
 
 def speed_settings(steps: int, batch: int, limit_s: float | None = None) -> list[str]:
     """A throughput trial of ``steps`` optimizer steps of ``batch`` samples (the speed stage's,
-    study_speed.py), stopped by :func:`sample_limit`: no validation, the user's schedule."""
+    confirm/speed.py), stopped by :func:`sample_limit`: no validation, the user's schedule."""
     found = [s for s in trial_settings(steps, limit_s) if not s.startswith(STEP_LIMITS)]
     return [*found, *sample_limit(steps * batch)]
 

@@ -14,16 +14,16 @@ from omegaconf import OmegaConf
 from tuneup import TuneupError
 
 #: The dimension that is not a list of overrides: the batch size (and activation
-#: checkpointing, tried with the larger batch it lets fit), tuneup/autotune/batch.py.
+#: checkpointing, tried with the larger batch it lets fit), tuneup/autotune/speed/batch.py.
 BATCH = "batch_size"
 LR_RULES = ("linear", "sqrt", "keep")
 OBJECTIVES = ("throughput", "time_to_target")
 PRUNERS = ("successive_halving", "hyperband", "none")
-#: autotune.cost (time to target): what ranks the study's trials (study_trials.trial_cost)
+#: autotune.cost (time to target): what ranks the study's trials (study/trials.py: trial_cost)
 COSTS = ("time", "steps", "samples")
 SAMPLERS = ("tpe", "random")
-#: autotune.stages: the speed features' walk (search.py) and the time-to-target study
-#: (study_search.py), run in this order by pipeline.py
+#: autotune.stages: the speed features' walk (speed/search.py) and the time-to-target study
+#: (time_to_target.py), run in this order by pipeline.py
 SPEED, STUDY = "speed", "study"
 STAGES = {"throughput": ((SPEED,),), "time_to_target": ((SPEED, STUDY), (STUDY,), (SPEED,))}
 
@@ -57,7 +57,7 @@ class Settings:
     sampler_seed: int | None = None
     storage: str | None = None
     study_name: str = "autotune"
-    workers: int | None = None  # study trials at once (study_workers.py); null: the GPUs, or 1
+    workers: int | None = None  # study trials at once (study/workers.py); null: the GPUs, or 1
     stages: tuple[str, ...] | None = None
     params: dict[str, str] | None = None
     dimensions: tuple[str, ...] = ()

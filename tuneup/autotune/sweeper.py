@@ -2,13 +2,13 @@
 
 Hydra hands a sweeper the sweep's config and a launcher; this one runs the search through
 that launcher, so its trials run wherever the user's jobs run: the speed features' walk
-(search.py), the time-to-target study (study_search.py), or both, one after the other
+(speed/search.py), the time-to-target study (time_to_target.py), or both, one after the other
 (``autotune.stages``: pipeline.py); then it writes the answer into the sweep directory:
 
-- ``conf/experiment/recipe.yaml``: the recipe, a preset for the full run (recipe.py);
+- ``conf/experiment/recipe.yaml``: the recipe, a preset for the full run (report/recipe.py);
 - ``autotune.md``, ``autotune.png``: the path the search took, each candidate's speed-up
   with its interval, memory, why each rejected one was rejected, the projection;
-- ``autotune.json``: all of it, for scripts (record.py).
+- ``autotune.json``: all of it, for scripts (report/record.py).
 
 Hydra instantiates sweepers only from the ``hydra_plugins`` package:
 ``hydra_plugins/tuneup_autotune`` holds the class Hydra sees, which hands over to this one.
@@ -24,15 +24,15 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf
 
 from tuneup import TuneupError
-from tuneup.autotune import projection as projections
 from tuneup.autotune.pipeline import speed_line
 from tuneup.autotune.preflight import check_command
 from tuneup.autotune.race import TIME_TO_TARGET, race_settings
-from tuneup.autotune.recipe import RELATIVE_PATH, recipe_overrides, write_recipe
-from tuneup.autotune.record import build_record, write_record
-from tuneup.autotune.search import Budget, Search
+from tuneup.autotune.report.recipe import RELATIVE_PATH, recipe_overrides, write_recipe
+from tuneup.autotune.report.record import build_record, write_record
 from tuneup.autotune.settings import SPEED, STUDY, Settings
 from tuneup.autotune.space import Checks
+from tuneup.autotune.speed import projection as projections
+from tuneup.autotune.speed.search import Budget, Search
 from tuneup.autotune.trials import Lab, trial_settings
 from tuneup.errors import user_errors
 
@@ -87,7 +87,7 @@ class Autotune:
         """The time-to-target study, after the speed stage when ``speed_first``, on the
         user's command plus the speed stage's recipe (pipeline.py)."""
         from tuneup.autotune import pipeline
-        from tuneup.autotune.study_search import StudySearch
+        from tuneup.autotune.time_to_target import StudySearch
         from tuneup.optuna.study import resolve_storage
 
         with user_errors():
@@ -134,7 +134,7 @@ class Autotune:
         return self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
 
     def answer(self, search: Search, command: list[str], sweep_dir: Path) -> None:
-        from tuneup.autotune.markdown import render_markdown
+        from tuneup.autotune.report.markdown import render_markdown
 
         overrides = recipe_overrides(command, search.recipe)
         header = [
@@ -149,16 +149,16 @@ class Autotune:
         }
         record = build_record(search, command, recipe, self.projection(search, command))
         write_answer(
-            sweep_dir, record, render_markdown(record, sweep_dir), path, "figure.draw_figure"
+            sweep_dir, record, render_markdown(record, sweep_dir), path, "report.figure.draw_figure"
         )
         log.info("autotune: the full run: %s", recipe["command"])
 
     def answer_study(self, search, command: list[str], sweep_dir: Path, speed=None) -> None:
         """The answer of the study (and of the speed stage before it, ``speed``: its Search)."""
-        from tuneup.autotune.markdown import MARKDOWN_FILE
         from tuneup.autotune.pipeline import stages_record
-        from tuneup.autotune.study_markdown import render_study_markdown
-        from tuneup.autotune.study_report import build_study_record
+        from tuneup.autotune.report.markdown import MARKDOWN_FILE
+        from tuneup.autotune.report.study_markdown import render_study_markdown
+        from tuneup.autotune.report.study_record import build_study_record
 
         found = (*(speed.recipe if speed else ()), *search.recipe)
         overrides = recipe_overrides(command, found)
@@ -178,7 +178,7 @@ class Autotune:
         record["recipe"]["found"] = list(found)
         record["stages"] = stages_record(self.settings, speed, search)
         markdown = render_study_markdown(record, sweep_dir)
-        write_answer(sweep_dir, record, markdown, path, "study_figure.draw_study_figure")
+        write_answer(sweep_dir, record, markdown, path, "report.study_figure.draw_study_figure")
         log.info("autotune: %s", record["verdict"])
         log.info("autotune: the full run: %s", recipe["command"])
 
@@ -244,7 +244,7 @@ def write_answer(sweep_dir: Path, record: dict, markdown: str, recipe: Path, dra
     ``drawing``, ``module.function`` under tuneup.autotune: imported here, as it needs it)."""
     import importlib
 
-    from tuneup.autotune.markdown import MARKDOWN_FILE
+    from tuneup.autotune.report.markdown import MARKDOWN_FILE
 
     write_record(sweep_dir, record)
     (sweep_dir / MARKDOWN_FILE).write_text(markdown)

@@ -9,7 +9,7 @@ which it can be run again as it is.
 The throughput objective launches its trials one at a time, under every launcher. Two
 trials at once (joblib's ``n_jobs`` > 1) would share the cores, and each one's speed would
 measure the other's load, not its own configuration. The time-to-target study's explore and
-confirm stages launch up to ``autotune.workers`` at once (study_workers.py), from threads:
+confirm stages launch up to ``autotune.workers`` at once (study/workers.py), from threads:
 each launch takes its own job number. Repeats are separate trials rather than one job that
 switches configurations: Lightning's fit loop holds one model, precision and compiled
 graph per process, so switching inside a job would mean a checkpoint and a rebuild per
@@ -28,6 +28,14 @@ from pathlib import Path
 from tuneup.report.runs import Run
 from tuneup.stats.interval import trial_speed
 from tuneup.trainer import summary as run_summary
+
+#: The user's command as a trial's label: every stage runs it beside its candidates.
+BASELINE = "baseline"
+
+
+def label(overrides: tuple[str, ...]) -> str:
+    """A configuration's name in the trials, the answer and the console: its overrides."""
+    return " ".join(overrides) or BASELINE
 
 
 def trial_settings(steps: int, limit_s: float | None = None) -> list[str]:

@@ -1,6 +1,6 @@
 """Paired seeds added one at a time while undecided, and the decisions corrected for it.
 
-The time-to-target study's confirmation (study_confirm.py) runs the baseline and each
+The time-to-target study's confirmation (confirm/seeds.py) runs the baseline and each
 candidate on ``autotune.seeds`` paired seeds, then adds one seed at a time, up to
 ``autotune.max_seeds``, to the candidates still undecided: not yet accepted, not missed or
 worse, and still able to win (:func:`can_still_win`), as the throughput objective's rounds

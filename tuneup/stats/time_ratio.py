@@ -5,7 +5,7 @@ validations' seconds. The two factors carry independent noise and are measured a
 
 - the **steps** (and the validations) on the paired seeds: the same seeds for both sides,
   exact counts, read at validations;
-- the **seconds per step** in short interleaved throughput rounds (study_speed.py): one
+- the **seconds per step** in short interleaved throughput rounds (confirm/speed.py): one
   ratio pick / command per round, of trials run next to each other.
 
 They are combined on the log scale, where a ratio of products is a sum. Seed i gives

@@ -1,4 +1,4 @@
-"""Which study trials are one configuration, for the confirmation (study_confirm.py).
+"""Which study trials are one configuration, for the confirmation (seeds.py).
 
 TPE samples densely around what works: its best trials are often one recipe at nearly the
 same values (Muon at learning rates 0.45, 0.50 and 0.53). Confirmed as three candidates, they
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from optuna.distributions import CategoricalDistribution
 
-from tuneup.autotune.outcome import label
-from tuneup.autotune.study_trials import OVERRIDES_ATTR
+from tuneup.autotune.study.trials import OVERRIDES_ATTR
+from tuneup.autotune.trials import label
 
 #: Log-scaled values within this factor of each other are one configuration.
 LOG_FACTOR = 1.5

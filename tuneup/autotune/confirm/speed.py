@@ -12,25 +12,29 @@ Estimated time to target = steps to target x seconds per step + the validations'
 (from the confirm trials' summaries). Its ratio to the baseline's combines the paired seeds'
 steps and the rounds' seconds per step on the log scale (time_ratio.py); with
 ``autotune.cost=time`` a pick is adopted only when that ratio is below 1 beyond the noise
-(study_confirm.decide).
+(seeds.py: decide).
 """
 
 from __future__ import annotations
 
 import statistics
+from typing import TYPE_CHECKING
 
-from tuneup.autotune.outcome import BASELINE
 from tuneup.autotune.race import NO_TARGET, speed_settings
-from tuneup.autotune.study_trials import samples_seen, steps_seen, validation_seconds
+from tuneup.autotune.study.trials import samples_seen, steps_seen, validation_seconds
+from tuneup.autotune.trials import BASELINE
 from tuneup.stats import paired
 from tuneup.stats.interval import paired as paired_speeds
 from tuneup.stats.time_ratio import FASTER, NOISE, Seed, quantum, time_ratio
+
+if TYPE_CHECKING:
+    from tuneup.autotune.confirm.inputs import ConfirmInputs
 
 SPEED = "speed"
 
 
 class Speed:
-    def __init__(self, search, pick: dict) -> None:
+    def __init__(self, search: ConfirmInputs, pick: dict) -> None:
         self.search, self.pick = search, pick
         self.base = search.confirmed[BASELINE]
         self.pairs: list[tuple[float, float]] = []  # (baseline, pick) samples/s, per round
@@ -44,12 +48,12 @@ class Speed:
             if number >= settings.min_rounds and self._decided():
                 break
             order = [(), self.pick["overrides"]][:: -1 if number % 2 else 1]
-            if search._left() < 2 * max(1.0, search._typical_seconds() / 2):
+            if search.left() < 2 * max(1.0, search.typical_seconds() / 2):
                 search.notes.append(f"speed: {number} round(s), the budget ran out")
                 break
             speeds = {}
             for overrides in order:
-                limit = max(1.0, search._left())
+                limit = max(1.0, search.left())
                 run = speed_settings(settings.trial_steps, search.batch(overrides), limit)
                 trial = search.lab.run(SPEED, (*overrides, *NO_TARGET), settings=run)
                 self.trials.append(trial)

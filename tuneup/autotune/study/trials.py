@@ -1,4 +1,4 @@
-"""Figures of one time-to-target trial, read from its summary.json (study_search.py)."""
+"""Figures of one time-to-target trial, read from its summary.json (time_to_target.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The time-to-target study's budget arithmetic: how ``autotune.budget_minutes`` is shared.
 
 Plain functions of seconds and counts, so that they are tested with made-up times
-(tests/test_study_budget.py) and the search (study_search.py) only asks them. The times they
+(tests/test_study_budget.py) and the search (time_to_target.py) only asks them. The times they
 take are the runs' own, measured as the search goes: ``run_s``, a run to the target (the
 baseline's, or the study's median trial's if longer), which is what a confirmation run costs.
 

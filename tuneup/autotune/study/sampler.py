@@ -1,5 +1,5 @@
-"""The time-to-target study's sampler (study_search.py opens the study with it; a sweeper
-that shares the study draws from its own seed: study_leader.draw_apart)."""
+"""The time-to-target study's sampler (time_to_target.py opens the study with it; a sweeper
+that shares the study draws from its own seed: leader.py: draw_apart)."""
 
 from __future__ import annotations
 

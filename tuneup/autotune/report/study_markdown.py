@@ -1,10 +1,10 @@
-"""autotune.md of the time-to-target study, drawn from its record (study_report.py)."""
+"""autotune.md of the time-to-target study, drawn from its record (report/study_record.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tuneup.autotune.stages_markdown import stages_lines
+from tuneup.autotune.report.stages_markdown import stages_lines
 from tuneup.report.cells import code, escape
 
 

@@ -1,4 +1,4 @@
-"""What became of each candidate of the search (tuneup/autotune/search.py): its rounds
+"""What became of each candidate of the search (tuneup/autotune/speed/search.py): its rounds
 against the recipe so far (:class:`Contest`) and the verdict recorded for the path
 (:class:`Outcome`, :func:`verdict`), read by autotune.json and autotune.md."""
 
@@ -11,12 +11,7 @@ from tuneup.autotune.space import Candidate
 from tuneup.autotune.trials import Trial
 from tuneup.stats.interval import FASTER, SLOWER, Interval, paired
 
-BASELINE = "baseline"
 ACCEPTED, REJECTED, NOT_TRIED = "accepted", "rejected", "not tried"
-
-
-def label(overrides: tuple[str, ...]) -> str:
-    return " ".join(overrides) or BASELINE
 
 
 @dataclass

@@ -10,14 +10,14 @@ space (``ema`` and ``ema.decay``; ``label_smoothing`` and ``label_smoothing.amou
 ``scheduler`` and ``scheduler.warmup_steps``) is sampled only in trials whose ``G`` is not
 ``off``, so TPE (``group=True``) models it only where it exists. A key ``G.k@c`` is ``G.k``
 sampled only where ``G`` is ``c``, with a range of its own (``optimizer.lr@muon``: Muon's
-learning rate is not AdamW's, study_family.py); Optuna sees it under that name.
+learning rate is not AdamW's, study/family.py); Optuna sees it under that name.
 
 Before any trial, each choice of a config group (``scheduler=wsd``, ``ema=on``) is composed
 and checked as its job would be (space.Checks): one that does not compose in this install or
 that a check refuses is left out, with the reason. A choice refused with your value of another
 group of the space, or with some of that group's choices, runs with the one it takes
 (``optimizer=schedulefree`` with ``scheduler=constant``: its check refuses the others), and
-that group is not sampled where it is the choice (study_companions.py).
+that group is not sampled where it is the choice (study/companions.py).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-from tuneup.autotune import study_companions as companions
-from tuneup.autotune.study_family import family_params, lr_range, num
+from tuneup.autotune.study import companions as companions
+from tuneup.autotune.study.family import family_params, lr_range, num
 from tuneup.optuna.space import override_value, parse_space
 
 OFF = ("off", "none", "false")
@@ -148,7 +148,7 @@ def suggest(trial, key: str, dist):
 
 
 def _contains(dist, value) -> bool:
-    from tuneup.autotune.study_trials import contains
+    from tuneup.autotune.study.trials import contains
 
     return contains(dist, value)
 

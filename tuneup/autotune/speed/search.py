@@ -4,13 +4,13 @@
 
     baseline trial          the user's command: a warm-up of the process (its speed is not
                             compared) and the accuracy guard's reference curve
-    for each dimension      autotune.dimensions, in order (batch_size: batch.py)
+    for each dimension      autotune.dimensions, in order (batch_size: speed/batch.py)
         never launched      candidates the checks refuse or that change nothing here (space.py)
         rounds              the recipe so far (R) and each candidate left, once each, the
                             order reversed every round: R A B, B A R, R A B ... so load that
                             drifts over a round hits everyone alike on average
         leaves early        at its first trial that fails or that the guard rejects
-                            (guard.py); when no later rounds, however fast, could make its
+                            (speed/guard.py); when no later rounds, however fast, could make its
                             interval exclude 1.0 within autotune.max_rounds (a candidate 10x
                             slower leaves after one round); after autotune.min_rounds, when
                             its interval is decided; at autotune.max_rounds
@@ -36,21 +36,19 @@ import statistics
 import time
 
 from tuneup import TuneupError
-from tuneup.autotune import batch as batches
-from tuneup.autotune.guard import loss_gap, rejection
-from tuneup.autotune.outcome import (
+from tuneup.autotune.settings import BATCH, Settings
+from tuneup.autotune.space import Candidate, Checks, half_weights, why_not
+from tuneup.autotune.speed import batch as batches
+from tuneup.autotune.speed.guard import loss_gap, rejection
+from tuneup.autotune.speed.outcome import (
     ACCEPTED,
-    BASELINE,
     NOT_TRIED,
     REJECTED,
     Contest,
     Outcome,
-    label,
     verdict,
 )
-from tuneup.autotune.settings import BATCH, Settings
-from tuneup.autotune.space import Candidate, Checks, half_weights, why_not
-from tuneup.autotune.trials import Lab, Trial
+from tuneup.autotune.trials import BASELINE, Lab, Trial, label
 from tuneup.stats.interval import NOISE, can_still_win
 
 MIN_TRIAL_LIMIT_S = 60.0

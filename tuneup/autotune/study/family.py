@@ -2,7 +2,7 @@
 
 Your optimizer, ``muon``, ``schedulefree`` and ``nadamw``, as one choice ``optimizer`` of the
 space, each with its own learning-rate range, sampled only where it is the choice
-(``optimizer.lr@muon``: study_space.py's per-choice keys). Whether a member applies here is
+(``optimizer.lr@muon``: study/space.py's per-choice keys). Whether a member applies here is
 not decided in this module: build_space composes and checks each as its job would be (muon's
 check refuses a model with no hidden ``nn.Linear`` and ``strategy=fsdp``; schedulefree's
 refuses any schedule but ``scheduler=constant``, so the space runs it with that one; a member

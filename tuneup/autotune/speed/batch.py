@@ -116,7 +116,7 @@ def batch_problem(cfg) -> str | None:
 
 
 class BatchSearch:
-    """The batch-size candidates of one search (tuneup/autotune/search.py): probes, then at
+    """The batch-size candidates of one search (tuneup/autotune/speed/search.py): probes, then at
     most two candidates, the largest batch that fits, and with activation checkpointing."""
 
     def __init__(self, search) -> None:

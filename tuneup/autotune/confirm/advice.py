@@ -10,6 +10,11 @@ or to set an easier target. Which case it was is read from the baseline's figure
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tuneup.autotune.confirm.inputs import ConfirmInputs
+
 #: How the baseline ended without reaching the target: its own limits, or the autotune's time.
 OWN_LIMITS, OUT_OF_TIME = "own_limits", "out_of_time"
 
@@ -81,11 +86,11 @@ def no_answer(
     )
 
 
-def search_no_answer(search) -> str:
-    """:func:`no_answer` for a :class:`~tuneup.autotune.study_search.StudySearch`."""
+def search_no_answer(search: ConfirmInputs) -> str:
+    """:func:`no_answer` for a :class:`~tuneup.autotune.time_to_target.StudySearch`."""
     from optuna.trial import TrialState
 
-    from tuneup.autotune.study_trials import BASELINE_ATTR
+    from tuneup.autotune.study.trials import BASELINE_ATTR
 
     target = dict((search.user_config or {}).get("target") or {})
     done = search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))

@@ -1,17 +1,17 @@
-"""autotune.json of the time-to-target study (study_search.py); study_markdown.py draws
+"""autotune.json of the time-to-target study (time_to_target.py); report/study_markdown.py draws
 autotune.md from it."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tuneup.autotune.outcome import BASELINE
+from tuneup.autotune.confirm.seeds import held_out_seed, paired_seeds
 from tuneup.autotune.race import reached
-from tuneup.autotune.record import trial_dict
-from tuneup.autotune.study_confirm import held_out_seed, paired_seeds
-from tuneup.autotune.study_space import searched
-from tuneup.autotune.study_trials import (
+from tuneup.autotune.report.record import trial_dict
+from tuneup.autotune.study.space import searched
+from tuneup.autotune.study.trials import (
     STEPS,
     TIME,
     UNITS,
@@ -20,7 +20,11 @@ from tuneup.autotune.study_trials import (
     seed_figure,
     steps_seen,
 )
+from tuneup.autotune.trials import BASELINE
 from tuneup.stats import paired
+
+if TYPE_CHECKING:
+    from tuneup.autotune.report.inputs import StudyAnswer
 
 #: What ``autotune.cost`` ranks by, and why (autotune.md's first lines).
 COST_WHY = {
@@ -34,7 +38,7 @@ COST_WHY = {
 }
 
 
-def build_study_record(search, command: list[str], recipe: dict) -> dict:
+def build_study_record(search: StudyAnswer, command: list[str], recipe: dict) -> dict:
     confidence, cost = search.settings.confidence, search.settings.cost
     confirmed = []
     hits = {

@@ -1,4 +1,4 @@
-"""Which choices of the study's space run here, and with what (study_space.build_space).
+"""Which choices of the study's space run here, and with what (space.py: build_space).
 
 Each choice ``G=c`` of a config group in the space is composed and checked as its job would be
 (space.Checks: the core's and every plugin's ``check``), first with your other values. Then
@@ -19,7 +19,7 @@ keep what they composed), a fraction of a second each.
 
 from __future__ import annotations
 
-from tuneup.autotune.study_trials import config_value
+from tuneup.autotune.study.trials import config_value
 from tuneup.optuna.space import override_value
 
 

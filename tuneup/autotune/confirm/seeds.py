@@ -1,6 +1,6 @@
-"""The time-to-target study's confirm stage and its decision (study_search.py's stages 3, 4).
+"""The time-to-target study's confirm stage and its decision (time_to_target.py's stages 3, 4).
 
-The best ``autotune.confirm`` distinct configurations of the study (study_distinct.py: one
+The best ``autotune.confirm`` distinct configurations of the study (distinct.py: one
 candidate per recipe, not one per nearby value) and the user's command run on the
 same ``autotune.seeds`` seeds the study never saw, then on one more seed at a time, up to
 ``autotune.max_seeds``, for the candidates still undecided (sequential.py); a candidate is
@@ -9,20 +9,19 @@ validation lattice's and at the pooled seed spread, pass a one-sided t test corr
 seeds added and, by Holm's step-down, for the candidates compared (paired.py,
 sequential.py). The pick then runs once more on a held-out seed that neither chose it nor
 accepted it: that run's figure is what the pick is expected to need. The pick is timed
-against the command (study_speed.py).
+against the command (confirm/speed.py).
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from tuneup.autotune import study_distinct
-from tuneup.autotune import study_step_cost as step_cost
-from tuneup.autotune.outcome import BASELINE
+from tuneup.autotune.confirm import distinct, step_cost
+from tuneup.autotune.confirm.advice import search_no_answer
+from tuneup.autotune.confirm.step_cost import time_to_target
 from tuneup.autotune.race import reached
-from tuneup.autotune.study_advice import search_no_answer
-from tuneup.autotune.study_step_cost import time_to_target
-from tuneup.autotune.study_trials import (
+from tuneup.autotune.study.trials import (
     BASELINE_ATTR,
     OVERRIDES_ATTR,
     SAMPLES,
@@ -32,10 +31,14 @@ from tuneup.autotune.study_trials import (
     quantum,
     seed_figure,
 )
+from tuneup.autotune.trials import BASELINE
 from tuneup.stats import paired, sequential
 
+if TYPE_CHECKING:
+    from tuneup.autotune.confirm.inputs import ConfirmInputs
 
-def confirm(search) -> None:
+
+def confirm(search: ConfirmInputs) -> None:
     """The baseline and the best configurations on the paired seeds, seeds added while
     undecided; ``search.confirmed[name]``: overrides, trials (one per paired seed run, in seed
     order), samples budget and, for the candidates, the corrected decision."""
@@ -53,7 +56,7 @@ def confirm(search) -> None:
         entry = entries[name]
         # a configuration's first seeds are run only if all of them fit (none half-confirmed)
         runs = settings.seeds if index == 0 else 1
-        if search._left() - _reserve(search) < search._confirm_seconds() * runs:
+        if search.left() - _reserve(search) < search.confirm_seconds() * runs:
             what = "not confirmed" if index == 0 else f"not run on seed {seeds[index]}"
             search.notes.append(f"`{name}` (trial {entry['trial']}) {what}: the budget ran out")
             return None
@@ -66,7 +69,7 @@ def confirm(search) -> None:
                 entry["overrides"],
                 seeds[index],
                 samples=samples,
-                limit_s=max(1.0, search._left() - _reserve(search)),
+                limit_s=max(1.0, search.left() - _reserve(search)),
                 worker=worker,
             )
             if not trial.killed:
@@ -101,7 +104,7 @@ def confirm(search) -> None:
         search.confirmed[name]["decision"] = decision
 
 
-def at_once(search, runs: list[tuple[str, int]], launch) -> dict:
+def at_once(search: ConfirmInputs, runs: list[tuple[str, int]], launch) -> dict:
     """A round's runs, ``autotune.workers`` at a time, each with its worker's share of the
     machine: the baseline's first (the candidates' sample limit is read from them), then the
     candidates'. {} with one worker: each runs when the round reaches it."""
@@ -125,9 +128,9 @@ def at_once(search, runs: list[tuple[str, int]], launch) -> dict:
     return done
 
 
-def run_figure(search, trial, overrides) -> tuple[float, bool, float]:
+def run_figure(search: ConfirmInputs, trial, overrides) -> tuple[float, bool, float]:
     """(cost to target, reached, the validation lattice's step) of a confirmation run, at
-    the seconds per step timed apart where the workers shared the cores (study_step_cost)."""
+    the seconds per step timed apart where the workers shared the cores (step_cost.py)."""
     step_s = (getattr(search, "step_cost", None) or {}).get(tuple(overrides))
     if step_s is None:
         return (*seed_figure(trial, search.settings.cost), quantum(trial, search.settings.cost))
@@ -138,7 +141,7 @@ def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
     """The study's best ``autotune.confirm`` distinct configurations that reached the
     target: (label, overrides, trial number). Where the workers shared the cores and time
     ranks, the contenders' and your command's seconds per step are timed apart first
-    (study_step_cost.py) and the ranking uses them."""
+    (confirm/step_cost.py) and the ranking uses them."""
     from optuna.trial import TrialState
 
     hits = [
@@ -171,10 +174,10 @@ def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
 def _distinct(
     trials, most: int, notes: list | None = None
 ) -> list[tuple[str, tuple[str, ...], int]]:
-    """The best of each distinct configuration (study_distinct.py); ``notes`` hears which
+    """The best of each distinct configuration (distinct.py); ``notes`` hears which
     trials were merged into the candidates."""
-    best, merged = study_distinct.distinct(trials, most)
-    note = study_distinct.merged_note(best, merged)
+    best, merged = distinct.distinct(trials, most)
+    note = distinct.merged_note(best, merged)
     if notes is not None and note:
         notes.append(note)
     return best
@@ -198,13 +201,13 @@ def held_out_seed(search) -> int:
     return search.seed + 1 + search.settings.max_seeds
 
 
-def held_out(search, name: str) -> None:
+def held_out(search: ConfirmInputs, name: str) -> None:
     """The pick once more, on :func:`held_out_seed`: the seeds that accepted it chose it too
     (the best of several on them is biased low), so what it is expected to need is read from
     a seed that did neither. ``search.confirmed[name]["held_out"]``: the trial (or absent,
     with a note, when the budget does not allow it)."""
     entry = search.confirmed[name]
-    if search._left() - search._speed_reserve() < search._confirm_seconds():
+    if search.left() - search.speed_reserve() < search.confirm_seconds():
         search.notes.append(
             f"`{name}`: no run on the held-out seed {held_out_seed(search)}: "
             "the budget ran out (its expected figures are the paired seeds')"
@@ -215,13 +218,13 @@ def held_out(search, name: str) -> None:
         entry["overrides"],
         held_out_seed(search),
         samples=_confirm_samples(search, search.confirmed[BASELINE]),
-        limit_s=max(1.0, search._left() - search._speed_reserve()),
+        limit_s=max(1.0, search.left() - search.speed_reserve()),
     )
 
 
 def _reserve(search) -> float:
     """What the confirmation leaves: the speed stage's share and the held-out seed's run."""
-    return search._speed_reserve() + search._confirm_seconds()
+    return search.speed_reserve() + search.confirm_seconds()
 
 
 def _confirm_samples(search, baseline: dict) -> int:
@@ -233,12 +236,12 @@ def _confirm_samples(search, baseline: dict) -> int:
     return max(most, search.baseline["trial_samples"])
 
 
-def decide(search) -> None:
+def decide(search: ConfirmInputs) -> None:
     """The pick (paired seeds, on ``autotune.cost``), then its time to target against the
-    baseline's (study_speed.py). With ``autotune.cost=time`` the pick is adopted only when
+    baseline's (confirm/speed.py). With ``autotune.cost=time`` the pick is adopted only when
     that time is lower than the command's beyond the noise; with ``steps`` or ``samples`` the
     paired decision on that count decides and the time on this machine is information."""
-    from tuneup.autotune.study_speed import Speed
+    from tuneup.autotune.confirm.speed import Speed
 
     cost = search.settings.cost
     decisions = {n: e["decision"] for n, e in search.confirmed.items() if n != BASELINE}
@@ -248,7 +251,7 @@ def decide(search) -> None:
     }
     chosen = paired.pick(decisions, means)
     less = "time" if cost == TIME else f"{UNITS[cost]}"
-    if not decisions:  # the advice follows from what happened (study_advice.py)
+    if not decisions:  # the advice follows from what happened (confirm/advice.py)
         search.verdict = search_no_answer(search)
         return
     if chosen is None:

@@ -1,10 +1,10 @@
 """The time-to-target study's share of ``autotune.budget_minutes`` between its stages, as
-the runs go (study_search.py): the arithmetic is study_budget.py's plain functions, this is
+the runs go (time_to_target.py): the arithmetic is study/budget.py's plain functions, this is
 the search's view of it (its baseline, its trials, its clock)."""
 
 from __future__ import annotations
 
-from tuneup.autotune import study_budget
+from tuneup.autotune.study import budget as study_budget
 
 
 class BudgetShare:
@@ -12,10 +12,10 @@ class BudgetShare:
     ``confirm_seeds``, ``confirm_count``, ``confirm_added``, ``answered``, ``_released``,
     ``notes``, ``before`` and ``explored()``."""
 
-    def _left(self) -> float:
+    def left(self) -> float:
         return self.budget.seconds - self.budget.elapsed
 
-    def _typical_seconds(self) -> float:
+    def typical_seconds(self) -> float:
         """A race trial's expected seconds: the median of the study's trials so far (or the
         baseline's)."""
         seconds = sorted(t.seconds for t in self.lab.trials if t.label != "speed") or [
@@ -25,13 +25,13 @@ class BudgetShare:
 
     def share_budget(self) -> None:
         """Refuse a budget too small for one study trial and one confirmation, or size the
-        confirmation's room to it (study_budget.py), once the baseline's time is known."""
+        confirmation's room to it (study/budget.py), once the baseline's time is known."""
         s = self.settings
         self.confirm_count, self.confirm_added = study_budget.plan(
             s.budget_minutes,
             self.budget.elapsed,
             self.baseline.get("seconds", 1.0),
-            self._confirm_seconds(),
+            self.confirm_seconds(),
             len(self.confirm_seeds),
             s.confirm,
             s.min_rounds,
@@ -47,20 +47,20 @@ class BudgetShare:
                 f"(autotune.max_seeds={s.max_seeds})"
             )
 
-    def _speed_reserve(self) -> float:
+    def speed_reserve(self) -> float:
         """The speed stage's first ``min_rounds`` (more rounds while the budget allows)."""
-        return study_budget.speed_seconds(self.settings.min_rounds, self._confirm_seconds())
+        return study_budget.speed_seconds(self.settings.min_rounds, self.confirm_seconds())
 
-    def _reserve(self) -> float:
+    def reserve(self) -> float:
         """Room kept for confirm and speed (study_budget.explore_reserve; none once the
-        answer is given, study_explore.go_on). A confirm run is
+        answer is given, study/explore.py: go_on). A confirm run is
         taken at ``autotune.race_margin`` x its expected seconds: your command runs to the
         target on seeds the search never saw, which may need more steps than the search seed
         (a candidate's runs there are capped at that margin of your command's samples), and
         the room is kept before any of them has run."""
         seeds, run_s, rounds = (
             len(self.confirm_seeds),
-            self._confirm_seconds() * self.settings.race_margin,
+            self.confirm_seconds() * self.settings.race_margin,
             self.settings.min_rounds,
         )
         if self.answered:  # the answer is given: what it left is the study's
@@ -68,8 +68,8 @@ class BudgetShare:
         found = any(t.user_attrs.get("reached") for t in self.explored())
         released = self._released
         room, self._released = study_budget.explore_reserve(
-            self._left(),
-            self._typical_seconds(),
+            self.left(),
+            self.typical_seconds(),
             study_budget.room_seconds(self.confirm_count, seeds, self.confirm_added, run_s, rounds),
             study_budget.room_seconds(1, seeds, 0, run_s, rounds),
             found,
@@ -82,7 +82,7 @@ class BudgetShare:
             )
         return room
 
-    def _confirm_seconds(self) -> float:
+    def confirm_seconds(self) -> float:
         """A confirm run's expected seconds: a run to the target, as the baseline's (the
         study's median trial is a pruned one, far shorter)."""
-        return max(self._typical_seconds(), self.baseline.get("seconds", 1.0))
+        return max(self.typical_seconds(), self.baseline.get("seconds", 1.0))

@@ -3,7 +3,7 @@ adopted and what each stage bought in time to target, drawn from autotune.json's
 
 from __future__ import annotations
 
-from tuneup.autotune.markdown import path_table
+from tuneup.autotune.report.markdown import path_table
 from tuneup.report.cells import code, escape
 
 

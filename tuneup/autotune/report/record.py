@@ -7,8 +7,12 @@ import dataclasses
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tuneup.autotune.outcome import median_peak
+from tuneup.autotune.speed.outcome import median_peak
+
+if TYPE_CHECKING:
+    from tuneup.autotune.report.inputs import SpeedAnswer
 
 FILE_NAME = "autotune.json"
 
@@ -66,7 +70,7 @@ def outcome_dict(outcome) -> dict:
     }
 
 
-def build_record(search, command: list[str], recipe: dict, projection: dict) -> dict:
+def build_record(search: SpeedAnswer, command: list[str], recipe: dict, projection: dict) -> dict:
     baseline = search.baseline.summary or {}
     confirmation = search.confirmation
     return {

@@ -9,34 +9,34 @@ paired seeds, then paired throughput windows.
                 a sample limit the scheduler does not see (race.sample_limit): every run
                 keeps the user's trainer.max_steps / max_epochs, the schedule of the recipe
     explore     an Optuna study (ask and tell; storage and continuation as hparams_search=optuna:
-                tuneup/optuna/study.py) over autotune.params (study_space.py), TPE seeded
+                tuneup/optuna/study.py) over autotune.params (study/space.py), TPE seeded
                 (multivariate, grouped for the conditional keys); each trial trains to the
                 target on the search seed and reports its distance to the target at every
                 validation against the samples seen (plugins/optuna_trial.py); successive
                 halving (or Hyperband) prunes the trials that are behind at equal samples.
                 The value: its cost to the target (autotune.cost: time = steps x its own
-                seconds per step + validations, steps, or samples; study_trials.trial_cost);
+                seconds per step + validations, steps, or samples; study/trials.py: trial_cost);
                 a miss: its cost so far x (1 + its last relative distance), above every hit.
-                Up to autotune.workers trials at once (study_explore.py, study_workers.py)
-    confirm     the best autotune.confirm distinct configurations (study_distinct.py) and
+                Up to autotune.workers trials at once (study/explore.py, study/workers.py)
+    confirm     the best autotune.confirm distinct configurations (confirm/distinct.py) and
                 the baseline, each on the same autotune.seeds seeds the study never saw
                 (seed+1, seed+2, ...), seeds added while undecided; a candidate
                 wins only when its per-seed differences in cost from the baseline's have a t
                 interval below 0 (paired.py); the lowest mean cost among winners is the pick
     speed       the pick and the baseline's seconds per step, from short interleaved
-                throughput trials (study_speed.py); estimated time to target = steps x
+                throughput trials (confirm/speed.py); estimated time to target = steps x
                 s/step + the validations' seconds, its ratio's interval on the log scale
                 (time_ratio.py); with autotune.cost=time a pick not faster in it beyond the
                 noise is not adopted
 
 The budget: ``autotune.budget_trials`` study trials (the baseline aside), or
 ``autotune.budget_samples`` samples trained by them, whichever comes first; and
-``autotune.budget_minutes`` over everything, shared by study_budget.py once the baseline's time
+``autotune.budget_minutes`` over everything, shared by study/budget.py once the baseline's time
 is known: a budget too small for one study trial and one confirmation is refused there; the
 confirmation gets room for as many candidates as fit in half of what is left (at least one),
 with the leading one's seeds added up to autotune.max_seeds, the held-out run and the speed
 stage, and the study runs until the minutes left are that room; what the answer leaves goes
-back to the study while it has trials (study_explore.go_on). A trial gets
+back to the study while it has trials (study/explore.py: go_on). A trial gets
 ``trainer.max_time`` of what is left above it, and no trial starts that could not finish in it.
 """
 
@@ -47,15 +47,15 @@ import math
 import warnings
 
 from tuneup import TuneupError
-from tuneup.autotune import study_leader, study_workers
-from tuneup.autotune.batch import own_loop
-from tuneup.autotune.outcome import BASELINE
+from tuneup.autotune.confirm.advice import baseline_stop
 from tuneup.autotune.race import race_settings, reached, required_target, sample_limit
-from tuneup.autotune.study_advice import baseline_stop
-from tuneup.autotune.study_sampler import study_sampler
-from tuneup.autotune.study_share import BudgetShare
-from tuneup.autotune.study_space import build_space, default_params
-from tuneup.autotune.study_trials import (
+from tuneup.autotune.speed.batch import own_loop
+from tuneup.autotune.study import BudgetShare
+from tuneup.autotune.study import leader as study_leader
+from tuneup.autotune.study import workers as study_workers
+from tuneup.autotune.study.sampler import study_sampler
+from tuneup.autotune.study.space import build_space, default_params
+from tuneup.autotune.study.trials import (
     BASELINE_ATTR,
     JOB_ATTR,
     OVERRIDES_ATTR,
@@ -65,7 +65,7 @@ from tuneup.autotune.study_trials import (
     samples_seen,
     trial_value,
 )
-from tuneup.autotune.trials import Trial
+from tuneup.autotune.trials import BASELINE, Trial
 
 log = logging.getLogger(__name__)
 
@@ -87,19 +87,22 @@ class StudySearch(BudgetShare):
         self.confirm_seeds = [seed + 1 + i for i in range(settings.seeds)]
         self.recipe: tuple[str, ...] = ()
         self.baseline: dict = {}  # the baseline's figures on the search seed
+        self.user_config = None  # your command's config, once run() composed it
         self.space = None
         self.study = None
         self.confirmed: dict[str, dict] = {}  # label -> {"overrides", "trials", "decision"}
         self.confirm_count = settings.confirm  # candidates the budget confirms (share_budget)
         self.confirm_added = 0  # the leading candidate's seeds added it holds (share_budget)
         self.answered = False  # the answer given: the study has what is left (go_on)
-        self._released = False  # the confirmation's room given to the study (_reserve)
+        self._released = False  # the confirmation's room given to the study (reserve)
         self.workers = study_workers.Workers(1, False, 1)  # autotune.workers, resolved in run
-        self.step_cost: dict[tuple[str, ...], float] = {}  # study_step_cost: s/step timed apart
-        self.speed = None  # study_speed.Speed
+        self.step_cost: dict[
+            tuple[str, ...], float
+        ] = {}  # confirm/step_cost.py: s/step timed apart
+        self.speed = None  # confirm/speed.py: Speed
         self.verdict = ""  # the answer, in words
         self.sweeper = _sweeper_id()  # host:pid, as the study's trials and tickets name it
-        self.ticket: int | None = None  # the number of its first trial (study_leader.py)
+        self.ticket: int | None = None  # the number of its first trial (study/leader.py)
         self.answered_by: dict | None = None  # the sweeper that answers, when not this one
         self.notes: list[str] = []
         self.before = (0.0, 0.0)  # the stages before the study: seconds, budget share
@@ -107,8 +110,7 @@ class StudySearch(BudgetShare):
     # -- the stages ---------------------------------------------------------------------------
 
     def run(self) -> StudySearch:
-        config = required_target(self.checks)
-        self.user_config = config
+        self.user_config = config = required_target(self.checks)
         self.use_workers(study_workers.resolve(self.settings.workers, self.lab.launcher, config))
         self.open_study()
         self.baseline_run(config)
@@ -159,7 +161,7 @@ class StudySearch(BudgetShare):
                 f"{len(self.explored())} finished trial(s) kept"
             )
             return
-        limit = self._left()
+        limit = self.left()
         trial = self.race_run(BASELINE, (), self.seed, samples=None, limit_s=limit)
         if not trial.ok:
             raise TuneupError(
@@ -208,12 +210,12 @@ class StudySearch(BudgetShare):
         self.study.add_trial(trial)
 
     def explore(self) -> None:
-        from tuneup.autotune.study_explore import explore
+        from tuneup.autotune.study.explore import explore
 
         explore(self)
 
     def go_on(self) -> None:
-        from tuneup.autotune.study_explore import go_on
+        from tuneup.autotune.study.explore import go_on
 
         go_on(self)
 
@@ -224,12 +226,12 @@ class StudySearch(BudgetShare):
         return [t for t in studies.finished(self.study) if not t.user_attrs.get(BASELINE_ATTR)]
 
     def confirm(self) -> None:
-        from tuneup.autotune.study_confirm import confirm
+        from tuneup.autotune.confirm import confirm
 
         confirm(self)
 
     def decide(self) -> None:
-        from tuneup.autotune.study_confirm import decide
+        from tuneup.autotune.confirm import decide
 
         decide(self)
 
@@ -249,7 +251,7 @@ class StudySearch(BudgetShare):
         batch = int((cfg.get("data") or {}).get("batch_size") or 1)
         return batch * int((cfg.get("grad_accum") or {}).get("steps") or 1)
 
-    def _job_settings(self, trial) -> dict:
+    def job_settings(self, trial) -> dict:
         from tuneup.optuna.space import override_value
 
         return {

@@ -2,12 +2,12 @@
 share the cores (``autotune.workers`` > 1 on a CPU).
 
 A run's time to target is its steps x its seconds per step + its validations' seconds
-(study_trials.trial_cost). The steps are exact counts whatever else runs; the seconds per step
+(study/trials.py: trial_cost). The steps are exact counts whatever else runs; the seconds per step
 are not: a trial that ran beside another worker on the same cores measured the other's load
 as well as its own configuration, and by how much depends on what ran beside it. So before
 the study's candidates are ranked for the confirmation, the configurations in contention (the
 best distinct ones that reached the target, and your command) are timed one at a time, in
-short throughput trials interleaved as the speed stage's (study_speed.py: the order reversed
+short throughput trials interleaved as the speed stage's (confirm/speed.py: the order reversed
 every round, each trial's fastest window, the median over ``autotune.min_rounds`` rounds),
 and those seconds per step replace the trials' own in the ranking and in the confirmation's
 per-seed costs. Where each worker has a device of its own, its own windows count.
@@ -16,21 +16,25 @@ per-seed costs. Where each worker has a device of its own, its own windows count
 from __future__ import annotations
 
 import statistics
+from typing import TYPE_CHECKING
 
+from tuneup.autotune.confirm.speed import SPEED
 from tuneup.autotune.race import NO_TARGET, speed_settings
-from tuneup.autotune.study_speed import SPEED
-from tuneup.autotune.study_trials import steps_seen, validation_seconds
+from tuneup.autotune.study.trials import steps_seen, validation_seconds
+
+if TYPE_CHECKING:
+    from tuneup.autotune.confirm.inputs import ConfirmInputs
 
 #: the configurations timed apart: this many x autotune.confirm (the ranking's contenders)
 CONTENDERS = 2
 
 
-def applies(search) -> bool:
+def applies(search: ConfirmInputs) -> bool:
     """Whether trials' own step times are not comparable: time ranks, and workers share cores."""
     return search.settings.cost == "time" and search.workers.shared_cores
 
 
-def rule(search) -> str:
+def rule(search: ConfirmInputs) -> str:
     """Which seconds per step the time to target was ranked by, in words (autotune.md)."""
     if search.settings.cost != "time" or search.workers.count == 1:
         return ""
@@ -46,22 +50,22 @@ def rule(search) -> str:
     )
 
 
-def measure(search, configs: list[tuple[str, ...]]) -> dict[tuple[str, ...], float]:
+def measure(search: ConfirmInputs, configs: list[tuple[str, ...]]) -> dict[tuple[str, ...], float]:
     """Seconds per optimizer step of each of ``configs`` (overrides; () is your command),
     from ``autotune.min_rounds`` rounds of serial throughput trials, the order reversed every
     round; a configuration without a speed window is left out. Rounds stop when the budget
     has no room for one more beside the confirmation's."""
     settings = search.settings
     speeds: dict[tuple[str, ...], list[float]] = {c: [] for c in configs}
-    one = max(1.0, search._typical_seconds() / 2)
+    one = max(1.0, search.typical_seconds() / 2)
     for number in range(settings.min_rounds):
-        if search._left() - search._confirm_seconds() < one * len(configs):
+        if search.left() - search.confirm_seconds() < one * len(configs):
             search.notes.append(
                 f"seconds per step timed apart in {number} round(s): the budget ran out"
             )
             break
         for overrides in configs[:: -1 if number % 2 else 1]:
-            run = speed_settings(settings.trial_steps, search.batch(overrides), search._left())
+            run = speed_settings(settings.trial_steps, search.batch(overrides), search.left())
             trial = search.lab.run(SPEED, (*overrides, *NO_TARGET), settings=run)
             if trial.speed:
                 speeds[overrides].append(trial.speed)

@@ -1,10 +1,10 @@
-"""The time-to-target study's explore stage (study_search.py): its trials asked, launched and
+"""The time-to-target study's explore stage (time_to_target.py): its trials asked, launched and
 told, up to ``autotune.workers`` at once, by the Optuna sweepers' driver
 (tuneup/optuna/workers.py :func:`run_trials`): a worker asks the next trial as soon as its
 own ends, with no batch waiting for its slowest trial.
 
 ``autotune.budget_trials`` counts the study's trials over all workers, and over every sweeper
-on the study (study_leader.py: the study's first trials by number);
+on the study (study/leader.py: the study's first trials by number);
 ``autotune.budget_samples`` and ``autotune.budget_minutes`` stop the asking (the running
 trials are waited for and told); a trial's time limit is what is left above the
 confirmation's room when it starts, so no trial starts that could not finish in it.
@@ -17,11 +17,12 @@ its parameters are asked again, once; the other workers go on.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
-from tuneup.autotune import study_budget, study_leader
-from tuneup.autotune.outcome import label
 from tuneup.autotune.race import reached
-from tuneup.autotune.study_trials import (
+from tuneup.autotune.study import budget as study_budget
+from tuneup.autotune.study import leader as study_leader
+from tuneup.autotune.study.trials import (
     JOB_ATTR,
     NEVER_ATTR,
     OVERRIDES_ATTR,
@@ -31,7 +32,10 @@ from tuneup.autotune.study_trials import (
     samples_seen,
     trial_value,
 )
-from tuneup.autotune.trials import Trial
+from tuneup.autotune.trials import Trial, label
+
+if TYPE_CHECKING:
+    from tuneup.autotune.study.inputs import StudyInputs
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +43,7 @@ log = logging.getLogger(__name__)
 WORKER_ATTR = "tuneup_worker"
 
 
-def explore(search) -> None:
+def explore(search: StudyInputs) -> None:
     """Run the study's trials until the budget is spent (module docstring)."""
     from tuneup.optuna import study as studies
     from tuneup.optuna.workers import Slots, run_trials
@@ -70,17 +74,17 @@ def explore(search) -> None:
     )
 
 
-def go_on(search) -> None:
+def go_on(search: StudyInputs) -> None:
     """Once the answer is given: the minutes it left (a confirmation decided in fewer seeds
     than its room, no pick to run on the held-out seed and to time) go to the study while it
     has trials left (study_budget.goes_on). Those trials are the study's, for a continued
     search on the same storage; the answer stays the one given: confirming another
     candidate now would test again at the level the confirmation has spent."""
     left = search.settings.budget_trials - study_leader.taken(search.study)
-    if not study_budget.goes_on(search._left(), search._typical_seconds(), left):
+    if not study_budget.goes_on(search.left(), search.typical_seconds(), left):
         return
     search.answered = True
-    before, minutes = len(search.explored()), search._left() / 60
+    before, minutes = len(search.explored()), search.left() / 60
     explore(search)
     search.notes.append(
         f"the answer left {minutes:.2g} of the {search.settings.budget_minutes:g} minute(s) "
@@ -90,7 +94,7 @@ def go_on(search) -> None:
     )
 
 
-def ask(search):
+def ask(search: StudyInputs):
     """The next trial and its job, ``(trial, None)`` for one the checks refuse (told failed
     here), or None once ``budget_samples`` or ``budget_minutes`` stop the study."""
     from optuna.trial import TrialState
@@ -102,7 +106,7 @@ def ask(search):
     if search.settings.budget_samples is not None and used >= search.settings.budget_samples:
         search.notes.append(f"explore stopped at autotune.budget_samples: {used:,} samples")
         return None
-    limit = study_budget.explore_limit(search._left(), search._reserve(), search._typical_seconds())
+    limit = study_budget.explore_limit(search.left(), search.reserve(), search.typical_seconds())
     if not limit:
         rest = "" if search.answered else ": the rest is kept for confirm and speed"
         search.notes.append(
@@ -133,7 +137,7 @@ def ask(search):
         trial.set_user_attr(NEVER_ATTR, "; ".join(inspection.problems))
         search.study.tell(trial, state=TrialState.FAIL)
         return trial, None
-    job = [f"+hydra.sweeper.{k}={v}" for k, v in search._job_settings(trial).items()]
+    job = [f"+hydra.sweeper.{k}={v}" for k, v in search.job_settings(trial).items()]
     extra = [*job, "+optuna_trial.plugin=optuna_trial"]
     return trial, {
         "label": label(overrides),
@@ -143,7 +147,7 @@ def ask(search):
     }
 
 
-def tell(search, trial, run: Trial) -> bool:
+def tell(search: StudyInputs, trial, run: Trial) -> bool:
     """Tell the study what the run's summary.json says; True when the trial failed."""
     from optuna.trial import TrialState
 
@@ -182,7 +186,7 @@ def tell(search, trial, run: Trial) -> bool:
     return False
 
 
-def killed(search, trial, run: Trial) -> bool:
+def killed(search: StudyInputs, trial, run: Trial) -> bool:
     """A trial whose process was killed: failed; the first time, interrupted (it does not
     count towards the budget) and its parameters asked again; a retry killed again counts."""
     from optuna.trial import TrialState

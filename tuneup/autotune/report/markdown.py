@@ -105,7 +105,7 @@ def unlaunched_and_batch(record: dict) -> list[str]:
 
 def path_table(record: dict) -> list[str]:
     """The candidates launched, each against the recipe it was measured with (also the speed
-    stage's path in the time-to-target autotune.md: stages_markdown.py)."""
+    stage's path in the time-to-target autotune.md: report/stages_markdown.py)."""
     rows = [
         "| # | dimension | candidate | against | speed-up [interval] | rounds | peak memory "
         "(against's) | loss gap | outcome |",

@@ -33,8 +33,12 @@ import math
 import socket
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tuneup.autotune.study_trials import BASELINE_ATTR
+from tuneup.autotune.study.trials import BASELINE_ATTR
+
+if TYPE_CHECKING:
+    from tuneup.autotune.study.inputs import StudyInputs
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +180,7 @@ def wait_for_others(study, me: str, bound_s: float, poll_s: float = 2.0, among=N
 GRACE_S = 60.0
 
 
-def lead(search) -> bool:
+def lead(search: StudyInputs) -> bool:
     """Whether this sweeper writes the study's answer (module docstring). The leader first
     waits for the other sweepers' running trials: they were started with a time limit of
     what their sweeper had left above its confirmation's room, so at most that long (this
@@ -198,7 +202,7 @@ def lead(search) -> bool:
             entry.get("sweep_dir", "?"),
         )
         return False
-    bound = max(0.0, search._left() - search._reserve()) + GRACE_S
+    bound = max(0.0, search.left() - search.reserve()) + GRACE_S
     among = set(current_round(study.user_attrs, me, is_gone))  # this round's sweepers
     left = wait_for_others(study, me, bound, among=among)
     if left:
@@ -209,14 +213,14 @@ def lead(search) -> bool:
     return True
 
 
-def draw_apart(search, ticket: int) -> None:
+def draw_apart(search: StudyInputs, ticket: int) -> None:
     """A sweeper whose first trial is not the study's first (another sweeper's, or an earlier
     sweep's, come before it) draws from its own seed: the seed + that trial's number. Two
     sweepers started from one command would otherwise draw the same values, as would a
     continued study its first ones again."""
     from dataclasses import replace
 
-    from tuneup.autotune.study_sampler import study_sampler
+    from tuneup.autotune.study.sampler import study_sampler
 
     earlier = [
         t
