@@ -20,6 +20,7 @@ Prints Markdown for docs/benchmarks.md and writes autotune_workers.json to ``--o
 
     python bench/autotune_workers.py --out workers-out         # seeds 0 1 2, 40 trials: 6 sweeps
     python bench/autotune_workers.py --seeds 0 --trials 4      # the pipeline, quickly
+    python bench/autotune_workers.py --task digits_conv --out conv-out   # a race task's command
     python bench/autotune_workers.py --report workers-out      # the tables again, nothing run
 """
 
@@ -50,6 +51,11 @@ def parse(argv=None) -> argparse.Namespace:
         "--minutes", type=float, default=120, help="autotune.budget_minutes (not to bind)"
     )
     parser.add_argument("--workers", type=int, default=2, help="the parallel arm's workers")
+    parser.add_argument(
+        "--task",
+        default="digits",
+        help="digits (docs/autotune.md's command) or a task of bench/race_tasks.py (its command)",
+    )
     parser.add_argument("--out", type=Path, default=Path("autotune-workers-out"))
     parser.add_argument("--extra", nargs="*", default=[], help="more overrides for every sweep")
     parser.add_argument(
@@ -75,9 +81,24 @@ def plan(seeds: list[int], names: list[str]) -> list[tuple[int, str]]:
     return [(seed, name) for i, seed in enumerate(seeds) for name in names[:: -1 if i % 2 else 1]]
 
 
+def task_command(task: str, folder: Path) -> list[str]:
+    """The study's command: docs/autotune.md's digits command, or a race task's."""
+    if task == "digits":
+        return list(sw.DIGITS)
+    import race_tasks
+
+    if task not in race_tasks.TASKS:
+        raise SystemExit(
+            f"error: --task={task} is not a task; choose digits or one of: "
+            + ", ".join(sorted(race_tasks.TASKS))
+        )
+    return ["experiment=autotune", "autotune.objective=time_to_target",
+            *race_tasks.command(task, folder)]  # fmt: skip
+
+
 def overrides(args, arm: list[str], seed: int) -> list[str]:
     return [
-        *sw.DIGITS,
+        *task_command(getattr(args, "task", "digits"), args.out),
         "autotune.stages=[study]",
         f"autotune.budget_trials={args.trials}",
         f"autotune.budget_minutes={args.minutes:g}",
@@ -247,6 +268,7 @@ def report(data: dict) -> str:
     one, many = data["arms"]
     return "\n".join(
         [
+            f"Task {data.get('task', 'digits')}; "
             f"{len(data['seeds'])} sampler seeds, autotune.budget_trials={data['trials']}, "
             f"autotune.stages=[study], each pair of sweeps back to back:\n",
             "```",
@@ -269,7 +291,13 @@ def main(argv=None) -> None:
         print(report(json.loads(path.read_text())))
         return
     named = arms(args.workers)
-    data = {"seeds": args.seeds, "trials": args.trials, "arms": list(named), "results": []}
+    data = {
+        "seeds": args.seeds,
+        "trials": args.trials,
+        "task": args.task,
+        "arms": list(named),
+        "results": [],
+    }
     env = sw.clean_env()
     runs = plan(args.seeds, list(named))
     sw.fresh([args.out / f"seed{seed}-{arm}" for seed, arm in runs])

@@ -378,6 +378,10 @@ def test_autotune_workers_bench_alternates_the_order_and_judges_the_paired_ratio
         "autotune.sampler_seed=5",
     } <= set(two)
     assert "experiment=autotune" in two and "data=digits" in two
+    conv = workers.overrides(workers.parse(["--task", "digits_conv"]), [], 0)
+    assert "model=small_resnet" in conv and "autotune.objective=time_to_target" in conv
+    with pytest.raises(SystemExit, match="--task=nope is not a task; choose digits or one of"):
+        workers.overrides(workers.parse(["--task", "nope"]), [], 0)
     results = [
         _sweep_result("W1", 0, 100.0, 120.0, 40, 0.30),
         _sweep_result("W2", 0, 50.0, 70.0, 40, 0.20),
