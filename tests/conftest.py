@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 import tuneup
-from tests import lane
+from tests import lane, parsed_configs
 from tuneup.trainer import config as tuneup_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+
+parsed_configs.install()  # each config file parsed once per test process
 
 #: Overrides that make a run take a second or two on a CPU: small data, small model, one epoch.
 TINY = [
