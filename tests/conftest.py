@@ -36,6 +36,25 @@ TINY = [
 TINY_IMAGES = "data.image_size=16"
 
 
+def tiny_gpt(epochs: int, batch_size: int | None = None) -> list[str]:
+    """model=gpt at its smallest (2 layers of width 16, 4 heads) on 32 synthetic sequences of 8
+    tokens, 64 of them, for ``epochs`` epochs (``data.batch_size``, when given): what the
+    distributed tests train, on one process and on a mesh."""
+    return [
+        "model=gpt",
+        "model.layers=2",
+        "model.width=16",
+        "model.heads=4",
+        "data=synthetic_tokens",
+        "data.context=8",
+        "data.train_samples=32",
+        "data.val_samples=16",
+        "data.vocab_size=64",
+        *([] if batch_size is None else [f"data.batch_size={batch_size}"]),
+        f"trainer.max_epochs={epochs}",
+    ]
+
+
 def tiny_overrides(overrides) -> list[str]:
     """TINY, and TINY_IMAGES unless the overrides choose other data or an image size."""
     other = any(
