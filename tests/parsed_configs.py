@@ -1,8 +1,8 @@
 """Each YAML file of a config folder parsed once per test process, not once per composition.
 
-Every Hydra composition reads and parses its ~40 YAML files again (PyYAML, then OmegaConf's
-nodes): a third of a composition's time, and the suite composes some thousand times, in the
-workers and in the commands the zygote (tests/warm.py) forks. :func:`install` wraps the
+Every Hydra composition reads and parses each YAML file it takes again (PyYAML, then
+OmegaConf's nodes): a large share of a composition's time, paid at every one of the suite's
+compositions, in the workers and in the commands the zygote (tests/warm.py) forks. :func:`install` wraps the
 ``load_config`` of Hydra's two file sources (``file://`` and ``pkg://``) so that a file whose
 text was parsed before is not parsed again: the cache is keyed by the file's text, read at
 every load, so an edited file, a test's own ``conf/`` or ``--config-dir`` folder, and an
@@ -96,6 +96,7 @@ def _parsed(text: str) -> tuple:
 
 
 def _file_text(source, name: str) -> str | None:
+    """The text of a ``file://`` source's file, None where there is no such file."""
     import os
 
     path = os.path.realpath(os.path.join(source.path, name))
@@ -106,6 +107,7 @@ def _file_text(source, name: str) -> str | None:
 
 
 def _resource_text(source, name: str) -> str | None:
+    """The text of a ``pkg://`` source's file, None where it is not a file on disk."""
     from importlib import resources
 
     resource = resources.files(source.path).joinpath(name)
