@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 
 import tuneup
-from tests import lane
+from tests import lane, parsed_configs
 from tuneup.trainer import config as tuneup_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
+
+parsed_configs.install()  # each config file parsed once per test process
 
 #: Overrides that make a run take a second or two on a CPU: small data, small model, one epoch.
 TINY = [
@@ -32,6 +34,25 @@ TINY = [
 #: Tiny runs of the built-in synthetic images see them at 16 pixels a side (32 by default): the
 #: same steps and samples for a third less CPU a run (small_resnet's convolutions).
 TINY_IMAGES = "data.image_size=16"
+
+
+def tiny_gpt(epochs: int, batch_size: int | None = None) -> list[str]:
+    """model=gpt at its smallest (2 layers of width 16, 4 heads) on 32 synthetic sequences of 8
+    tokens, 64 of them, for ``epochs`` epochs (``data.batch_size``, when given): what the
+    distributed tests train, on one process and on a mesh."""
+    return [
+        "model=gpt",
+        "model.layers=2",
+        "model.width=16",
+        "model.heads=4",
+        "data=synthetic_tokens",
+        "data.context=8",
+        "data.train_samples=32",
+        "data.val_samples=16",
+        "data.vocab_size=64",
+        *([] if batch_size is None else [f"data.batch_size={batch_size}"]),
+        f"trainer.max_epochs={epochs}",
+    ]
 
 
 def tiny_overrides(overrides) -> list[str]:

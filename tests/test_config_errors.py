@@ -88,6 +88,23 @@ def test_the_off_option_takes_the_settings_of_the_options_that_switch_it_on(grou
     assert any({k: off[k] for k in s} == s for s in on.values())  # one option's defaults
 
 
+def test_an_option_file_is_parsed_once_while_unchanged_and_read_again_when_edited(tmp_path):
+    """Each run's checks read every off option (inert_settings): parsed once, shared read-only,
+    and an edited file is read as it is now."""
+    from omegaconf import ReadonlyConfigError
+
+    from tuneup.trainer.config import _option_node
+
+    off = tmp_path / "off.yaml"
+    off.write_text("name: off\ndecay: 0.9\n")
+    first = _option_node(off, "ema")
+    assert _option_node(off, "ema") is first  # not parsed again
+    with pytest.raises(ReadonlyConfigError):
+        first.decay = 0.5  # shared: no caller may change it for the others
+    off.write_text("name: off\ndecay: 0.99\n")
+    assert _option_node(off, "ema").decay == 0.99
+
+
 def test_a_setting_of_each_off_plugin_is_named_on_the_command_line_and_kept_from_a_file():
     """Composed with each off option and one of its settings given, as a sweep's job with the
     plugins off is (one composition for all the groups: each costs about a second): accepted,

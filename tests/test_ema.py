@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import tuneup
-from tests.conftest import compose_config, register_in_runs, run_cli
+from tests.conftest import compose_config, register_in_runs, run_cli, tiny_gpt
 from tests.plugin_dists import make_distribution
 from tests.test_resume import CRASH
 from tuneup import hookimpl
@@ -47,20 +47,7 @@ MLP = [
     *EMA,
 ]
 #: 2 epochs of 2 steps (32 samples, a global batch of 16), as tests/test_model_parallel.py.
-GPT = [
-    "model=gpt",
-    "model.layers=2",
-    "model.width=16",
-    "model.heads=4",
-    "data=synthetic_tokens",
-    "data.context=8",
-    "data.train_samples=32",
-    "data.val_samples=16",
-    "data.vocab_size=64",
-    "trainer.max_epochs=2",
-    *EMA,
-    "ema.every_n_steps=1",
-]
+GPT = [*tiny_gpt(epochs=2), *EMA, "ema.every_n_steps=1"]
 ONE_THREAD = {"OMP_NUM_THREADS": "1"}
 
 

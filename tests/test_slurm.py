@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, python
+from tests.conftest import ROOT, python, tiny_gpt
 from tests.plugin_dists import make_distribution
 from tests.slurm.cluster import running_cluster, unavailable
 
@@ -151,17 +151,7 @@ FSDP = [
     "trainer.devices=2",
     "trainer.num_nodes=2",
     "trainer.accelerator=cpu",
-    "model=gpt",
-    "model.layers=2",
-    "model.width=16",
-    "model.heads=4",
-    "data=synthetic_tokens",
-    "data.context=8",
-    "data.train_samples=32",
-    "data.val_samples=16",
-    "data.vocab_size=64",
-    "data.batch_size=4",
-    "trainer.max_epochs=1",
+    *tiny_gpt(epochs=1, batch_size=4),
     "trainer.enable_progress_bar=false",
 ]
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, run_cli, tiny_gpt
 from tests.report_tables import (
     assert_row_matches,
     best_line,
@@ -140,17 +140,7 @@ def run_cli_report(directory):
 #: model=gpt, 2 steps of a global batch of 16 on 2 ranks (tests/test_model_parallel.py); the
 #: strategy (ddp or fsdp) given by the sweep.
 FSDP = [
-    "model=gpt",
-    "model.layers=2",
-    "model.width=16",
-    "model.heads=4",
-    "data=synthetic_tokens",
-    "data.context=8",
-    "data.train_samples=32",
-    "data.val_samples=16",
-    "data.vocab_size=64",
-    "data.batch_size=8",
-    "trainer.max_epochs=1",
+    *tiny_gpt(epochs=1, batch_size=8),
     "trainer.enable_progress_bar=false",
     "trainer.accelerator=cpu",
     "trainer.devices=2",

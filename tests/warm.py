@@ -262,6 +262,7 @@ class Zygote:
         for name in PRELOAD_IF_INSTALLED:
             if importlib.util.find_spec(name.partition(".")[0]) is not None:
                 importlib.import_module(name)
+        _parse_configs()
         _freeze()
         #: what the imports set in os.environ (Lightning: PYTORCH_NVML_BASED_CUDA_CHECK, ...):
         #: a fresh interpreter's imports would set it too, where the command's does not
@@ -323,6 +324,20 @@ class Zygote:
             os.close(fd)
         conn.sendall(f"{pid}\n".encode())
         self.children[pid] = conn
+
+
+def _parse_configs() -> None:
+    """The checkout's conf/ and Hydra's own parsed before the forks, and each child's
+    compositions reuse them (tests/parsed_configs.py: keyed by a file's text, so a user's
+    folder, an edited file or an installed copy is read as it is)."""
+    from pathlib import Path
+
+    import hydra
+    import parsed_configs  # beside this script: sys.path[0]
+
+    parsed_configs.install()
+    parsed_configs.preload(Path(__file__).resolve().parents[1] / "conf")
+    parsed_configs.preload(Path(hydra.__file__).resolve().parent / "conf")
 
 
 def _freeze() -> None:

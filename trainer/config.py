@@ -301,9 +301,21 @@ def off_defaults(group: str) -> dict:
 
 
 def _option_node(path: Path, group: str):
-    """What an option file gives its group's node (a ``_global_`` file: its ``group`` key)."""
+    """What an option file gives its group's node (a ``_global_`` file: its ``group`` key).
+    Read-only: the parsed file is shared by every call while the file is unchanged."""
+    stat = path.stat()
+    loaded, is_global = _read_option(str(path), stat.st_mtime_ns, stat.st_size)
+    return loaded.get(group) if is_global else loaded
+
+
+@functools.lru_cache(maxsize=256)
+def _read_option(path: str, _mtime_ns: int, _size: int) -> tuple:
+    """An option file parsed once while it is unchanged (its path, time and size): the checks
+    of every run, and of every job a sweep composes, read each ``off`` option
+    (:func:`inert_settings`), and OmegaConf parses YAML slowly."""
     loaded = OmegaConf.load(path)
-    return loaded.get(group) if _is_global(path) else loaded
+    OmegaConf.set_readonly(loaded, True)
+    return loaded, _is_global(Path(path))
 
 
 def inert_settings(cfg) -> list[tuple[str, str, object]]:
