@@ -25,8 +25,10 @@ the reference and the candidates (cheapest first) whose expected trials, plus th
 confirmation's, fit in what is left; extra rounds beyond the minimum also leave room for
 the later dimensions' minimum. A trial's expected cost is the median of its
 configuration's last three trials, or the reference's scaled by the batch size for a new
-one, so a first compile can overrun by its compile time (never beyond the trial's time
-limit, :meth:`Search.time_limit`). A dimension the budget does not reach is not tried.
+one; a trial is started only while its expected cost fits in what is left, and its time
+limit (:meth:`Search.time_limit`) ends it inside the budget, so a first compile or a
+machine that slows down cuts a candidate short rather than overrunning. A dimension the
+budget does not reach is not tried.
 """
 
 from __future__ import annotations
@@ -205,9 +207,19 @@ class Search:
         return [c for c in active if c in chosen]
 
     def _round(self, reference, order, contests, active) -> None:
+        """One round, in ``order``; a trial whose expected time no longer fits in what is left
+        (the machine slowed down since the round was planned) is not started: its candidate
+        is cut short, and without the reference's trial the round ends there."""
         speeds: dict = {}
         for candidate in order:
             overrides = reference + (candidate.overrides if candidate else ())
+            if not self.budget.allows(self.estimate(overrides)):
+                for cut in [candidate] if candidate else list(active):
+                    contests[cut].cut_short = True
+                    active.remove(cut)
+                if candidate is None:
+                    break
+                continue
             trial = self.lab.run(label(overrides), overrides, limit_s=self.time_limit(overrides))
             if candidate is None:
                 speeds[None] = trial.speed
@@ -246,8 +258,14 @@ class Search:
         times = [t.seconds for t in self.lab.trials[1:] if t.label == BASELINE]
         typical = statistics.median(times or [self.baseline.seconds])
         factor = self.settings.trial_time_factor * self._batch_factor(overrides, ())
-        left = max(1.0, self.budget.seconds - self.budget.elapsed)  # never past the budget
-        return min(left, max(MIN_TRIAL_LIMIT_S, factor * typical))
+        left = self.budget.seconds - self.budget.elapsed - self._start_up()  # never past it
+        return min(max(1.0, left), max(MIN_TRIAL_LIMIT_S, factor * typical))
+
+    def _start_up(self) -> float:
+        """A trial's seconds outside its ``trainer.max_time`` (the process's start, the
+        model's build), bounded by the fastest trial's seconds: a limit of what is left less
+        this ends the trial inside the budget."""
+        return min((t.seconds for t in self.lab.trials), default=0.0)
 
     def estimate(self, overrides: tuple[str, ...]) -> float:
         """Expected seconds of one trial of this configuration (see the module docstring)."""
