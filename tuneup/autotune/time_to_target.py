@@ -106,14 +106,14 @@ class StudySearch(BudgetShare):
         self.answered_by: dict | None = None  # the sweeper that answers, when not this one
         self.notes: list[str] = []
         self.before = (0.0, 0.0)  # the stages before the study: seconds, budget share
+        self.continued = False  # the baseline came from the storage (a continued study)
 
     # -- the stages ---------------------------------------------------------------------------
 
     def run(self) -> StudySearch:
-        self.user_config = config = required_target(self.checks)
-        self.use_workers(study_workers.resolve(self.settings.workers, self.lab.launcher, config))
-        self.open_study()
-        self.baseline_run(config)
+        if self.study is None:  # else prepare() ran before the stages ahead of the study
+            self.prepare()
+        config = self.user_config
         params = self.settings.params
         if params is None:
             params = default_params(config, self._warmup_range(), own_loop(config))
@@ -132,6 +132,29 @@ class StudySearch(BudgetShare):
         study_leader.answered(self.study, self.sweeper, str(self.lab.sweep_dir))
         self.go_on()
         return self
+
+    def prepare(self) -> None:
+        """Your command's config, the workers, the study and its baseline: what tells a run's
+        time, so that the stages before the study know the study's need (pipeline.py)."""
+        self.user_config = config = required_target(self.checks)
+        self.use_workers(study_workers.resolve(self.settings.workers, self.lab.launcher, config))
+        self.open_study()
+        self.baseline_run(config)
+
+    def after_speed(self, lab, checks, recipe: tuple[str, ...]) -> None:
+        """The study after a speed stage, in ``lab`` (numbered after its trials) on your
+        command plus its ``recipe`` (``checks``): with a recipe, the baseline, the reference
+        of every comparison, runs again on it (a continued study keeps its stored one);
+        without one, the baseline that ran is the study's."""
+        if not recipe:
+            lab.trials[:0], lab.alone = self.lab.trials, self.lab.alone
+            self.lab = lab
+            return
+        self.lab, self.checks = lab, checks
+        self.user_config = config = required_target(checks)
+        self.use_workers(study_workers.resolve(self.settings.workers, lab.launcher, config))
+        if not self.continued:
+            self.baseline_run(config, again=True)
 
     def use_workers(self, workers: study_workers.Workers) -> None:
         """Run with ``workers``; the runs that have the machine to themselves get all of it."""
@@ -152,10 +175,12 @@ class StudySearch(BudgetShare):
         studies.recover_interrupted(self.study, opened)
         self._opened = opened
 
-    def baseline_run(self, config) -> None:
-        stored = self.study.user_attrs.get(BASELINE_ATTR)
+    def baseline_run(self, config, again: bool = False) -> None:
+        """Your command to its target on the search seed, stored in the study; ``again``: run
+        even though this search stored one already (on a new recipe)."""
+        stored = None if again else self.study.user_attrs.get(BASELINE_ATTR)
         if stored:  # a continued study: its baseline ran already
-            self.baseline = stored
+            self.baseline, self.continued = stored, True
             self.notes.append(
                 f"continued study '{self.study.study_name}': the baseline and "
                 f"{len(self.explored())} finished trial(s) kept"
