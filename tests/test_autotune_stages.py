@@ -196,6 +196,28 @@ def test_the_speed_stage_gets_its_third_and_the_study_reruns_its_baseline_on_the
         assert search.baseline["job"] == moved.trials[0].job
 
 
+def test_a_budget_too_small_for_the_study_is_refused_before_any_speed_trial(tmp_path):
+    """The command line: your command's run to the target (job 0), then one error line with
+    the least budget; no throughput trial of the speed stage was launched."""
+    sweep_dir = tmp_path / "sweep"
+    done = run_cli(
+        "-m",
+        "experiment=autotune",
+        "autotune.objective=time_to_target",  # autotune.stages: the default, [speed,study]
+        "autotune.budget_minutes=0.1",
+        f"hydra.sweep.dir={sweep_dir}",
+        *TASK,
+        cwd=tmp_path,
+        tiny=False,
+    )
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    [error] = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert error.startswith("error: autotune.budget_minutes=0.1 is too small for this command: ")
+    assert "give at least autotune.budget_minutes=" in error
+    assert sorted(p.name for p in sweep_dir.iterdir() if p.is_dir()) == ["0"]
+    assert "target.stop=true" in _overrides(sweep_dir, 0)  # the run to the target, not speed
+
+
 class SlowingLab:
     """Throughput trials on a made-up clock, each ``growth`` x slower than the one before
     (a machine whose load rises), ``start_s`` of each outside its ``trainer.max_time``."""
