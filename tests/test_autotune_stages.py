@@ -196,6 +196,22 @@ def test_the_speed_stage_gets_its_third_and_the_study_reruns_its_baseline_on_the
         assert search.baseline["job"] == moved.trials[0].job
 
 
+def test_a_continued_study_keeps_its_stored_baseline_after_the_speed_stage(tmp_path):
+    """A study run again on its storage: its stored baseline tells the study's need (nothing
+    runs before the speed stage) and stays its reference after a recipe (not run again)."""
+    study_search(tmp_path, 2, 3.0)[1].prepare()  # the first search: its baseline stored
+    settings, search, now, checks = study_search(tmp_path, 2, 3.0)
+    moved = ClockLab(now, 3.0, tmp_path / "sweep")
+    moved.launcher = None
+
+    def stage(seconds):
+        return SimpleNamespace(recipe=("trainer.log_every_n_steps=7",), seconds=seconds)
+
+    speed_then_study(settings, search, stage, lambda recipe: (moved, checks))
+    assert now[0] == 0.0 and moved.trials == [] and search.lab is moved
+    assert search.baseline["job"] == "0" and search.continued
+
+
 def test_a_budget_too_small_for_the_study_is_refused_before_any_speed_trial(tmp_path):
     """The command line: your command's run to the target (job 0), then one error line with
     the least budget; no throughput trial of the speed stage was launched."""
