@@ -26,9 +26,10 @@ confirmation's, fit in what is left; extra rounds beyond the minimum also leave 
 the later dimensions' minimum. A trial's expected cost is the median of its
 configuration's last three trials, or the reference's scaled by the batch size for a new
 one; a trial is started only while its expected cost fits in what is left, and its time
-limit (:meth:`Search.time_limit`) ends it inside the budget, so a first compile or a
-machine that slows down cuts a candidate short rather than overrunning. A dimension the
-budget does not reach is not tried.
+limit (:meth:`Search.time_limit`) ends it inside the budget, so a machine that slows down
+cuts a candidate short rather than overrunning. A first compile can still overrun by its
+compile time: Lightning checks ``trainer.max_time`` between steps, and the first compiled
+step holds the compilation. A dimension the budget does not reach is not tried.
 """
 
 from __future__ import annotations
