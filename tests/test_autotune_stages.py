@@ -274,6 +274,23 @@ def test_the_speed_stages_trials_end_within_its_share_on_a_slowing_machine():
     assert any(c.cut_short for c in contests)
 
 
+def test_a_first_compile_is_not_started_where_its_compilation_cannot_fit():
+    """compile=on's first step holds the compilation, which trainer.max_time cannot cut: in a
+    40 s share its first trial is planned at a minute, so it is not launched (cut short)."""
+    from tuneup.autotune.space import Candidate
+    from tuneup.autotune.speed.search import FIRST_COMPILE_S, Search
+
+    lab = SlowingLab(3.0, 1.0)
+    checks = SimpleNamespace(inspect=lambda overrides: SimpleNamespace(config={}))
+    search = Search(Settings(), lab, checks, Budget(40.0, clock=lambda: lab.now[0]))
+    search.baseline = lab.run("baseline", ())
+    assert search.estimate(("compile=on",)) == FIRST_COMPILE_S
+    assert search.estimate(("compile=off",)) == 3.0
+    [contest] = search.rounds((), [Candidate("compile", ("compile=on",))], 4)
+    assert contest.cut_short and not contest.trials
+    assert "compile=on" not in [t.label for t in lab.trials]
+
+
 # -- one real pipeline: the speed stage adopts a known 3x, the study runs on top of it ---------
 
 #: Every trial's speed windows replaced by a known speed: 3x with the speed stage's candidate

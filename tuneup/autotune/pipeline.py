@@ -48,13 +48,17 @@ SPEED_SHARE = 1 / 3
 SKIPPED = "the speed stage was skipped: the budget holds the study's need only"
 
 
-def speed_seconds(settings: Settings, left_s: float, need_s: float, run_s: float) -> float:
+def speed_seconds(
+    settings: Settings, left_s: float, need_s: float, run_s: float, space_s: float = 0.0
+) -> float:
     """The speed stage's seconds: :data:`SPEED_SHARE` of the budget, at most what is left
-    (``left_s``) above the study's need (``need_s``) and its baseline run again on the recipe
-    (``run_s``, a run to the target), with study/budget.py's spare, as a run's time varies on
-    a shared machine; 0 (skipped) when that is less than :func:`smallest_speed_run`."""
+    (``left_s``) above the study's need (``need_s``) and its start again on a recipe (its
+    baseline, ``run_s``: a run to the target; its space built again, ``space_s``), with
+    study/budget.py's spare, as a run's time varies on a shared machine; 0 (skipped) when
+    that is less than :func:`smallest_speed_run`."""
+    again = run_s + space_s
     share = min(
-        settings.budget_seconds * SPEED_SHARE, left_s - study_budget.SPARE * (need_s + run_s)
+        settings.budget_seconds * SPEED_SHARE, left_s - study_budget.SPARE * (need_s + again)
     )
     return share if share >= smallest_speed_run(settings, run_s) else 0.0
 
@@ -107,7 +111,13 @@ def speed_then_study(settings: Settings, search, speed_stage, study_on):
     stage, None when skipped (autotune.md's notes say so). A budget too small for the study
     alone is refused before the speed stage runs."""
     search.prepare()
-    seconds = speed_seconds(settings, search.left(), search.study_need(), search.confirm_seconds())
+    seconds = speed_seconds(
+        settings,
+        search.left(),
+        search.study_need(),
+        search.confirm_seconds(),
+        search.space_seconds,
+    )
     if not seconds:
         search.notes.append(SKIPPED)
         log.info("autotune: %s", SKIPPED)

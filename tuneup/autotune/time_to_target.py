@@ -107,6 +107,7 @@ class StudySearch(BudgetShare):
         self.notes: list[str] = []
         self.before = (0.0, 0.0)  # the stages before the study: seconds, budget share
         self.continued = False  # the baseline came from the storage (a continued study)
+        self.space_seconds = 0.0  # what building the space took (build_space)
 
     # -- the stages ---------------------------------------------------------------------------
 
@@ -114,10 +115,8 @@ class StudySearch(BudgetShare):
         if self.study is None:  # else prepare() ran before the stages ahead of the study
             self.prepare()
         config = self.user_config
-        params = self.settings.params
-        if params is None:
-            params = default_params(config, self._warmup_range(), own_loop(config))
-        self.space = build_space(params, self.sweeps, self.checks, self.is_group)
+        if self.space is None:
+            self.build_space()
         self.share_budget()
         self.add_baseline_trial(config)
         try:
@@ -140,6 +139,16 @@ class StudySearch(BudgetShare):
         self.use_workers(study_workers.resolve(self.settings.workers, self.lab.launcher, config))
         self.open_study()
         self.baseline_run(config)
+        self.build_space()
+
+    def build_space(self) -> None:
+        """The study's space (study/space.py; its checks compose every option: seconds on a
+        busy machine, which :attr:`space_seconds` keeps for the budget's sharing)."""
+        started, config, params = self.budget.elapsed, self.user_config, self.settings.params
+        if params is None:
+            params = default_params(config, self._warmup_range(), own_loop(config))
+        self.space = build_space(params, self.sweeps, self.checks, self.is_group)
+        self.space_seconds = self.budget.elapsed - started
 
     def after_speed(self, lab, checks, recipe: tuple[str, ...]) -> None:
         """The study after a speed stage, in ``lab`` (numbered after its trials) on your
@@ -155,6 +164,7 @@ class StudySearch(BudgetShare):
         self.use_workers(study_workers.resolve(self.settings.workers, lab.launcher, config))
         if not self.continued:
             self.baseline_run(config, again=True)
+        self.space = None  # built again on the recipe's config (run)
 
     def use_workers(self, workers: study_workers.Workers) -> None:
         """Run with ``workers``; the runs that have the machine to themselves get all of it."""

@@ -27,9 +27,10 @@ the later dimensions' minimum. A trial's expected cost is the median of its
 configuration's last three trials, or the reference's scaled by the batch size for a new
 one; a trial is started only while its expected cost fits in what is left, and its time
 limit (:meth:`Search.time_limit`) ends it inside the budget, so a machine that slows down
-cuts a candidate short rather than overrunning. A first compile can still overrun by its
-compile time: Lightning checks ``trainer.max_time`` between steps, and the first compiled
-step holds the compilation. A dimension the budget does not reach is not tried.
+cuts a candidate short rather than overrunning. A configuration's first trial with
+``compile`` on is expected to take at least :data:`FIRST_COMPILE_S`: Lightning checks
+``trainer.max_time`` between steps, and the first compiled step holds the compilation, which
+no limit cuts. A dimension the budget does not reach is not tried.
 """
 
 from __future__ import annotations
@@ -55,6 +56,20 @@ from tuneup.autotune.trials import BASELINE, Lab, Trial, label
 from tuneup.stats.interval import NOISE, can_still_win
 
 MIN_TRIAL_LIMIT_S = 60.0
+#: A configuration's first trial with ``compile`` on is expected to take at least this: its
+#: first step holds the compilation, which ``trainer.max_time`` cannot cut (Lightning checks it
+#: between steps), so a budget is planned with it (the least limit a trial gets, for the same
+#: reason).
+FIRST_COMPILE_S = MIN_TRIAL_LIMIT_S
+
+
+def compiles(overrides: tuple[str, ...]) -> bool:
+    """Whether ``overrides`` turn torch.compile on (``compile=...`` other than off)."""
+    return any(
+        o.lstrip("+~").split("=")[0] == "compile" and o.split("=", 1)[1] not in ("off", "null")
+        for o in overrides
+        if "=" in o
+    )
 
 
 class Budget:
@@ -277,7 +292,8 @@ class Search:
             t.seconds for t in self.lab.trials[:1]
         ]
         base = statistics.median(reference) if reference else 0.0
-        return base * self._batch_factor(overrides, self.recipe)
+        first = base * self._batch_factor(overrides, self.recipe)
+        return max(first, FIRST_COMPILE_S) if compiles(overrides) else first
 
     def _recent_seconds(self, name: str) -> list[float]:
         """The last three trials' seconds of a configuration: the machine's load now, not
