@@ -48,13 +48,12 @@ import warnings
 
 from tuneup import TuneupError
 from tuneup.autotune.confirm.advice import baseline_stop
-from tuneup.autotune.race import race_settings, reached, required_target, sample_limit
-from tuneup.autotune.speed.batch import own_loop
+from tuneup.autotune.race import race_settings, reached, sample_limit
 from tuneup.autotune.study import BudgetShare
 from tuneup.autotune.study import leader as study_leader
 from tuneup.autotune.study import workers as study_workers
 from tuneup.autotune.study.sampler import study_sampler
-from tuneup.autotune.study.space import build_space, default_params
+from tuneup.autotune.study.start import StudyStart
 from tuneup.autotune.study.trials import (
     BASELINE_ATTR,
     JOB_ATTR,
@@ -70,7 +69,7 @@ from tuneup.autotune.trials import BASELINE, Trial
 log = logging.getLogger(__name__)
 
 
-class StudySearch(BudgetShare):
+class StudySearch(StudyStart, BudgetShare):
     def __init__(
         self,
         settings,
@@ -131,45 +130,6 @@ class StudySearch(BudgetShare):
         study_leader.answered(self.study, self.sweeper, str(self.lab.sweep_dir))
         self.go_on()
         return self
-
-    def prepare(self) -> None:
-        """Your command's config, the workers, the study and its baseline: what tells a run's
-        time, so that the stages before the study know the study's need (pipeline.py)."""
-        self.user_config = config = required_target(self.checks)
-        self.use_workers(study_workers.resolve(self.settings.workers, self.lab.launcher, config))
-        self.open_study()
-        self.baseline_run(config)
-        self.build_space()
-
-    def build_space(self) -> None:
-        """The study's space (study/space.py; its checks compose every option: seconds on a
-        busy machine, which :attr:`space_seconds` keeps for the budget's sharing)."""
-        started, config, params = self.budget.elapsed, self.user_config, self.settings.params
-        if params is None:
-            params = default_params(config, self._warmup_range(), own_loop(config))
-        self.space = build_space(params, self.sweeps, self.checks, self.is_group)
-        self.space_seconds = self.budget.elapsed - started
-
-    def after_speed(self, lab, checks, recipe: tuple[str, ...]) -> None:
-        """The study after a speed stage, in ``lab`` (numbered after its trials) on your
-        command plus its ``recipe`` (``checks``): with a recipe, the baseline, the reference
-        of every comparison, runs again on it (a continued study keeps its stored one);
-        without one, the baseline that ran is the study's."""
-        if not recipe:
-            lab.trials[:0], lab.alone = self.lab.trials, self.lab.alone
-            self.lab = lab
-            return
-        self.lab, self.checks = lab, checks
-        self.user_config = config = required_target(checks)
-        self.use_workers(study_workers.resolve(self.settings.workers, lab.launcher, config))
-        if not self.continued:
-            self.baseline_run(config, again=True)
-        self.space = None  # built again on the recipe's config (run)
-
-    def use_workers(self, workers: study_workers.Workers) -> None:
-        """Run with ``workers``; the runs that have the machine to themselves get all of it."""
-        self.workers = workers
-        self.lab.alone = workers.alone()
 
     def open_study(self) -> None:
         import optuna
@@ -317,10 +277,6 @@ class StudySearch(BudgetShare):
             f"{{_target_:optuna.pruners.SuccessiveHalvingPruner,min_resource:{low},"
             "reduction_factor:3,min_early_stopping_rate:0}"
         )
-
-    def _warmup_range(self) -> int | None:
-        steps = self.baseline.get("steps_to_target")
-        return max(2, steps // 2) if steps else None
 
 
 def _sweeper_id() -> str:
