@@ -91,28 +91,47 @@ class Autotune:
         from tuneup.optuna.study import resolve_storage
 
         with user_errors():
-            speed = None
-            if speed_first:
-                first = next_job(sweep_dir)
-                speed = pipeline.run_speed(
-                    self.settings, self.launcher, sweep_dir, command, self.compose, first
-                )
-                log.info("autotune: stage 2, the study")
-            base = pipeline.study_command(command, speed)
-            race = race_settings()
-            checks = Checks(lambda overrides: self.compose([*base, *race, *overrides]))
-            lab = self.lab(sweep_dir, base)
             seed = int(self.compose(command).get("seed") or 0)
             storage = resolve_storage(self.settings.storage, sweep_dir)
             search = StudySearch(
-                self.settings, lab, checks, budget, seed, storage, sweeps, self.is_group
+                self.settings,
+                self.lab(sweep_dir, command),
+                self.study_checks(command),
+                budget,
+                seed,
+                storage,
+                sweeps,
+                self.is_group,
             )
-            if speed is not None:  # its time, and the share a larger budget would give it
-                search.before = (speed.seconds, pipeline.SPEED_SHARE)
+            speed = None
+            if speed_first:
+                speed = pipeline.speed_then_study(
+                    self.settings,
+                    search,
+                    lambda seconds: pipeline.run_speed(
+                        self.settings,
+                        self.launcher,
+                        sweep_dir,
+                        command,
+                        self.compose,
+                        next_job(sweep_dir),
+                        seconds,
+                    ),
+                    lambda recipe: self.study_on([*command, *recipe], sweep_dir),
+                )
             search.run()
             if search.answered_by is None:  # else another sweeper on the study answers
                 self.answer_study(search, command, sweep_dir, speed)
         return search
+
+    def study_checks(self, command: list[str]) -> Checks:
+        """The study's checks: ``command`` as its runs have it (race settings included)."""
+        race = race_settings()
+        return Checks(lambda overrides: self.compose([*command, *race, *overrides]))
+
+    def study_on(self, command: list[str], sweep_dir: Path) -> tuple[Lab, Checks]:
+        """Where the study runs after the speed stage: ``command`` (yours and its recipe)."""
+        return self.lab(sweep_dir, command), self.study_checks(command)
 
     def lab(self, sweep_dir: Path, command: list[str]) -> Lab:
         """Where a stage's trials run: the sweep's launcher, numbered after the jobs there."""

@@ -48,13 +48,12 @@ import warnings
 
 from tuneup import TuneupError
 from tuneup.autotune.confirm.advice import baseline_stop
-from tuneup.autotune.race import race_settings, reached, required_target, sample_limit
-from tuneup.autotune.speed.batch import own_loop
+from tuneup.autotune.race import race_settings, reached, sample_limit
 from tuneup.autotune.study import BudgetShare
 from tuneup.autotune.study import leader as study_leader
 from tuneup.autotune.study import workers as study_workers
 from tuneup.autotune.study.sampler import study_sampler
-from tuneup.autotune.study.space import build_space, default_params
+from tuneup.autotune.study.start import StudyStart
 from tuneup.autotune.study.trials import (
     BASELINE_ATTR,
     JOB_ATTR,
@@ -70,7 +69,7 @@ from tuneup.autotune.trials import BASELINE, Trial
 log = logging.getLogger(__name__)
 
 
-class StudySearch(BudgetShare):
+class StudySearch(StudyStart, BudgetShare):
     def __init__(
         self,
         settings,
@@ -106,18 +105,17 @@ class StudySearch(BudgetShare):
         self.answered_by: dict | None = None  # the sweeper that answers, when not this one
         self.notes: list[str] = []
         self.before = (0.0, 0.0)  # the stages before the study: seconds, budget share
+        self.continued = False  # the baseline came from the storage (a continued study)
+        self.space_seconds = 0.0  # what building the space took (build_space)
 
     # -- the stages ---------------------------------------------------------------------------
 
     def run(self) -> StudySearch:
-        self.user_config = config = required_target(self.checks)
-        self.use_workers(study_workers.resolve(self.settings.workers, self.lab.launcher, config))
-        self.open_study()
-        self.baseline_run(config)
-        params = self.settings.params
-        if params is None:
-            params = default_params(config, self._warmup_range(), own_loop(config))
-        self.space = build_space(params, self.sweeps, self.checks, self.is_group)
+        if self.study is None:  # else prepare() ran before the stages ahead of the study
+            self.prepare()
+        config = self.user_config
+        if self.space is None:
+            self.build_space()
         self.share_budget()
         self.add_baseline_trial(config)
         try:
@@ -133,11 +131,6 @@ class StudySearch(BudgetShare):
         self.go_on()
         return self
 
-    def use_workers(self, workers: study_workers.Workers) -> None:
-        """Run with ``workers``; the runs that have the machine to themselves get all of it."""
-        self.workers = workers
-        self.lab.alone = workers.alone()
-
     def open_study(self) -> None:
         import optuna
 
@@ -152,10 +145,12 @@ class StudySearch(BudgetShare):
         studies.recover_interrupted(self.study, opened)
         self._opened = opened
 
-    def baseline_run(self, config) -> None:
-        stored = self.study.user_attrs.get(BASELINE_ATTR)
+    def baseline_run(self, config, again: bool = False) -> None:
+        """Your command to its target on the search seed, stored in the study; ``again``: run
+        even though this search stored one already (on a new recipe)."""
+        stored = None if again else self.study.user_attrs.get(BASELINE_ATTR)
         if stored:  # a continued study: its baseline ran already
-            self.baseline = stored
+            self.baseline, self.continued = stored, True
             self.notes.append(
                 f"continued study '{self.study.study_name}': the baseline and "
                 f"{len(self.explored())} finished trial(s) kept"
@@ -282,10 +277,6 @@ class StudySearch(BudgetShare):
             f"{{_target_:optuna.pruners.SuccessiveHalvingPruner,min_resource:{low},"
             "reduction_factor:3,min_early_stopping_rate:0}"
         )
-
-    def _warmup_range(self) -> int | None:
-        steps = self.baseline.get("steps_to_target")
-        return max(2, steps // 2) if steps else None
 
 
 def _sweeper_id() -> str:

@@ -41,7 +41,8 @@ def _speed_text(speed: dict) -> str:
         f"({len(speed['trials'])} throughput trials over "
         f"{', '.join(speed['dimensions']) or 'no dimension'}; "
         f"{speed['elapsed_seconds'] / 60:.1f} min of its {speed['budget_seconds'] / 60:.1f}-"
-        "minute share: a third of autotune.budget_minutes at most, the study has the rest)"
+        "minute share: a third of autotune.budget_minutes at most, less where the study's "
+        "need leaves less; the study has the rest)"
     )
     if not speed["adopted"]:
         return (

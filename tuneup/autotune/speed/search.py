@@ -25,8 +25,12 @@ the reference and the candidates (cheapest first) whose expected trials, plus th
 confirmation's, fit in what is left; extra rounds beyond the minimum also leave room for
 the later dimensions' minimum. A trial's expected cost is the median of its
 configuration's last three trials, or the reference's scaled by the batch size for a new
-one, so a first compile can overrun by its compile time (never beyond the trial's time
-limit, :meth:`Search.time_limit`). A dimension the budget does not reach is not tried.
+one; a trial is started only while its expected cost fits in what is left, and its time
+limit (:meth:`Search.time_limit`) ends it inside the budget, so a machine that slows down
+cuts a candidate short rather than overrunning. A configuration's first trial with
+``compile`` on is expected to take at least :data:`FIRST_COMPILE_S`: Lightning checks
+``trainer.max_time`` between steps, and the first compiled step holds the compilation, which
+no limit cuts. A dimension the budget does not reach is not tried.
 """
 
 from __future__ import annotations
@@ -52,6 +56,20 @@ from tuneup.autotune.trials import BASELINE, Lab, Trial, label
 from tuneup.stats.interval import NOISE, can_still_win
 
 MIN_TRIAL_LIMIT_S = 60.0
+#: A configuration's first trial with ``compile`` on is expected to take at least this: its
+#: first step holds the compilation, which ``trainer.max_time`` cannot cut (Lightning checks it
+#: between steps), so a budget is planned with it (the least limit a trial gets, for the same
+#: reason).
+FIRST_COMPILE_S = MIN_TRIAL_LIMIT_S
+
+
+def compiles(overrides: tuple[str, ...]) -> bool:
+    """Whether ``overrides`` turn torch.compile on (``compile=...`` other than off)."""
+    return any(
+        o.lstrip("+~").split("=")[0] == "compile" and o.split("=", 1)[1] not in ("off", "null")
+        for o in overrides
+        if "=" in o
+    )
 
 
 class Budget:
@@ -205,9 +223,19 @@ class Search:
         return [c for c in active if c in chosen]
 
     def _round(self, reference, order, contests, active) -> None:
+        """One round, in ``order``; a trial whose expected time no longer fits in what is left
+        (the machine slowed down since the round was planned) is not started: its candidate
+        is cut short, and without the reference's trial the round ends there."""
         speeds: dict = {}
         for candidate in order:
             overrides = reference + (candidate.overrides if candidate else ())
+            if not self.budget.allows(self.estimate(overrides)):
+                for cut in [candidate] if candidate else list(active):
+                    contests[cut].cut_short = True
+                    active.remove(cut)
+                if candidate is None:
+                    break
+                continue
             trial = self.lab.run(label(overrides), overrides, limit_s=self.time_limit(overrides))
             if candidate is None:
                 speeds[None] = trial.speed
@@ -246,8 +274,14 @@ class Search:
         times = [t.seconds for t in self.lab.trials[1:] if t.label == BASELINE]
         typical = statistics.median(times or [self.baseline.seconds])
         factor = self.settings.trial_time_factor * self._batch_factor(overrides, ())
-        left = max(1.0, self.budget.seconds - self.budget.elapsed)  # never past the budget
-        return min(left, max(MIN_TRIAL_LIMIT_S, factor * typical))
+        left = self.budget.seconds - self.budget.elapsed - self._start_up()  # never past it
+        return min(max(1.0, left), max(MIN_TRIAL_LIMIT_S, factor * typical))
+
+    def _start_up(self) -> float:
+        """A trial's seconds outside its ``trainer.max_time`` (the process's start, the
+        model's build), bounded by the fastest trial's seconds: a limit of what is left less
+        this ends the trial inside the budget."""
+        return min((t.seconds for t in self.lab.trials), default=0.0)
 
     def estimate(self, overrides: tuple[str, ...]) -> float:
         """Expected seconds of one trial of this configuration (see the module docstring)."""
@@ -258,7 +292,8 @@ class Search:
             t.seconds for t in self.lab.trials[:1]
         ]
         base = statistics.median(reference) if reference else 0.0
-        return base * self._batch_factor(overrides, self.recipe)
+        first = base * self._batch_factor(overrides, self.recipe)
+        return max(first, FIRST_COMPILE_S) if compiles(overrides) else first
 
     def _recent_seconds(self, name: str) -> list[float]:
         """The last three trials' seconds of a configuration: the machine's load now, not

@@ -4,6 +4,7 @@ the search's view of it (its baseline, its trials, its clock)."""
 
 from __future__ import annotations
 
+from tuneup import TuneupError
 from tuneup.autotune.study import budget as study_budget
 
 
@@ -46,6 +47,20 @@ class BudgetShare:
                 f"(autotune.confirm={s.confirm}), the leading one on up to {seeds} seeds "
                 f"(autotune.max_seeds={s.max_seeds})"
             )
+
+    def study_need(self) -> float:
+        """Seconds the study still needs (one study trial and the confirmation of one
+        candidate, study/budget.py: minutes_needed) once its baseline has run; a budget too
+        small for them is refused here, before any later run."""
+        s = self.settings
+        run_s, trials_left = self.confirm_seconds(), max(0, s.budget_trials - len(self.explored()))
+        args = (len(self.confirm_seeds), s.min_rounds, trials_left)
+        refusal = study_budget.too_small(
+            s.budget_minutes, self.budget.elapsed, self.baseline.get("seconds", 1.0), run_s, *args
+        )
+        if refusal:
+            raise TuneupError(refusal)
+        return study_budget.minutes_needed(self.budget.elapsed, run_s, *args)[0]
 
     def speed_reserve(self) -> float:
         """The speed stage's first ``min_rounds`` (more rounds while the budget allows)."""
