@@ -360,7 +360,8 @@ def remeasured_report(data: dict) -> str:
     lines = [
         f"Task {data.get('task', 'digits')}: the picks and the command timed in one window, "
         f"{found['rounds']} interleaved rounds of {found['steps']} steps; time to target = "
-        f"{found['steps_field']} x the window's seconds per step.",
+        f"{found['steps_field']} x the window's seconds per step (training steps only; "
+        "the search's own estimate also counts its validations).",
         "",
         "| sampler seed | arm | pick | steps to target | s/step | x command's s/step "
         "| time to target | the search's own estimate |",
