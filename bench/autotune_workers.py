@@ -393,7 +393,10 @@ def main(argv=None) -> None:
         return
     path = args.out / FILE_NAME
     if args.report:
-        print(report(json.loads(path.read_text())))
+        data = json.loads(path.read_text())
+        print(report(data))
+        if "remeasured" in data:  # kept by an earlier --remeasure
+            print("\n" + remeasured_report(data))
         return
     named = arms(args.workers)
     data = {

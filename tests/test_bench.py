@@ -494,6 +494,8 @@ def test_autotune_workers_remeasure_times_each_pick_once_against_the_command(
     text = capsys.readouterr().out
     assert "| 1 | W2 | command | 90.0 | 0.0100 | 1.00x | 0.900 s | 0.250 s |" in text
     assert text.rstrip().endswith(kept["goal"])
+    workers.main(["--out", str(tmp_path), "--report"])  # the tables again, the paired ones too
+    assert capsys.readouterr().out.rstrip().endswith(kept["goal"])
     picks = [{**p, "time_s": 0.1 if p["arm"] == "W2" else 0.2} for p in kept["picks"]]
     assert workers.paired_goal(picks, "W1", "W2")["goal"].split(": ")[2].startswith("met (0.100")
     results[2]["command"] = [*results[2]["command"], "model=mlp"]  # another training command
