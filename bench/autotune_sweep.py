@@ -166,3 +166,42 @@ def clean_env(**changes: str) -> dict:
     their own; a run alone gets every core), plus ``changes``."""
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     return {**env, "PYTHONUNBUFFERED": "1", **changes}
+
+
+def training_command(commands: list[list[str]]) -> list[str]:
+    """The task's training command from sweeps' commands (``python run.py -m ...``): their
+    overrides without ``experiment=autotune`` and the autotune's and Hydra's own (``autotune.*``,
+    ``hydra.*``, ``hydra/launcher``), which choose how the search runs, not what trains. Every
+    sweep must give the same one: the picks are overrides on it."""
+    found = {
+        tuple(
+            a
+            for a in command[3:]
+            if a != "experiment=autotune" and not a.lstrip("+~").startswith(("autotune.", "hydra"))
+        )
+        for command in commands
+    }
+    if len(found) != 1:
+        raise SystemExit(
+            f"error: the sweeps' commands train {len(found)} different commands; "
+            "the picks can only be timed against one"
+        )
+    return list(found.pop())
+
+
+def pick_recipes(results: list[dict], reference: str = "command") -> tuple[dict, dict]:
+    """Each distinct pick once, for race_speed.measure: ``{reference: [], "seed0-W1": [...]}``
+    (the command first; a pick that kept the command is the command), and which recipe each
+    sweep's pick is: ``{(seed, arm): name}``. Sweeps without a pick are left out."""
+    recipes: dict[str, list[str]] = {reference: []}
+    names: dict[tuple, str] = {(): reference}
+    chosen: dict[tuple, str] = {}
+    for found in results:
+        if "pick" not in found:
+            continue
+        key = tuple(found["pick"]["overrides"])
+        if key not in names:
+            names[key] = f"seed{found['seed']}-{found['arm']}"
+            recipes[names[key]] = list(key)
+        chosen[(found["seed"], found["arm"])] = names[key]
+    return recipes, chosen

@@ -430,6 +430,80 @@ def test_autotune_workers_bench_alternates_the_order_and_judges_the_paired_ratio
     )
 
 
+def test_autotune_workers_remeasure_times_each_pick_once_against_the_command(
+    tmp_path, monkeypatch, capsys
+):
+    """--remeasure: every distinct pick and the command timed in one window (race_speed's
+    measure, the command first), time to target = the pick's steps x that window's s/step,
+    the arms' medians and the goal judged on them, kept in the JSON."""
+    workers = bench_module("autotune_workers")
+    train = ["experiment=autotune", "autotune.objective=time_to_target", "data=digits"]
+    results = [
+        _sweep_result("W1", 0, 100.0, 120.0, 40, 0.30, steps=60),
+        _sweep_result("W2", 0, 50.0, 70.0, 40, 0.20, steps=50),
+        _sweep_result("W2", 1, 60.0, 80.0, 40, 0.25, steps=90),
+        _sweep_result("W1", 1, 100.0, 110.0, 40, 0.20, steps=40),
+        {**_sweep_result("W1", 2, 100.0, 120.0, 40, 0.40), "error": "error: x"},
+        _sweep_result("W2", 2, 70.0, 90.0, 40, 0.50, steps=10),
+    ]
+    del results[4]["pick"]  # W1 failed on seed 2: seed 2 is not judged
+    for found, pick in zip(results, (["a=1"], ["b=2"], [], ["a=1"], None, ["c=3"]), strict=True):
+        arm = found["arm"]
+        launcher = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"] if arm == "W2" else []
+        seed = f"autotune.sampler_seed={found['seed']}"
+        found["command"] = ["python", "run.py", "-m", *train, seed, *launcher]
+        if pick is not None:
+            found["pick"]["overrides"] = pick
+    data = {"seeds": [0, 1, 2], "trials": 40, "task": "digits", "arms": ["W1", "W2"]}
+    (tmp_path / workers.FILE_NAME).write_text(json.dumps({**data, "results": results}))
+    calls = []
+
+    def measure(command, recipes, folder, rounds, steps):
+        calls.append((command, recipes, rounds, steps))
+        per_step = {"command": 0.01, "seed0-W1": 0.005, "seed0-W2": 0.002, "seed2-W2": 0.1}
+        return {n: {"seconds_per_step": per_step[n], "speeds": [], "batch": 64, "ratio": None}
+                for n in recipes}  # fmt: skip
+
+    monkeypatch.setattr(workers.race_speed, "measure", measure)
+    workers.main(["--remeasure", str(tmp_path), "--rounds", "3", "--steps", "64"])
+    # one window, each distinct recipe once, the command (the reference) first
+    assert calls == [
+        (
+            ["data=digits"],
+            {"command": [], "seed0-W1": ["a=1"], "seed0-W2": ["b=2"], "seed2-W2": ["c=3"]},
+            3,
+            64,
+        )
+    ]
+    kept = json.loads((tmp_path / workers.FILE_NAME).read_text())["remeasured"]
+    times = {(p["seed"], p["arm"]): (p["recipe"], p["time_s"]) for p in kept["picks"]}
+    assert times == {
+        (0, "W1"): ("seed0-W1", pytest.approx(60 * 0.005)),
+        (0, "W2"): ("seed0-W2", pytest.approx(50 * 0.002)),
+        (1, "W2"): ("command", pytest.approx(90 * 0.01)),  # kept the command: the command's
+        (1, "W1"): ("seed0-W1", pytest.approx(40 * 0.005)),
+        (2, "W2"): ("seed2-W2", pytest.approx(10 * 0.1)),
+    }
+    # seeds 0 and 1: W1 0.3, 0.2 (median 0.25); W2 0.1, 0.9 (median 0.5)
+    assert kept["seeds"] == [0, 1]
+    assert kept["medians"] == {"W1": pytest.approx(0.25), "W2": pytest.approx(0.5)}
+    assert kept["goal"] == (
+        "- W2's pick: median time to target no worse than W1's: NOT met (0.500 s against "
+        "0.250 s, medians over 2 search(es) each, paired in one window)"
+    )
+    text = capsys.readouterr().out
+    assert "| 1 | W2 | command | 90.0 | 0.0100 | 1.00x | 0.900 s | 0.250 s |" in text
+    assert text.rstrip().endswith(kept["goal"])
+    workers.main(["--out", str(tmp_path), "--report"])  # the tables again, the paired ones too
+    assert capsys.readouterr().out.rstrip().endswith(kept["goal"])
+    picks = [{**p, "time_s": 0.1 if p["arm"] == "W2" else 0.2} for p in kept["picks"]]
+    assert workers.paired_goal(picks, "W1", "W2")["goal"].split(": ")[2].startswith("met (0.100")
+    results[2]["command"] = [*results[2]["command"], "model=mlp"]  # another training command
+    (tmp_path / workers.FILE_NAME).write_text(json.dumps({**data, "results": results}))
+    with pytest.raises(SystemExit, match="the sweeps' commands train 2 different commands"):
+        workers.main(["--remeasure", str(tmp_path)])
+
+
 def test_autotune_sweep_reads_the_study_trials_the_pick_and_the_explore_window(tmp_path):
     """What both bench scripts read back from a sweep: the study's own trials (the baseline
     aside), the pick's estimated time, and the explore stage's window from the journal."""
