@@ -302,10 +302,21 @@ def test_each_worker_has_its_share_of_the_machine():
         ["++hydra.job.env_set.OMP_NUM_THREADS=2"],
         "2 thread(s)",
     )
-    assert Workers(2, True, 8).resources(1) == (
-        ["++hydra.job.env_set.CUDA_VISIBLE_DEVICES=1"],
-        "GPU 1",
-    )
+    assert Workers(2, True, 8).resources(1) == (["trainer.devices=[1]"], "GPU 1")
+
+
+def test_a_gpu_workers_device_is_an_index_a_reused_process_honours():
+    """A joblib worker process keeps CUDA as its first job set it up, so a later job's
+    CUDA_VISIBLE_DEVICES would be ignored; the device index is the run's own setting: the
+    job composes to one process on GPU 1."""
+    from tests.conftest import compose_config
+    from tuneup.trainer.environment import Environment
+
+    overrides, _ = Workers(2, True, 8).resources(1)
+    cfg = compose_config(["trainer.accelerator=gpu", *overrides])
+    assert list(cfg.trainer.devices) == [1]
+    env = Environment.from_config(cfg)
+    assert env.is_cuda and env.world_size == 1
 
 
 def test_on_a_gpu_machine_the_default_is_one_worker_per_gpu(monkeypatch):

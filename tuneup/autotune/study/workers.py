@@ -6,9 +6,11 @@ sweep's process: the basic launcher runs its jobs in it, one at a time, so ``wor
 needs a launcher that runs them in processes of their own (``hydra/launcher=joblib
 hydra.launcher.n_jobs=N``, or submitit's).
 
-Each worker has its own share of the machine, through the job's environment
-(``hydra.job.env_set``, which Hydra applies around the job): on a GPU its own device
-(``CUDA_VISIBLE_DEVICES``), on a CPU its share of the cores (``OMP_NUM_THREADS``, which the
+Each worker has its own share of the machine: on a GPU its own device, named by its index
+(``trainer.devices=[i]``: Lightning places the run there; not ``CUDA_VISIBLE_DEVICES``,
+which a joblib worker process that has already run a job on another device would ignore,
+CUDA being set up once per process), on a CPU its share of the cores through the job's
+environment (``hydra.job.env_set.OMP_NUM_THREADS``, which Hydra applies around the job and the
 run applies to torch: trainer/environment.threads_as_asked). The speed stage's trials are not
 the workers': they run one at a time, with the machine to themselves.
 
@@ -44,7 +46,7 @@ class Workers:
         if self.count == 1 or self.allocated:
             return [], ""
         if self.cuda:
-            return [f"{ENV}.CUDA_VISIBLE_DEVICES={slot}"], f"GPU {slot}"
+            return [f"trainer.devices=[{slot}]"], f"GPU {slot}"
         threads = self.threads
         return [f"{ENV}.OMP_NUM_THREADS={threads}"], f"{threads} thread(s)"
 
