@@ -182,3 +182,13 @@ def _fingerprint(cfg) -> str | None:
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
+
+
+def own_loop(config) -> bool:
+    """Whether the model is the user's own LightningModule (its code builds the optimizer)."""
+    from tuneup.trainer.components import Plan
+
+    try:
+        return bool(Plan(config).lightning)
+    except Exception:  # a model that cannot be imported here: the checks say so
+        return False

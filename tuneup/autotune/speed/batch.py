@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 
 from tuneup.autotune.settings import BATCH
-from tuneup.autotune.space import Candidate
+from tuneup.autotune.space import Candidate, own_loop
 
 ALIGN = 8
 CHECKPOINTING = ("activation_checkpointing=blocks",)
@@ -92,16 +92,6 @@ def lr_overrides(cfg, factor: float, rule: str) -> tuple[tuple[str, ...], str]:
     new = lr * (factor if rule == "linear" else math.sqrt(factor))
     how = "linear" if rule == "linear" else "square-root"
     return (f"{key}={new:.6g}",), f"{key} {lr:g} -> {new:.6g} ({how} scaling, x{factor:g} batch)"
-
-
-def own_loop(config) -> bool:
-    """Whether the model is the user's own LightningModule (its code builds the optimizer)."""
-    from tuneup.trainer.components import Plan
-
-    try:
-        return bool(Plan(config).lightning)
-    except Exception:  # a model that cannot be imported here: the checks say so
-        return False
 
 
 def batch_problem(cfg) -> str | None:

@@ -5,7 +5,7 @@ it (pipeline.py) know the study's need first, and the study moves onto their rec
 from __future__ import annotations
 
 from tuneup.autotune.race import required_target
-from tuneup.autotune.speed.batch import own_loop
+from tuneup.autotune.space import own_loop
 from tuneup.autotune.study import workers as study_workers
 from tuneup.autotune.study.space import build_space, default_params
 
