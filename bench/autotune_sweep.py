@@ -205,3 +205,11 @@ def pick_recipes(results: list[dict], reference: str = "command") -> tuple[dict,
             recipes[names[key]] = list(key)
         chosen[(found["seed"], found["arm"])] = names[key]
     return recipes, chosen
+
+
+def one_decimal(value) -> str:
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def seconds(value) -> str:
+    return "-" if value is None else f"{value:.3f} s"

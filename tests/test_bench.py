@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -464,7 +465,7 @@ def test_autotune_workers_remeasure_times_each_pick_once_against_the_command(
         return {n: {"seconds_per_step": per_step[n], "speeds": [], "batch": 64, "ratio": None}
                 for n in recipes}  # fmt: skip
 
-    monkeypatch.setattr(workers.race_speed, "measure", measure)
+    monkeypatch.setattr(sys.modules["race_speed"], "measure", measure)
     workers.main(["--remeasure", str(tmp_path), "--rounds", "3", "--steps", "64"])
     # one window, each distinct recipe once, the command (the reference) first
     assert calls == [
@@ -489,7 +490,7 @@ def test_autotune_workers_remeasure_times_each_pick_once_against_the_command(
     assert kept["medians"] == {"W1": pytest.approx(0.25), "W2": pytest.approx(0.5)}
     assert kept["goal"] == (
         "- W2's pick: median time to target no worse than W1's: NOT met (0.500 s against "
-        "0.250 s, medians over 2 search(es) each, paired in one window)"
+        "0.250 s, +100.000%; medians over 2 search(es) each, paired in one window)"
     )
     text = capsys.readouterr().out
     assert "| 1 | W2 | command | 90.0 | 0.0100 | 1.00x | 0.900 s | 0.250 s |" in text
@@ -497,7 +498,12 @@ def test_autotune_workers_remeasure_times_each_pick_once_against_the_command(
     workers.main(["--out", str(tmp_path), "--report"])  # the tables again, the paired ones too
     assert capsys.readouterr().out.rstrip().endswith(kept["goal"])
     picks = [{**p, "time_s": 0.1 if p["arm"] == "W2" else 0.2} for p in kept["picks"]]
-    assert workers.paired_goal(picks, "W1", "W2")["goal"].split(": ")[2].startswith("met (0.100")
+    assert (
+        sys.modules["autotune_remeasure"]
+        .paired_goal(picks, "W1", "W2")["goal"]
+        .split(": ")[2]
+        .startswith("met (0.100")
+    )
     results[2]["command"] = [*results[2]["command"], "model=mlp"]  # another training command
     (tmp_path / workers.FILE_NAME).write_text(json.dumps({**data, "results": results}))
     with pytest.raises(SystemExit, match="the sweeps' commands train 2 different commands"):
