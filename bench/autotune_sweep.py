@@ -17,21 +17,16 @@ import sys
 import time
 from pathlib import Path
 
+import race_tasks
+
 ROOT = Path(__file__).resolve().parents[1]
 
-#: docs/autotune.md's digits command (docs/benchmarks.md, "The autotune's budget on digits").
+#: docs/autotune.md's digits command (docs/benchmarks.md, "The autotune's budget on digits"):
+#: the race's digits task as a time-to-target autotune.
 DIGITS = [
     "experiment=autotune",
     "autotune.objective=time_to_target",
-    "data=digits",
-    "model=mlp",
-    "model.hidden=[64]",
-    "data.image_size=8",
-    "data.channels=1",
-    "trainer.max_epochs=30",
-    "target.metric=val/acc",
-    "target.check_every_n_steps=5",
-    "target.value=0.95",
+    *race_tasks.TASKS["digits"]["command"],
 ]
 #: Study trials that ran (a FAIL was refused before it ran, or its job died).
 RAN = ("COMPLETE", "PRUNED")

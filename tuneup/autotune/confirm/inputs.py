@@ -8,17 +8,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tuneup.autotune.study.inputs import StudyBudget
+from tuneup.autotune.study.inputs import StudyBudget, StudyRuns
 
 if TYPE_CHECKING:
     import optuna
 
     from tuneup.autotune.settings import Settings
     from tuneup.autotune.study.workers import Workers
-    from tuneup.autotune.trials import Lab, Trial
+    from tuneup.autotune.trials import Lab
 
 
-class ConfirmInputs(StudyBudget, Protocol):
+class ConfirmInputs(StudyBudget, StudyRuns, Protocol):
     """What seeds.py (the paired seeds, the decision), speed.py and step_cost.py (the timing)
     and advice.py (the verdict when nothing was confirmed) read, and what they decide."""
 
@@ -36,23 +36,6 @@ class ConfirmInputs(StudyBudget, Protocol):
     speed: Any  # the pick timed against your command (confirm.speed.Speed), or None
     verdict: str  # the answer, in words
     recipe: tuple[str, ...]  # the pick's overrides, when adopted
-
-    def explored(self) -> list:
-        """The study's finished trials, the baseline's aside."""
-        ...
-
-    def race_run(
-        self,
-        name: str,
-        overrides: Sequence[str],
-        seed: int,
-        samples: int | None,
-        limit_s: float,
-        extra: Sequence[str] = (),
-        worker=None,
-    ) -> Trial:
-        """``overrides`` trained to the target on ``seed`` (a job of the sweep)."""
-        ...
 
     def batch(self, overrides: Sequence[str]) -> int:
         """Samples per optimizer step of a configuration."""
