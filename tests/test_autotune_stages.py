@@ -165,8 +165,8 @@ def test_a_budget_too_small_for_the_study_alone_is_refused_before_the_speed_stag
         speed_then_study(settings, search, asked.append, lambda recipe: (None, checks))
     assert str(refused.value) == (
         "autotune.budget_minutes=2 is too small for this command: its baseline took 40 s; "
-        "one study trial and a confirmation need about 5 more minute(s); give at least "
-        "autotune.budget_minutes=7"
+        "one study trial and a confirmation need about 4 more minute(s); give at least "
+        "autotune.budget_minutes=5"
     )
     assert asked == [] and [t.label for t in search.lab.trials] == ["baseline"]
 

@@ -11,8 +11,9 @@ from tuneup import TuneupError
 from tuneup.autotune.settings import Settings
 from tuneup.autotune.speed.search import Budget
 from tuneup.autotune.study import budget as study_budget
+from tuneup.autotune.study.share import SEEDS_TIME_IT
 from tuneup.autotune.time_to_target import StudySearch
-from tuneup.autotune.trials import Trial
+from tuneup.autotune.trials import BASELINE, Trial
 
 
 def simulate(
@@ -186,8 +187,8 @@ def test_a_budget_too_small_for_one_trial_and_a_confirmation_is_refused_with_the
         search_after_baseline(2, 95.0).share_budget()
     assert str(refused.value) == (
         "autotune.budget_minutes=2 is too small for this command: its baseline took 95 s; "
-        "one study trial and a confirmation need about 15 more minute(s); give at least "
-        "autotune.budget_minutes=19"
+        "one study trial and a confirmation need about 12 more minute(s); give at least "
+        "autotune.budget_minutes=16"
     )
     assert "\n" not in str(refused.value)
 
@@ -270,3 +271,72 @@ def test_what_the_answer_leaves_goes_back_to_the_study(tmp_path):
         f"of the 2 minute(s) of autotune.budget_minutes: the study went on with them, {len(search.explored()) - studied} more trial(s), "
         "kept in the study for a continued search (not confirmed)"
     )
+
+
+def test_where_the_speed_rounds_do_not_fit_the_paired_seeds_time_the_pick():
+    """A baseline of 13 s with 107 s left: a study trial, the command and one candidate on 3
+    seeds (91 s) fit, 2 speed rounds more (26 s) do not: no room is kept for them, unless
+    the workers share the cores (their runs' own times do not compare): then all of it."""
+    args = (2, 13.0, 13.0, 3, 2, 100)
+    assert study_budget.rounds_kept(*args) == 0
+    assert study_budget.rounds_kept(*args, seeds_time_it=False) == 2
+    assert study_budget.rounds_kept(3, *args[1:]) == 2  # 3 minutes hold them
+    assert study_budget.too_small(2, 13.0, 13.0, 13.0, 3, 0, 100) is None
+    assert study_budget.too_small(2, 13.0, 13.0, 13.0, 3, 2, 100) is not None
+
+
+def test_a_tight_budget_is_taken_with_the_seeds_timing_the_pick_and_says_so():
+    search = search_after_baseline(2, 13.0)
+    search.share_budget()
+    assert search.speed_rounds == 0 and search.speed_reserve() == 0.0
+    assert SEEDS_TIME_IT in search.notes
+    shared = search_after_baseline(2, 13.0)
+    shared.workers = SimpleNamespace(shared_cores=True)
+    with pytest.raises(TuneupError, match="give at least autotune.budget_minutes=3"):
+        shared.share_budget()
+    roomy = search_after_baseline(10, 13.0)
+    roomy.share_budget()
+    assert roomy.speed_rounds == 2 and roomy.speed_reserve() == 26.0
+    assert SEEDS_TIME_IT not in roomy.notes
+
+
+def _run(steps: int, samples_per_s: float) -> Trial:
+    summary = {
+        "status": "ok",
+        "samples_per_s_windows": [samples_per_s],
+        "target": {"reached": True},
+        "target_history": [{"step": steps, "samples": steps * 10, "value": 0.9}],
+        "steps_to_target": steps,
+        "samples_to_target": steps * 10,
+        "effective_batch_size": 10,
+    }
+    return Trial("x", (), "0", None, summary, 1.0)
+
+
+def test_without_a_round_the_pick_is_timed_on_its_paired_seeds_runs():
+    """No time left for a speed round: the pick's seconds per step against the command's are
+    its runs' on the paired seeds (the pick 2x as fast in samples/s on every seed, same
+    batch), and the time ratio decides on them; with the workers sharing the cores, nothing
+    is timed (the command is kept)."""
+    from tuneup.autotune.confirm.speed import SEEDS, Speed
+
+    settings = Settings(objective="time_to_target", seeds=3)
+    base = {"overrides": (), "trials": [_run(40, 100.0), _run(44, 110.0), _run(42, 90.0)]}
+    pick = {"overrides": ("a=1",), "trials": [_run(20, 200.0), _run(22, 230.0), _run(21, 170.0)]}
+    search = SimpleNamespace(
+        settings=settings,
+        confirmed={BASELINE: base},
+        batch=lambda overrides: 10,
+        left=lambda: 0.0,
+        typical_seconds=lambda: 5.0,
+        workers=SimpleNamespace(shared_cores=False),
+        notes=[],
+    )
+    speed = Speed(search, pick).run()
+    assert speed.source == SEEDS and speed.trials == []
+    assert speed.pairs == [(100.0, 200.0), (110.0, 230.0), (90.0, 170.0)]
+    assert speed.ratio()["estimate"] == pytest.approx((100 / 200 * 110 / 230 * 90 / 170) ** (1 / 3))
+    assert speed.time_ratio()["verdict"] == "faster"
+    assert search.notes[-1].startswith("speed: 0 interleaved round(s) fit in the budget")
+    search.workers, search.notes = SimpleNamespace(shared_cores=True), []
+    assert Speed(search, pick).run().pairs == []

@@ -92,6 +92,7 @@ class StudySearch(StudyStart, BudgetShare):
         self.confirmed: dict[str, dict] = {}  # label -> {"overrides", "trials", "decision"}
         self.confirm_count = settings.confirm  # candidates the budget confirms (share_budget)
         self.confirm_added = 0  # the leading candidate's seeds added it holds (share_budget)
+        self.speed_rounds = settings.min_rounds  # speed rounds kept room for (keep_rounds)
         self.answered = False  # the answer given: the study has what is left (go_on)
         self._released = False  # the confirmation's room given to the study (reserve)
         self.workers = study_workers.Workers(1, False, 1)  # autotune.workers, resolved in run

@@ -7,6 +7,12 @@ round (B P, P B, ...), ``autotune.min_rounds`` to ``autotune.max_rounds`` rounds
 time ratio's interval still includes 1.0: each round one ratio of trials run next to each other
 (interval.paired: Student's t over the rounds' log ratios). A trial's speed is its fastest
 window, as for throughput; its seconds per step, its samples per step over that speed.
+Where the budget holds fewer than ``autotune.min_rounds`` rounds (study/budget.py:
+rounds_kept), the pairs are the paired seeds' runs instead: seed by seed, your command's run
+and the pick's, from the confirmation's rounds (your command's runs on the paired seeds,
+then each candidate's), so a load that changes between them weighs on the ratio, which its
+interval over the seeds only partly shows: the tight budget's measure, not the rounds' (and
+not where the workers shared the cores).
 
 Estimated time to target = steps to target x seconds per step + the validations' seconds
 (from the confirm trials' summaries). Its ratio to the baseline's combines the paired seeds'
@@ -31,6 +37,7 @@ if TYPE_CHECKING:
     from tuneup.autotune.confirm.inputs import ConfirmInputs
 
 SPEED = "speed"
+ROUNDS, SEEDS = "rounds", "seeds"  # Speed.source
 
 
 class Speed:
@@ -41,6 +48,7 @@ class Speed:
         self.trials = []
         self.interval = None  # pick / baseline samples/s
         self.batches = (search.batch(()), search.batch(pick["overrides"]))  # samples per step
+        self.source = ROUNDS  # where the pairs come from: the rounds, or the paired seeds' runs
 
     def run(self) -> Speed:
         settings, search = self.search.settings, self.search
@@ -60,10 +68,33 @@ class Speed:
                 speeds[overrides] = trial.speed
             if all(speeds.values()):
                 self.pairs.append((speeds[()], speeds[self.pick["overrides"]]))
+        if len(self.pairs) < settings.min_rounds:
+            self._from_seeds()
         if self.pairs:
             base, pick = zip(*self.pairs, strict=True)
             self.interval = paired_speeds(list(base), list(pick), settings.confidence)
         return self
+
+    def _from_seeds(self) -> None:
+        """Fewer than ``autotune.min_rounds`` rounds fit in the budget: the pick's and your
+        command's speeds come from their runs on the paired seeds instead, one pair per seed
+        (module docstring). Not where the workers shared the cores: a run's own speed then
+        measured the others' load too."""
+        if self.search.workers.shared_cores:
+            return
+        pairs = [
+            (b.speed, p.speed)
+            for b, p in zip(self.base["trials"], self.pick["trials"], strict=False)
+            if b.speed and p.speed
+        ]
+        if len(pairs) < 2:
+            return
+        self.search.notes.append(
+            f"speed: {len(self.pairs)} interleaved round(s) fit in the budget: the seconds "
+            f"per step are from the {len(pairs)} paired seeds' runs (your command's and the "
+            "pick's on each seed, run in the confirmation's order)"
+        )
+        self.pairs, self.source = pairs, SEEDS
 
     def _decided(self) -> bool:
         """Whether the time to target (the ratio that is reported and decides) is decided."""

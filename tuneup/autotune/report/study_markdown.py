@@ -67,14 +67,19 @@ def render_study_markdown(record: dict, sweep_dir: Path) -> str:
         )
     if record["speed"]:
         s = record["speed"]
+        source = (
+            f"{s['rounds']} interleaved rounds"
+            if s.get("source", "rounds") == "rounds"
+            else f"the {s['rounds']} paired seeds' runs: no interleaved round fit in the budget"
+        )
         lines += [
             "",
-            f"Speed ({s['rounds']} interleaved rounds): seconds per step, pick / "
+            f"Speed ({source}): seconds per step, pick / "
             f"baseline {_interval(s['seconds_per_step_ratio'], '.3g')}; steps, pick / "
             f"baseline {_interval(s['steps_ratio'], '.3g')}; samples, pick / baseline "
             f"{_interval(s['samples_ratio'], '.3g')}; estimated time to target, pick / "
             f"baseline {_interval(s['time_ratio'], '.3g')}: {s['time_verdict']} "
-            "(the steps on the paired seeds and the seconds per step of the rounds, "
+            "(the steps on the paired seeds and the seconds per step of the speed pairs, "
             "combined on the log scale).",
         ]
     lines += [

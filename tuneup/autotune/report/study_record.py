@@ -91,6 +91,7 @@ def build_study_record(search: StudyAnswer, command: list[str], recipe: dict) ->
         s = search.speed
         speed = {
             "rounds": len(s.pairs),
+            "source": s.source,  # the interleaved rounds, or the paired seeds' runs
             "pairs": s.pairs,
             "jobs": [t.job for t in s.trials],
             "seconds_per_step": {

@@ -21,6 +21,10 @@ How the minutes are shared, once the baseline has run and its time is known:
 - What the answer leaves (a confirmation decided in fewer seeds than its room holds, no
   pick to run on the held-out seed and to time) goes back to the study while it has trials
   left (:func:`goes_on`): the minutes are spent whatever the answer.
+- Where the speed stage's rounds do not fit beside one study trial and one candidate's
+  confirmation, no room is kept for them (:func:`rounds_kept`): the pick is timed from the
+  confirmation's own runs on the paired seeds (confirm/speed.py), which a tight budget pays
+  for anyway. Not where the workers share the cores: their runs' own times do not compare.
 - A budget in which one study trial and the confirmation of one candidate do not fit is
   refused as soon as the baseline's time says so, before any study trial, with the minutes
   it would need.
@@ -148,6 +152,27 @@ def too_small(
         f"took {baseline_s:.0f} s{speed}; {what} need about {math.ceil(need / 60)} more minute(s); "
         f"give at least autotune.budget_minutes={least}"
     )
+
+
+def rounds_kept(
+    budget_minutes: float,
+    elapsed_s: float,
+    run_s: float,
+    seeds: int,
+    rounds: int,
+    trials_left: int,
+    before: tuple[float, float] = (0.0, 0.0),
+    seeds_time_it: bool = True,
+) -> int:
+    """The speed stage's rounds the confirmation keeps room for: ``rounds``, or none when
+    they do not fit beside one study trial and one candidate's confirmation while those do,
+    and the confirmation's own runs can time the pick (``seeds_time_it``: they run one at a
+    time; confirm/speed.py pairs them seed by seed then). With workers sharing the cores they
+    cannot: ``rounds``."""
+    if not seeds_time_it:
+        return rounds
+    need, _ = minutes_needed(elapsed_s, run_s, seeds, rounds, trials_left, before)
+    return rounds if budget_minutes * 60 - elapsed_s >= need else 0
 
 
 def plan(

@@ -7,11 +7,18 @@ from __future__ import annotations
 from tuneup import TuneupError
 from tuneup.autotune.study import budget as study_budget
 
+#: autotune.md's note when the budget keeps no room for the speed stage's rounds.
+SEEDS_TIME_IT = (
+    "the budget holds no interleaved speed rounds beside one study trial and a confirmation: "
+    "the pick's seconds per step against your command's come from their runs on the paired "
+    "seeds, one at a time"
+)
+
 
 class BudgetShare:
     """Mixed into StudySearch: reads ``settings``, ``budget``, ``baseline``, ``lab``,
     ``confirm_seeds``, ``confirm_count``, ``confirm_added``, ``answered``, ``_released``,
-    ``notes``, ``before`` and ``explored()``."""
+    ``notes``, ``before``, ``workers``, ``speed_rounds`` and ``explored()``."""
 
     def left(self) -> float:
         return self.budget.seconds - self.budget.elapsed
@@ -28,6 +35,7 @@ class BudgetShare:
         """Refuse a budget too small for one study trial and one confirmation, or size the
         confirmation's room to it (study/budget.py), once the baseline's time is known."""
         s = self.settings
+        rounds = self.keep_rounds()
         self.confirm_count, self.confirm_added = study_budget.plan(
             s.budget_minutes,
             self.budget.elapsed,
@@ -35,7 +43,7 @@ class BudgetShare:
             self.confirm_seconds(),
             len(self.confirm_seeds),
             s.confirm,
-            s.min_rounds,
+            rounds,
             max(0, s.budget_trials - len(self.explored())),
             self.before,
             s.max_seeds,
@@ -54,7 +62,7 @@ class BudgetShare:
         small for them is refused here, before any later run."""
         s = self.settings
         run_s, trials_left = self.confirm_seconds(), max(0, s.budget_trials - len(self.explored()))
-        args = (len(self.confirm_seeds), s.min_rounds, trials_left)
+        args = (len(self.confirm_seeds), self.keep_rounds(), trials_left)
         refusal = study_budget.too_small(
             s.budget_minutes, self.budget.elapsed, self.baseline.get("seconds", 1.0), run_s, *args
         )
@@ -62,9 +70,32 @@ class BudgetShare:
             raise TuneupError(refusal)
         return study_budget.minutes_needed(self.budget.elapsed, run_s, *args)[0]
 
+    def keep_rounds(self) -> int:
+        """The speed stage's rounds the confirmation keeps room for (study/budget.py:
+        rounds_kept): ``autotune.min_rounds``, or none where they do not fit and the
+        confirmation's own runs time the pick (the notes say so)."""
+        s = self.settings
+        rounds = study_budget.rounds_kept(
+            s.budget_minutes,
+            self.budget.elapsed,
+            self.confirm_seconds(),
+            len(self.confirm_seeds),
+            s.min_rounds,
+            max(0, s.budget_trials - len(self.explored())),
+            self.before,
+            seeds_time_it=not self.workers.shared_cores,
+        )
+        if rounds == 0 and SEEDS_TIME_IT not in self.notes:
+            self.notes.append(SEEDS_TIME_IT)
+        elif rounds and SEEDS_TIME_IT in self.notes:
+            self.notes.remove(SEEDS_TIME_IT)
+        self.speed_rounds = rounds
+        return rounds
+
     def speed_reserve(self) -> float:
-        """The speed stage's first ``min_rounds`` (more rounds while the budget allows)."""
-        return study_budget.speed_seconds(self.settings.min_rounds, self.confirm_seconds())
+        """The speed stage's first rounds kept (:meth:`keep_rounds`; more rounds while the
+        budget allows)."""
+        return study_budget.speed_seconds(self.speed_rounds, self.confirm_seconds())
 
     def reserve(self) -> float:
         """Room kept for confirm and speed (study_budget.explore_reserve; none once the
@@ -76,7 +107,7 @@ class BudgetShare:
         seeds, run_s, rounds = (
             len(self.confirm_seeds),
             self.confirm_seconds() * self.settings.race_margin,
-            self.settings.min_rounds,
+            self.speed_rounds,
         )
         if self.answered:  # the answer is given: what it left is the study's
             return 0.0
