@@ -1,7 +1,7 @@
 """A sweeper lost with its host (issue 48, points 1 and 2; tuneup/optuna/liveness.py,
 tuneup/autotune/study/handover.py): its heartbeat in the study goes stale, its running trials
 are failed and asked again by the sweepers left, and a sweeper that waits for a lost leader's
-answer answers itself. Made-up clocks and hosts, fake launchers: milliseconds each."""
+answer answers itself. Made-up clocks and hosts, fake launchers: under a second each."""
 
 from __future__ import annotations
 
@@ -149,12 +149,19 @@ def test_a_sweeper_that_waits_for_a_lost_leader_answers_itself(tmp_path, caplog)
     sweeper leads (confirms and answers); no answered_by.json. A leader that lives past its
     budget's end without answering is not waited for longer than that (+ grace)."""
     search = waiting(tmp_path)
+    theirs = search.study.ask()  # a third sweeper's, lost too: not waited for, asked again
+    theirs.suggest_float("optimizer.lr", 0.05, 1.0, log=True)
+    theirs.set_user_attr(SWEEPER_ATTR, "node-c:1")
+    search.study.set_user_attr("tuneup_alive:node-c:1", heartbeat(NOW))
     clock = Clock()
     with caplog.at_level(logging.INFO, logger="tuneup.autotune.study.handover"):
         assert handover.lead(search, clock, clock.sleep)
     assert liveness.STALE_S < clock.now - NOW <= liveness.STALE_S + handover.POLL_S
     assert "sweeper node-a:1 is lost or ended: this one answers" in caplog.text
     assert search.answered_by is None and not (tmp_path / "b" / study_leader.GAVE_WAY).exists()
+    trials = search.study.get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]
+    assert trials[1].user_attrs[RETRY_ATTR] == theirs.number
 
     search = waiting(tmp_path / "late")
     alive = Clock(lambda now: search.study.set_user_attr("tuneup_alive:node-a:1", heartbeat(now)))
