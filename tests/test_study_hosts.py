@@ -53,13 +53,15 @@ def test_a_sweeper_on_another_host_is_gone_once_its_heartbeat_is_stale_or_ended(
 
 def test_a_lost_hosts_running_trials_are_failed_and_asked_again_once():
     """A RUNNING trial of a sweeper whose heartbeat is stale is failed (interrupted) and its
-    values asked again; a fresh sweeper's and one with no heartbeat are left to it; a second
-    sweeper recovering after the first finds nothing to do (no second retry)."""
+    values asked again; a fresh sweeper's, one with no heartbeat and one with no sweeper yet
+    (mid-sweep) are left; a second sweeper recovering after the first finds nothing to do
+    (no second retry)."""
     study = optuna.create_study()
     space = {"x": optuna.distributions.FloatDistribution(0, 1)}
     owners = ["node-lost:1", "node-live:1", "node-old:1"]
     for owner in owners:
         study.ask(space).set_user_attr(SWEEPER_ATTR, owner)
+    study.ask(space)  # just asked by another sweeper, which has not yet written its name
     study.set_user_attr("tuneup_alive:node-lost:1", heartbeat(time.time() - 1000))
     study.set_user_attr("tuneup_alive:node-live:1", heartbeat(time.time()))
     assert [t.number for t in recover_interrupted(study, keep="node-a:1")] == [0]
@@ -67,10 +69,10 @@ def test_a_lost_hosts_running_trials_are_failed_and_asked_again_once():
     trials = study.get_trials()
     assert [t.state for t in trials] == [
         TrialState.FAIL,
-        *[TrialState.RUNNING] * 2,
+        *[TrialState.RUNNING] * 3,
         TrialState.WAITING,
     ]
-    assert trials[0].user_attrs[INTERRUPTED_ATTR] and trials[3].user_attrs[RETRY_ATTR] == 0
+    assert trials[0].user_attrs[INTERRUPTED_ATTR] and trials[4].user_attrs[RETRY_ATTR] == 0
     assert study.ask(space).params == trials[0].params  # its values come first
 
 

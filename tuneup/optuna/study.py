@@ -218,7 +218,8 @@ def make_pruner(spec):
 def recover_interrupted(study, storage=None, keep: str | None = None, quiet: bool = False):
     """Mark the RUNNING trials of a sweeper that is gone FAIL (:func:`is_gone`: a dead process
     on this host, a lost or ended heartbeat on another), and ask their values again first.
-    ``keep``: a sweeper whose trials are left (the one that asks, mid-sweep); ``quiet``: no
+    ``keep``: a sweeper whose trials are left (the one that asks, mid-sweep; then a trial
+    with no sweeper recorded is another's, just asked, and left too); ``quiet``: no
     line for the trials left to a live sweeper. Two sweepers recovering one trial at once:
     the storage lets one fail it, and only that one asks its values again. ``storage``: the
     study's own when not given (as Optuna's ``fail_stale_trials`` reads it)."""
@@ -226,7 +227,7 @@ def recover_interrupted(study, storage=None, keep: str | None = None, quiet: boo
     attrs, recovered = study.user_attrs, []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         owner = trial.user_attrs.get(SWEEPER_ATTR)
-        if owner == keep and keep is not None:
+        if keep is not None and owner in (keep, None):  # None: just asked, its owner not yet set
             continue
         if not is_gone(owner, attrs):
             if not quiet:
