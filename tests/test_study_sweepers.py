@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tests.test_study_workers import RaceLauncher, study_search
+from tuneup.autotune.study import handover
 from tuneup.autotune.study import leader as study_leader
 
 optuna = pytest.importorskip("optuna")
@@ -63,9 +64,10 @@ def test_two_sweepers_share_one_budget_and_exactly_one_answers(tmp_path, caplog)
     params = [t.params["optimizer.lr"] for t in counted]
     assert len(set(params)) == 4  # no parameters repeat
     first, second = sorted((one, two), key=lambda s: s.ticket)
-    with caplog.at_level(logging.INFO, logger="tuneup.autotune.study.leader"):
-        leads = [study_leader.lead(second), study_leader.lead(first)]
-    assert leads == [False, True]
+    with caplog.at_level(logging.INFO, logger="tuneup.autotune.study.handover"):
+        assert handover.lead(first)
+        study_leader.answered(first.study, first.sweeper, str(first.lab.sweep_dir))
+        assert not handover.lead(second)  # the answer covers its trials: it gives way
     assert second.answered_by["sweeper"] == first.sweeper and first.answered_by is None
     assert (
         f"sweeper {first.sweeper} (host {second.answered_by['host']}) "

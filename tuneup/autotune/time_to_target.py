@@ -49,7 +49,7 @@ import warnings
 from tuneup import TuneupError
 from tuneup.autotune.confirm.advice import baseline_stop
 from tuneup.autotune.race import race_settings, reached, sample_limit
-from tuneup.autotune.study import BudgetShare
+from tuneup.autotune.study import BudgetShare, handover
 from tuneup.autotune.study import leader as study_leader
 from tuneup.autotune.study import workers as study_workers
 from tuneup.autotune.study.sampler import study_sampler
@@ -65,6 +65,7 @@ from tuneup.autotune.study.trials import (
     trial_value,
 )
 from tuneup.autotune.trials import BASELINE, Trial
+from tuneup.optuna.liveness import Heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -119,17 +120,18 @@ class StudySearch(StudyStart, BudgetShare):
             self.build_space()
         self.share_budget()
         self.add_baseline_trial(config)
-        try:
-            self.explore()
-            if not study_leader.lead(self):  # another sweeper on the study answers
-                return self
-            self.confirm()
-            self.decide()
-        except BaseException:
-            study_leader.ended(self.study, self.sweeper)
-            raise
-        study_leader.answered(self.study, self.sweeper, str(self.lab.sweep_dir))
-        self.go_on()
+        with Heartbeat(self.study, self.sweeper):  # other hosts see this sweeper live
+            try:
+                self.explore()
+                if not handover.lead(self):  # another sweeper on the study answers
+                    return self
+                self.confirm()
+                self.decide()
+            except BaseException:
+                study_leader.ended(self.study, self.sweeper)
+                raise
+            study_leader.answered(self.study, self.sweeper, str(self.lab.sweep_dir))
+            self.go_on()
         return self
 
     def open_study(self) -> None:

@@ -2,6 +2,7 @@
 
 - space.py: Hydra's sweep syntax (choice, range, interval, tag(log, ...)) as distributions;
 - study.py: the storage, the study, continuing a killed sweep, a job's own trial;
+- liveness.py: whether a sweeper is alive, on this host or another (its heartbeat in the study);
 - resume.py: a continued study's sampler seed, and the killed trial's run directory;
 - objectives.py: the objectives, checked before any trial and read from each summary.json;
 - sweeper.py: ask, launch through the user's launcher, tell from each run's summary.json;

@@ -12,17 +12,17 @@ trial's number (tuneup/optuna/sweeper.py), so a job anywhere opens the same stud
 validation metric to its trial and asks whether to stop (plugins/optuna_trial.py).
 
 Continuing: a sweep killed mid-trial leaves that trial RUNNING in the storage. When a sweep
-starts on a study, each RUNNING trial whose sweeper process is gone (same host, process not
-alive) is marked FAIL and its values are asked again first (``enqueue_trial``); finished trials
-stay finished and are never run again. Trials RUNNING under a live sweeper, or one on another
-host, are left to it.
+starts on a study, and as a sweeper asks its trials, each RUNNING trial whose sweeper is gone
+(tuneup/optuna/liveness.py: its process dead on this host, its heartbeat stale or ended on
+another) is marked FAIL and its values are asked again first (``enqueue_trial``); finished
+trials stay finished and are never run again. Trials RUNNING under a live sweeper are left
+to it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -30,6 +30,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from tuneup import TuneupError
+from tuneup.optuna.liveness import is_gone, lost, sweeper_id  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -214,50 +215,54 @@ def make_pruner(spec):
     return instantiate(spec)
 
 
-def sweeper_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def is_gone(owner: str | None) -> bool:
-    """Whether the sweeper process ``host:pid`` is known to be dead (only on this host)."""
-    if not owner or ":" not in owner:
-        return True  # no owner recorded: not started by a tuneup sweeper that is alive
-    host, pid = owner.rsplit(":", 1)
-    if host != socket.gethostname():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except (PermissionError, ValueError):
-        return False
-    return int(pid) == os.getpid()  # this process: a trial of an earlier sweep in it
-
-
-def recover_interrupted(study, storage) -> list[FrozenTrial]:
-    """Mark the RUNNING trials of a dead sweeper FAIL, and ask their values again first."""
-    recovered = []
+def recover_interrupted(study, storage=None, keep: str | None = None, quiet: bool = False):
+    """Mark the RUNNING trials of a sweeper that is gone FAIL (:func:`is_gone`: a dead process
+    on this host, a lost or ended heartbeat on another), and ask their values again first.
+    ``keep``: a sweeper whose trials are left (the one that asks, mid-sweep; then a trial
+    with no sweeper recorded is another's, just asked, and left too); ``quiet``: no
+    line for the trials left to a live sweeper. Two sweepers recovering one trial at once:
+    the storage lets one fail it, and only that one asks its values again. ``storage``: the
+    study's own when not given (as Optuna's ``fail_stale_trials`` reads it)."""
+    storage = study._storage if storage is None else storage
+    attrs, recovered = study.user_attrs, []
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if not is_gone(trial.user_attrs.get(SWEEPER_ATTR)):
-            log.info(
-                "optuna: trial %d is running under sweeper %s; left to it",
-                trial.number,
-                trial.user_attrs.get(SWEEPER_ATTR),
-            )
+        owner = trial.user_attrs.get(SWEEPER_ATTR)
+        if keep is not None and owner in (keep, None):  # None: just asked, its owner not yet set
             continue
+        if not is_gone(owner, attrs):
+            if not quiet:
+                log.info(
+                    "optuna: trial %d is running under sweeper %s; left to it", trial.number, owner
+                )
+            continue
+        if not _fail(study, storage, trial):
+            continue  # another sweeper recovered it
+        if trial.params and SWEEPER_ATTR in trial.user_attrs:  # it was launched: run it again
+            study.enqueue_trial(trial.params, user_attrs={RETRY_ATTR: trial.number})
+        log.info(
+            "optuna: trial %d was running when its sweeper %s stopped%s: marked failed, its "
+            "values asked again",
+            trial.number,
+            owner,
+            " (its heartbeat is stale: host lost)" if owner and lost(owner, attrs) else "",
+        )
+        recovered.append(trial)
+    return recovered
+
+
+def _fail(study, storage, trial) -> bool:
+    """Mark ``trial`` interrupted and failed; False when it finished meanwhile (told by its
+    sweeper, or failed by another sweeper that recovered it first)."""
+    from optuna.exceptions import UpdateFinishedTrialError
+
+    try:
         storage.set_trial_user_attr(
             trial_id(storage, study.study_name, trial.number), INTERRUPTED_ATTR, True
         )
         study.tell(trial.number, state=TrialState.FAIL)
-        if trial.params and SWEEPER_ATTR in trial.user_attrs:  # it was launched: run it again
-            study.enqueue_trial(trial.params, user_attrs={RETRY_ATTR: trial.number})
-        log.info(
-            "optuna: trial %d was running when its sweep stopped: marked failed, its "
-            "values asked again",
-            trial.number,
-        )
-        recovered.append(trial)
-    return recovered
+    except (UpdateFinishedTrialError, ValueError):  # ValueError: "Cannot tell a FAIL trial"
+        return False
+    return True
 
 
 def finished(study) -> list[FrozenTrial]:

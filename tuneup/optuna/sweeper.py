@@ -35,6 +35,7 @@ from optuna.trial import TrialState
 from tuneup import TuneupError
 from tuneup.errors import user_errors
 from tuneup.optuna import study as studies
+from tuneup.optuna.liveness import Heartbeat
 from tuneup.optuna.objectives import objective, objective_problems
 from tuneup.optuna.resume import continued_sampler, mark_interrupted_runs
 from tuneup.optuna.space import Space, override_value, parse_space
@@ -161,19 +162,23 @@ class OptunaSearch:
             f"hydra.sweeper.storage={override_value(storage)}",
             f"hydra.sweeper.study_name={override_value(study.study_name)}",
         ]
-        run_trials(
-            study,
-            workers=worker_count(self.launcher, settings.n_jobs),
-            n_trials=n_trials,
-            ask=lambda: self.ask_job(study, space, job),
-            launch=self.launch,
-            tell=lambda trial, run_dir: self.tell(study, trial, run_dir),
-            max_failure_rate=settings.max_failure_rate,
-        )
+        with Heartbeat(study, studies.sweeper_id()):  # liveness.py: other hosts see it live
+            run_trials(
+                study,
+                workers=worker_count(self.launcher, settings.n_jobs),
+                n_trials=n_trials,
+                ask=lambda: self.ask_job(study, opened, space, job),
+                launch=self.launch,
+                tell=lambda trial, run_dir: self.tell(study, trial, run_dir),
+                max_failure_rate=settings.max_failure_rate,
+            )
         return write_report(study, sweep_dir, settings.objectives, storage)
 
-    def ask_job(self, study, space: Space, job: list[str]) -> tuple[object, list[str]]:
-        """A new trial, marked as this process's, and its job's overrides."""
+    def ask_job(self, study, opened, space: Space, job: list[str]) -> tuple[object, list[str]]:
+        """A new trial, marked as this process's, and its job's overrides; the trials of
+        another sweeper on the study that is gone meanwhile (a host lost) are failed first,
+        so that their values come next."""
+        studies.recover_interrupted(study, opened, keep=studies.sweeper_id(), quiet=True)
         trial = ask(study, space)
         trial.set_user_attr(studies.SWEEPER_ATTR, studies.sweeper_id())
         return trial, [*space.overrides(trial.params), f"hydra.sweeper.trial={trial.number}", *job]

@@ -32,6 +32,8 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from optuna.exceptions import UpdateFinishedTrialError
+
 from tuneup.optuna.study import finished
 
 log = logging.getLogger(__name__)
@@ -113,7 +115,15 @@ def run_trials(
         if exc is not None:
             error = error or exc
             continue
-        failed += tell(trial, run_dir)
+        try:
+            failed += tell(trial, run_dir)
+        except UpdateFinishedTrialError:  # failed by a sweeper that took this one for lost
+            log.warning(
+                "optuna: trial %d was failed by another sweeper of the study while it ran "
+                "(this sweeper's heartbeat was late: liveness.py); its result is dropped",
+                number,
+            )
+            continue
         told += 1
         if not stopped and failed / told > max_failure_rate:
             log.error(

@@ -5,7 +5,7 @@ Its interface: ``explore.explore(search)`` runs the study's trials until the bud
 given a search that provides :class:`StudyInputs` (the study, its space, the trials so far and the
 budget, :class:`StudyBudget`, which :class:`BudgetShare` computes). The modules: explore (ask,
 launch, tell), space, family and companions (the space), sampler, leader (several sweepers on
-one study), workers (``autotune.workers``), budget and share (the minutes), trials (a study
+one study; handover: lead or give way), workers (``autotune.workers``), budget and share (the minutes), trials (a study
 trial's figures)."""
 
 from tuneup.autotune.study.inputs import StudyBudget, StudyInputs

@@ -17,6 +17,7 @@ its parameters are asked again, once; the other workers go on.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from tuneup.autotune.race import reached
@@ -113,6 +114,8 @@ def ask(search: StudyInputs):
             f"explore stopped by autotune.budget_minutes after {len(done)} trial(s){rest}"
         )
         return None
+    # the trials of another sweeper lost meanwhile (its host): failed, their values asked next
+    studies.recover_interrupted(search.study, keep=search.sweeper, quiet=True)
     budget = search.settings.budget_trials
     if study_leader.taken(search.study) >= budget:  # places taken by every sweeper
         search.notes.append(f"explore stopped: the study has its {budget} trial(s)")
@@ -125,7 +128,10 @@ def ask(search: StudyInputs):
         return None
     if search.ticket is None:
         search.ticket = trial.number
-        study_leader.register(search.study, search.sweeper, trial.number, str(search.lab.sweep_dir))
+        deadline = time.time() + search.left()  # how long the others wait for its answer
+        study_leader.register(
+            search.study, search.sweeper, trial.number, str(search.lab.sweep_dir), deadline
+        )
         study_leader.draw_apart(search, trial.number)
     values = search.space.sample(trial)
     overrides = search.space.overrides(

@@ -15,24 +15,24 @@ atomically is a trial's number; the rules stand on it:
   At the end of its explore stage each sweeper finds the leader (:func:`leader`): the
   sweeper with the lowest ticket among those of the study's current round (tickets above
   the last answer's trials) that have not ended with an error and are not known to be
-  gone (a dead process on this host). The leader waits for the running trials of the
-  round's other sweepers, at most ``bound_s`` (:func:`wait_for_others`), then confirms and
+  gone (a dead process on this host, a heartbeat stale or ended on another:
+  tuneup/optuna/liveness.py). The leader waits for the running trials of the round's
+  other sweepers, at most ``bound_s`` (:func:`wait_for_others`), then confirms and
   writes the answer, and records which trials it covers (``tuneup_answered``). The others
-  end there, with a line naming the leader's host and sweep directory. A sweeper whose own trials an answer covers
-  already gives way to that answer, as does one that asked no trial (the budget was spent)
-  of a study whose answer is written; one that asked none and finds no leader and no answer
+  wait for that answer, taking the lead over if the leader is lost (handover.py), and
+  end with a line naming the leader's host and sweep directory. A sweeper whose own
+  trials an answer covers already gives way to that answer, as does one that asked no
+  trial (the budget was spent) of a study whose answer is written; one that asked none and finds no leader and no answer
   answers itself, as a continued study does. A sweeper that gives way writes
   ``answered_by.json`` into its sweep directory (its sweep report then has no runs to show).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import socket
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuneup.autotune.study.trials import BASELINE_ATTR
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ENTRY = "tuneup_sweeper:"  # + host:pid: {"ticket", "host", "sweep_dir"[, "ended"]}
+ENTRY = "tuneup_sweeper:"  # + host:pid: {"ticket", "host", "sweep_dir", "deadline"[, "ended"]}
 ANSWERED = "tuneup_answered"  # {"by", "host", "sweep_dir", "through"}
 OVER_BUDGET_ATTR = "tuneup_over_budget"
 #: In the sweep directory of a sweeper that gives way: which sweeper writes the answer, where.
@@ -89,10 +89,11 @@ def refuse(study, trial) -> None:
     study.tell(trial, state=TrialState.FAIL)
 
 
-def register(study, me: str, ticket: int, sweep_dir: str) -> None:
-    """This sweeper's ticket: the number of its first trial."""
+def register(study, me: str, ticket: int, sweep_dir: str, deadline: float) -> None:
+    """This sweeper's ticket: the number of its first trial; ``deadline``: when its budget
+    ends (wall clock), which bounds how long the others wait for its answer."""
     entry = {"ticket": ticket, "host": socket.gethostname(), "sweep_dir": sweep_dir}
-    study.set_user_attr(ENTRY + me, entry)
+    study.set_user_attr(ENTRY + me, {**entry, "deadline": deadline})
 
 
 def ended(study, me: str) -> None:
@@ -114,16 +115,32 @@ def answered(study, me: str, sweep_dir: str) -> None:
 def leader(attrs: dict, me: str, ticket: int | None, gone) -> tuple[str, dict]:
     """(the sweeper that writes the answer, what is known of it: host, sweep_dir), from the
     study's user attributes ``attrs``; ``gone(id)``: whether a sweeper is known dead."""
-    answer = attrs.get(ANSWERED)
-    through = answer["through"] if answer else -1
-    if ticket is not None and ticket <= through:
-        return answer["by"], answer  # an answer covers this sweeper's trials already
-    if ticket is None and answer and not _later(attrs, through):
-        return answer["by"], answer  # no trial asked, and the study's answer is written
+    answer = covering(attrs, ticket)
+    if answer is not None:
+        return answer["by"], answer
     candidates = current_round(attrs, me, gone)
     candidates.setdefault(me, {"ticket": math.inf if ticket is None else ticket})
     chosen = min(candidates, key=lambda k: (candidates[k]["ticket"], k))
     return chosen, candidates[chosen]
+
+
+def covering(attrs: dict, ticket: int | None) -> dict | None:
+    """The study's answer when it covers this sweeper's trials (``ticket``: its first), or,
+    for a sweeper that asked none, when no sweeper has asked a trial since."""
+    answer = attrs.get(ANSWERED)
+    if answer is None:
+        return None
+    if ticket is not None:
+        return answer if ticket <= answer["through"] else None
+    return None if _later(attrs, answer["through"]) else answer
+
+
+def gone_in(attrs: dict, now: float | None = None):
+    """``gone(id)`` for :func:`leader`: a sweeper's process dead on this host, its heartbeat
+    stale or ended on another (tuneup/optuna/liveness.py), as of ``now``."""
+    from tuneup.optuna.liveness import is_gone
+
+    return lambda owner: is_gone(owner, attrs, now)
 
 
 def current_round(attrs: dict, me: str, gone) -> dict[str, dict]:
@@ -163,54 +180,21 @@ def others_running(study, me: str, among=None) -> list[int]:
 
 def wait_for_others(study, me: str, bound_s: float, poll_s: float = 2.0, among=None) -> list[int]:
     """Wait until no other sweeper's trial is running (of the sweepers ``among``, when
-    given: a trial left RUNNING by a sweeper lost on another host is not waited for), at
-    most ``bound_s``; the trials still running then (the answer is made without them)."""
+    given, a set or a function giving it at each look: a trial left RUNNING by a sweeper
+    lost on another host is not waited for), at most ``bound_s``; the trials still running
+    then (the answer is made without them)."""
     deadline = time.monotonic() + max(0.0, bound_s)
-    running = others_running(study, me, among)
-    if running:
-        log.info("autotune: waiting for the other sweepers' trial(s) %s", running)
-    while running and time.monotonic() < deadline:
-        time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
-        running = others_running(study, me, among)
-    return running
 
+    def running() -> list[int]:
+        return others_running(study, me, among() if callable(among) else among)
 
-#: Beyond what was left above the confirmation's room, the other sweepers' trials get this long
-#: to end (a job's start and end: a batch job queued, an interpreter started).
-GRACE_S = 60.0
-
-
-def lead(search: StudyInputs) -> bool:
-    """Whether this sweeper writes the study's answer (module docstring). The leader first
-    waits for the other sweepers' running trials: they were started with a time limit of
-    what their sweeper had left above its confirmation's room, so at most that long (this
-    sweeper's, and :data:`GRACE_S`). The others log which sweeper answers."""
-    from tuneup.optuna.study import is_gone
-
-    study, me = search.study, search.sweeper
-    chosen, entry = leader(study.user_attrs, me, search.ticket, is_gone)
-    if chosen != me:
-        search.answered_by = {"sweeper": chosen, **entry}
-        gave_way = Path(search.lab.sweep_dir) / GAVE_WAY
-        gave_way.write_text(json.dumps({"study": study.study_name, **search.answered_by}))
-        log.info(
-            "autotune: sweeper %s (host %s) writes the answer of study '%s' into %s; this "
-            "sweeper's trials are in its study",
-            chosen,
-            entry.get("host", "?"),
-            study.study_name,
-            entry.get("sweep_dir", "?"),
-        )
-        return False
-    bound = max(0.0, search.left() - search.reserve()) + GRACE_S
-    among = set(current_round(study.user_attrs, me, is_gone))  # this round's sweepers
-    left = wait_for_others(study, me, bound, among=among)
+    left = running()
     if left:
-        search.notes.append(
-            f"the other sweepers' trial(s) {left} still ran {bound:.0f} s after this "
-            "sweeper's explore ended: confirmed without them"
-        )
-    return True
+        log.info("autotune: waiting for the other sweepers' trial(s) %s", left)
+    while left and time.monotonic() < deadline:
+        time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+        left = running()
+    return left
 
 
 def draw_apart(search: StudyInputs, ticket: int) -> None:
