@@ -292,7 +292,7 @@ def test_a_tight_budget_is_taken_with_the_seeds_timing_the_pick_and_says_so():
     assert SEEDS_TIME_IT in search.notes
     shared = search_after_baseline(2, 13.0)
     shared.workers = SimpleNamespace(shared_cores=True)
-    with pytest.raises(TuneupError, match="give at least autotune.budget_minutes=3"):
+    with pytest.raises(TuneupError, match=r"give at least autotune\.budget_minutes=3$"):
         shared.share_budget()
     roomy = search_after_baseline(10, 13.0)
     roomy.share_budget()
