@@ -246,14 +246,39 @@ def report(results: list[dict], args, frozen: dict | None, seconds: float) -> st
 
 
 def combine(args, out: Path) -> None:
-    """One report over earlier runs' race.json (each task's recipes timed in its own window)."""
+    """One report over earlier runs' race.json (each task's recipes timed in its own window).
+    A task raced in several folders (``--runs autotune_steps`` apart from the others) is one
+    task: the later folders add the contenders the first lacks (its default is the first's),
+    and a note says their seconds per step were timed in another window (their steps, exact
+    counts, compare as they are)."""
     results, frozen = [], None
     for folder in args.combine:
         data = json.loads((folder / "race.json").read_text())
-        results += data["results"]
+        for result in data["results"]:
+            merge_task(results, result, folder)
         frozen = frozen or data.get("frozen")
         args.seeds = data.get("seeds", args.seeds)
     write(out, report(results, args, frozen, 0.0), results, frozen, args.seeds)
+
+
+def merge_task(results: list[dict], result: dict, folder: Path) -> None:
+    """Add ``result`` to ``results``, into the task's earlier result when it has one."""
+    same = next((r for r in results if r["task"] == result["task"]), None)
+    if same is None:
+        results.append(result)
+        return
+    have = {row["contender"] for row in same["rows"]}
+    added = [row for row in result["rows"] if row["contender"] not in have]
+    labels = {row["label"] for row in added}
+    same["rows"] += added
+    same["speed"].update({k: v for k, v in result["speed"].items() if k in labels})
+    same["notes"] += result["notes"]
+    if added:
+        names = ", ".join(sorted({row["contender"] for row in added}))
+        same["notes"].append(
+            f"{names}: from {folder}, its seconds per step timed in that run's window (its "
+            "steps compare as they are)"
+        )
 
 
 def write(out: Path, text: str, results: list[dict], frozen, seeds) -> None:

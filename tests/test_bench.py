@@ -339,6 +339,32 @@ def test_race_combine_writes_one_report_over_earlier_runs(tmp_path):
     text = (tmp_path / "all" / "race.md").read_text()
     assert "| a | 20.000 (40; 1,280) |" in text and "| b | 20.000 (40; 1,280) |" in text
     assert len(json.loads((tmp_path / "all" / "race.json").read_text())["results"]) == 2
+    # the same task raced again with another contender (autotune_steps): one task, one row more
+    steps_row = {**rows[0], "contender": "autotune_steps", "label": "autotune_steps #0"}
+    again = {
+        "task": "a",
+        "command": "-",
+        "rows": [*rows, steps_row],
+        "notes": [],
+        "speed": {
+            "default": {"seconds_per_step": 9.0},
+            "autotune_steps #0": {"seconds_per_step": 0.25},
+        },
+    }
+    (tmp_path / "a2").mkdir()
+    (tmp_path / "a2" / "race.json").write_text(
+        json.dumps({"frozen": None, "seeds": [10], "results": [again]})
+    )
+    race.main(
+        ["--out", str(tmp_path / "all2"), "--combine", str(tmp_path / "a"), str(tmp_path / "a2")]
+    )
+    merged = json.loads((tmp_path / "all2" / "race.json").read_text())["results"]
+    assert len(merged) == 1 and [r["contender"] for r in merged[0]["rows"]] == [
+        "default",
+        "autotune_steps",
+    ]
+    assert merged[0]["speed"]["default"] == {"seconds_per_step": 0.5}  # the first window's
+    assert merged[0]["notes"][-1].startswith("autotune_steps: from ")
 
 
 # -- bench/autotune_workers.py and bench/autotune_budget.py (issues 48 and 50) ---------------
