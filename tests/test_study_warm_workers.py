@@ -90,3 +90,8 @@ def test_nothing_to_warm_outside_joblib_processes_or_with_one_worker(monkeypatch
     study.workers = Workers(2, False, 2)
     study.warm_workers({})
     assert calls == ["the launcher"]
+    # after a speed stage without a recipe, the study's workers warmed again: the speed
+    # stage's serial trials may have left a process idle past joblib's timeout
+    study.user_config, study.lab.trials, study.lab.alone = {}, [], ([], "")
+    study.after_speed(SimpleNamespace(launcher="the speed stage's launcher", trials=[]), None, ())
+    assert calls == ["the launcher", "the speed stage's launcher"]
