@@ -29,14 +29,17 @@ def sweep_load():
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.utils import create_config_search_path
     from hydra.core.hydra_config import HydraConfig
+    from hydra.core.singleton import Singleton
     from hydra.types import RunMode
 
+    before = Singleton.get_state()  # Hydra's config singleton, as the other tests find it
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path("pkg://tuneup.conf"))
     master = loader.load_configuration(
         "config", ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", *COMMAND], RunMode.MULTIRUN
     )
     HydraConfig.instance().set_config(master)
-    return (lambda overrides: loader.load_sweep_config(master, overrides)), loader.repository
+    yield (lambda overrides: loader.load_sweep_config(master, overrides)), loader.repository
+    Singleton.set_state(before)
 
 
 def test_a_trial_composed_on_its_groups_composition_is_the_jobs_config(sweep_load):

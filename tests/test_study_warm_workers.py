@@ -26,9 +26,11 @@ def joblib_launcher(tmp_path_factory):
     from hydra._internal.utils import create_config_search_path
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.plugins import Plugins
+    from hydra.core.singleton import Singleton
     from hydra.types import HydraContext, RunMode
     from joblib.externals.loky import reusable_executor
 
+    before = Singleton.get_state()  # Hydra's config singleton, as the other tests find it
     sweep_dir = tmp_path_factory.mktemp("sweep")
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(None))
     overrides = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "hydra.job.chdir=false"]
@@ -43,6 +45,7 @@ def joblib_launcher(tmp_path_factory):
     executor = reusable_executor._executor
     if executor is not None:
         executor.shutdown(wait=True, kill_workers=True)
+    Singleton.set_state(before)
 
 
 def test_every_joblib_worker_imports_torch_before_the_jobs_that_then_run_there(joblib_launcher):
