@@ -105,6 +105,30 @@ def test_an_option_file_is_parsed_once_while_unchanged_and_read_again_when_edite
     assert _option_node(off, "ema").decay == 0.99
 
 
+def test_the_top_level_keys_of_config_files_are_read_once_while_unchanged(tmp_path, monkeypatch):
+    """The checks of every trial a study composes ask which top-level keys the config files
+    give (a primary config's, a group's name, a preset's): each file parsed once while it is
+    unchanged, an edited or a new file read as it is now."""
+    from tuneup.trainer import config
+
+    (tmp_path / "config.yaml").write_text("defaults: [_self_]\nwidth: 4\n")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "small.yaml").write_text("depth: 2\n")
+    preset = tmp_path / "experiment" / "fast.yaml"
+    preset.parent.mkdir()
+    preset.write_text("# @package _global_\nmy_width: 8\n")
+    assert config.top_level_keys([tmp_path]) == {"width", "model", "my_width"}
+    loads = []
+    monkeypatch.setattr(config.OmegaConf, "load", lambda p: loads.append(p) or {})
+    assert config.top_level_keys([tmp_path]) == {"width", "model", "my_width"}
+    assert loads == []  # nothing parsed again
+    monkeypatch.undo()
+    preset.write_text("# @package _global_\nmy_width: 8\nmy_depth: 3\n")
+    (tmp_path / "extra.yaml").write_text("other: 1\n")
+    found = config.top_level_keys([tmp_path])
+    assert found == {"width", "model", "my_width", "my_depth", "other"}  # a preset: its keys
+
+
 def test_a_setting_of_each_off_plugin_is_named_on_the_command_line_and_kept_from_a_file():
     """Composed with each off option and one of its settings given, as a sweep's job with the
     plugins off is (one composition for all the groups: each costs about a second): accepted,

@@ -246,13 +246,24 @@ def top_level_keys(folders: list[Path]) -> set[str]:
             parts = path.relative_to(folder).parts
             if parts[0] == HYDRA_GROUP:
                 continue
-            if len(parts) == 1 or _is_global(path):
-                loaded = OmegaConf.load(path)
-                if OmegaConf.is_dict(loaded):
-                    found |= set(loaded.keys()) - {"defaults"}
-            else:
-                found.add(parts[0])
+            stat = path.stat()
+            keys = _keys_set(str(path), len(parts) == 1, stat.st_mtime_ns, stat.st_size)
+            found |= {parts[0]} if keys is None else keys
     return found
+
+
+@functools.lru_cache(maxsize=1024)
+def _keys_set(path: str, primary: bool, _mtime_ns: int, _size: int) -> frozenset | None:
+    """The top-level keys a primary config or a preset sets, None for a group's option (its
+    group's name is the key), read once while the file is unchanged (its path, time and
+    size): the checks of every trial a study composes read them, and OmegaConf parses YAML
+    slowly."""
+    if not (primary or _is_global(Path(path))):
+        return None
+    loaded = OmegaConf.load(path)
+    return (
+        frozenset(set(loaded.keys()) - {"defaults"}) if OmegaConf.is_dict(loaded) else frozenset()
+    )
 
 
 def _is_global(path: Path) -> bool:

@@ -27,8 +27,9 @@ speed/ | study/         speed: the throughput walk over the machine's features, 
 race                    a race trial's settings, the target a search needs, whether a trial
                         reached it
 settings | space |      the ``autotune`` config node, checked; the candidates and the checks
-trials                  that decide which may be launched; a trial: a job of the sweep,
-                        launched through the Lab, its summary read
+trials | composed       that decide which may be launched; a trial: a job of the sweep,
+                        launched through the Lab, its summary read; the study's checks'
+                        composition of a trial on a kept composition of its config groups
 ======================  ===============================================================
 
 docs/autotune.md is the user's page.

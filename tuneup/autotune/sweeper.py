@@ -125,9 +125,14 @@ class Autotune:
         return search
 
     def study_checks(self, command: list[str]) -> Checks:
-        """The study's checks: ``command`` as its runs have it (race settings included)."""
-        race = race_settings()
-        return Checks(lambda overrides: self.compose([*command, *race, *overrides]))
+        """The study's checks: ``command`` as its runs have it (race settings included), each
+        trial's values applied to a composition of its config groups (composed.py)."""
+        from tuneup.autotune.composed import GroupComposer
+
+        repository = self.hydra_context.config_loader.repository
+        return Checks(
+            GroupComposer(self.compose, [*command, *race_settings()], repository.group_exists)
+        )
 
     def study_on(self, command: list[str], sweep_dir: Path) -> tuple[Lab, Checks]:
         """Where the study runs after the speed stage: ``command`` (yours and its recipe)."""

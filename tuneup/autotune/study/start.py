@@ -20,6 +20,7 @@ class StudyStart:
         self.user_config = config = required_target(self.checks)
         self.use_workers(study_workers.resolve(self.settings.workers, self.lab.launcher, config))
         self.open_study()
+        self.warm_workers(config)
         self.baseline_run(config)
         self.build_space()
 
@@ -40,13 +41,27 @@ class StudyStart:
         if not recipe:
             lab.trials[:0], lab.alone = self.lab.trials, self.lab.alone
             self.lab = lab
+            self.warm_workers(self.user_config)
             return
         self.lab, self.checks = lab, checks
         self.user_config = config = required_target(checks)
         self.use_workers(study_workers.resolve(self.settings.workers, lab.launcher, config))
+        self.warm_workers(config)
         if not self.continued:
             self.baseline_run(config, again=True)
         self.space = None  # built again on the recipe's config (run)
+
+    def warm_workers(self, config) -> None:
+        """With workers at once in a joblib launcher's processes, each process imports what a
+        trial imports before the baseline, the study's first job, which then starts in one
+        that has (tuneup/optuna/warm.py); one worker, or another launcher: nothing. Again
+        after a speed stage: its trials, one at a time, can leave a process idle for longer
+        than joblib keeps one (loky's ``idle_worker_timeout``, 300 s); a process that is
+        still warm has nothing to import."""
+        from tuneup.optuna.warm import warm
+
+        if self.workers.count > 1:
+            warm(self.lab.launcher, config)
 
     def use_workers(self, workers: study_workers.Workers) -> None:
         """Run with ``workers``; the runs that have the machine to themselves get all of it."""

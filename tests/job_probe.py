@@ -1,0 +1,9 @@
+"""A Hydra task function for tests that launch real jobs through a launcher: which process
+the job ran in and whether torch was imported there before the job started."""
+
+import os
+import sys
+
+
+def probe(cfg):
+    return os.getpid(), "torch" in sys.modules
