@@ -340,3 +340,26 @@ def test_without_a_round_the_pick_is_timed_on_its_paired_seeds_runs():
     assert search.notes[-1].startswith("speed: 0 interleaved round(s) fit in the budget")
     search.workers, search.notes = SimpleNamespace(shared_cores=True), []
     assert Speed(search, pick).run().pairs == []
+
+
+def test_the_first_candidates_seeds_may_use_the_timings_and_held_out_runs_share():
+    """A tight budget: the first candidate's first seeds keep nothing back for the speed
+    rounds and the held-out run (without them there is no answer; the timing falls back on
+    the paired seeds' runs, the held-out run is left out with a note); your command's runs,
+    a seed added and the next candidates keep both, as do all runs on shared cores."""
+    from tuneup.autotune.confirm.seeds import _kept_for
+
+    search = SimpleNamespace(
+        speed_reserve=lambda: 26.0,
+        confirm_seconds=lambda: 13.0,
+        workers=SimpleNamespace(shared_cores=False),
+    )
+    entries = {BASELINE: {"trials": ["s1", "s2", "s3"]}, "a": {"trials": []}, "b": {"trials": []}}
+    assert _kept_for(search, entries, "a", 0) == 0.0
+    assert _kept_for(search, entries, BASELINE, 0) == 39.0
+    entries["a"]["trials"] = ["s1", "s2", "s3"]
+    assert _kept_for(search, entries, "b", 0) == 39.0
+    assert _kept_for(search, entries, "a", 3) == 39.0
+    entries["a"]["trials"] = []
+    search.workers = SimpleNamespace(shared_cores=True)
+    assert _kept_for(search, entries, "a", 0) == 39.0

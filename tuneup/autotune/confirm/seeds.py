@@ -56,7 +56,8 @@ def confirm(search: ConfirmInputs) -> None:
         entry = entries[name]
         # a configuration's first seeds are run only if all of them fit (none half-confirmed)
         runs = settings.seeds if index == 0 else 1
-        if search.left() - _reserve(search) < search.confirm_seconds() * runs:
+        kept = _kept_for(search, entries, name, index)
+        if search.left() - kept < search.confirm_seconds() * runs:
             what = "not confirmed" if index == 0 else f"not run on seed {seeds[index]}"
             search.notes.append(f"`{name}` (trial {entry['trial']}) {what}: the budget ran out")
             return None
@@ -69,7 +70,7 @@ def confirm(search: ConfirmInputs) -> None:
                 entry["overrides"],
                 seeds[index],
                 samples=samples,
-                limit_s=max(1.0, search.left() - _reserve(search)),
+                limit_s=max(1.0, search.left() - kept),
                 worker=worker,
             )
             if not trial.killed:
@@ -225,6 +226,22 @@ def held_out(search: ConfirmInputs, name: str) -> None:
 def _reserve(search) -> float:
     """What the confirmation leaves: the speed stage's share and the held-out seed's run."""
     return search.speed_reserve() + search.confirm_seconds()
+
+
+def _kept_for(search: ConfirmInputs, entries: dict, name: str, index: int) -> float:
+    """What a confirmation run leaves for after it (:func:`_reserve`), except for the first
+    candidate's first seeds while none has run: without them there is no answer at all,
+    whereas the timing has the paired seeds' runs to fall back on (confirm/speed.py) and
+    the held-out run may be left out with a note. Not where the workers share the cores
+    (their runs' own times do not compare): there the timing's share is kept."""
+    first = (
+        name != BASELINE
+        and index == 0
+        and not any(e["trials"] for n, e in entries.items() if n != BASELINE)
+    )
+    if first and not search.workers.shared_cores:
+        return 0.0
+    return _reserve(search)
 
 
 def _confirm_samples(search, baseline: dict) -> int:
