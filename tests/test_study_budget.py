@@ -277,10 +277,11 @@ def test_where_the_speed_rounds_do_not_fit_the_paired_seeds_time_the_pick():
     """A baseline of 13 s with 107 s left: a study trial, the command and one candidate on 3
     seeds (91 s) fit, 2 speed rounds more (26 s) do not: no room is kept for them, unless
     the workers share the cores (their runs' own times do not compare): then all of it."""
-    args = (2, 13.0, 13.0, 3, 2, 100)
-    assert study_budget.rounds_kept(*args) == 0
-    assert study_budget.rounds_kept(*args, seeds_time_it=False) == 2
-    assert study_budget.rounds_kept(3, *args[1:]) == 2  # 3 minutes hold them
+    need, _ = study_budget.minutes_needed(13.0, 13.0, 3, 2, 100)
+    assert need == 117.0
+    assert study_budget.rounds_kept(107.0, need, 2) == 0
+    assert study_budget.rounds_kept(107.0, need, 2, seeds_time_it=False) == 2
+    assert study_budget.rounds_kept(167.0, need, 2) == 2  # 3 minutes hold them
     assert study_budget.too_small(2, 13.0, 13.0, 13.0, 3, 0, 100) is None
     assert study_budget.too_small(2, 13.0, 13.0, 13.0, 3, 2, 100) is not None
 

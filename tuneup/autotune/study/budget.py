@@ -154,25 +154,13 @@ def too_small(
     )
 
 
-def rounds_kept(
-    budget_minutes: float,
-    elapsed_s: float,
-    run_s: float,
-    seeds: int,
-    rounds: int,
-    trials_left: int,
-    before: tuple[float, float] = (0.0, 0.0),
-    seeds_time_it: bool = True,
-) -> int:
-    """The speed stage's rounds the confirmation keeps room for: ``rounds``, or none when
-    they do not fit beside one study trial and one candidate's confirmation while those do,
-    and the confirmation's own runs can time the pick (``seeds_time_it``: they run one at a
-    time; confirm/speed.py pairs them seed by seed then). With workers sharing the cores they
-    cannot: ``rounds``."""
-    if not seeds_time_it:
-        return rounds
-    need, _ = minutes_needed(elapsed_s, run_s, seeds, rounds, trials_left, before)
-    return rounds if budget_minutes * 60 - elapsed_s >= need else 0
+def rounds_kept(left_s: float, need_s: float, rounds: int, seeds_time_it: bool = True) -> int:
+    """The speed stage's rounds the confirmation keeps room for: ``rounds``, or none when the
+    ``left_s`` seconds do not hold ``need_s`` (:func:`minutes_needed` with those rounds: one
+    study trial and one candidate's confirmation) and the confirmation's own runs can time the
+    pick (``seeds_time_it``: they run one at a time; confirm/speed.py pairs them seed by seed
+    then). With workers sharing the cores they cannot: ``rounds``."""
+    return rounds if not seeds_time_it or left_s >= need_s else 0
 
 
 def plan(

@@ -75,14 +75,18 @@ class BudgetShare:
         rounds_kept): ``autotune.min_rounds``, or none where they do not fit and the
         confirmation's own runs time the pick (the notes say so)."""
         s = self.settings
-        rounds = study_budget.rounds_kept(
-            s.budget_minutes,
+        need, _ = study_budget.minutes_needed(
             self.budget.elapsed,
             self.confirm_seconds(),
             len(self.confirm_seeds),
             s.min_rounds,
             max(0, s.budget_trials - len(self.explored())),
             self.before,
+        )
+        rounds = study_budget.rounds_kept(
+            s.budget_seconds - self.budget.elapsed,
+            need,
+            s.min_rounds,
             seeds_time_it=not self.workers.shared_cores,
         )
         if rounds == 0 and SEEDS_TIME_IT not in self.notes:
