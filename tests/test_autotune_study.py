@@ -240,7 +240,7 @@ def study_pruner(baseline: dict, pruner: str = "successive_halving"):
 
     from tuneup.autotune.time_to_target import StudySearch
 
-    settings = SimpleNamespace(seeds=1, pruner=pruner, confirm=1)
+    settings = SimpleNamespace(seeds=1, pruner=pruner, confirm=1, min_rounds=2)
     search = StudySearch(settings, None, None, None, 0, "")
     search.baseline = baseline
     [override] = OverridesParser.create().parse_overrides([f"p={search.pruner_spec()}"])
