@@ -31,6 +31,10 @@ class BudgetShare:
         ]
         return seconds[len(seconds) // 2]
 
+    def trials_left(self) -> int:
+        """Study trials ``autotune.budget_trials`` still allows."""
+        return max(0, self.settings.budget_trials - len(self.explored()))
+
     def share_budget(self) -> None:
         """Refuse a budget too small for one study trial and one confirmation, or size the
         confirmation's room to it (study/budget.py), once the baseline's time is known."""
@@ -44,7 +48,7 @@ class BudgetShare:
             len(self.confirm_seeds),
             s.confirm,
             rounds,
-            max(0, s.budget_trials - len(self.explored())),
+            self.trials_left(),
             self.before,
             s.max_seeds,
         )
@@ -61,7 +65,7 @@ class BudgetShare:
         candidate, study/budget.py: minutes_needed) once its baseline has run; a budget too
         small for them is refused here, before any later run."""
         s = self.settings
-        run_s, trials_left = self.confirm_seconds(), max(0, s.budget_trials - len(self.explored()))
+        run_s, trials_left = self.confirm_seconds(), self.trials_left()
         args = (len(self.confirm_seeds), self.keep_rounds(), trials_left)
         refusal = study_budget.too_small(
             s.budget_minutes, self.budget.elapsed, self.baseline.get("seconds", 1.0), run_s, *args
@@ -80,7 +84,7 @@ class BudgetShare:
             self.confirm_seconds(),
             len(self.confirm_seeds),
             s.min_rounds,
-            max(0, s.budget_trials - len(self.explored())),
+            self.trials_left(),
             self.before,
         )
         rounds = study_budget.rounds_kept(
