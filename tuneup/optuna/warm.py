@@ -163,10 +163,13 @@ def warm_process(modules, config, barrier: str, processes: int, deadline: float)
 
 def keep_out_of_collections() -> None:
     """Collect this process's garbage, then freeze what is left (the imports) out of later
-    collections (module docstring); unfrozen at exit."""
+    collections (module docstring); unfrozen at exit. Once per process: a warm-up of a process
+    that has run jobs would freeze what the last job left (its Hydra state, whose cycles the
+    next job's collection frees)."""
+    if gc.get_freeze_count():
+        return
     gc.collect()
     gc.freeze()
-    atexit.unregister(gc.unfreeze)  # once, however many warm-ups
     atexit.register(gc.unfreeze)
 
 
