@@ -23,8 +23,8 @@ A warmed process then keeps what it imported out of Python's collections (``gc.f
 with psutil absent, loky's worker runs a full ``gc.collect()`` after every job that took over a
 second, and a full collection walks every object the process holds (torch's, Lightning's:
 hundreds of thousands), a cost that a trial run in the sweep's own process (the basic
-launcher) does not pay. Frozen objects are the survivors of a collection made just before, so
-no garbage is kept; they are still freed by reference counting, and a cycle among them that
+launcher) does not pay. The freeze is made once per process, at its first warm-up; frozen
+objects are the survivors of a collection made just before, so no garbage is kept; they are still freed by reference counting, and a cycle among them that
 becomes garbage later stays until the process ends (at exit they are unfrozen, so the
 interpreter's last collection sees them, as it would without the freeze).
 
