@@ -19,14 +19,15 @@ takes none, so every task waits, after its imports, until every process has one 
 on files named by the processes' ids), at most until a deadline: a process that never takes
 one leaves its first trial to import for itself.
 
-A warmed process then keeps what it imported out of Python's collections (``gc.freeze``):
-with psutil absent, loky's worker runs a full ``gc.collect()`` after every job that took over a
+A warmed process then keeps what it imported out of Python's collections (``gc.freeze``): with
+psutil absent, loky's worker runs a full ``gc.collect()`` after every job that took over a
 second, and a full collection walks every object the process holds (torch's, Lightning's:
-hundreds of thousands), a cost that a trial run in the sweep's own process (the basic
-launcher) does not pay. The freeze is made once per process, at its first warm-up; frozen
-objects are the survivors of a collection made just before, so no garbage is kept; they are still freed by reference counting, and a cycle among them that
-becomes garbage later stays until the process ends (at exit they are unfrozen, so the
-interpreter's last collection sees them, as it would without the freeze).
+hundreds of thousands), a cost that a trial run in the sweep's own process (the basic launcher)
+does not pay. The freeze is made once per process, at its first warm-up; frozen objects are the
+survivors of a collection made just before, so no garbage is kept; they are still freed by
+reference counting, and a cycle among them that becomes garbage later stays until the process
+ends (at exit they are unfrozen, so the interpreter's last collection sees them, as it would
+without the freeze).
 
 A warm-up is an optimisation: one that fails (a worker that dies, an import that raises, the
 deadline) is logged and the study goes on, its first trials importing for themselves.
