@@ -7,3 +7,10 @@ import sys
 
 def probe(cfg):
     return os.getpid(), "torch" in sys.modules
+
+
+def frozen(cfg):
+    """The job's process and how many objects its collector leaves out (``gc.freeze``)."""
+    import gc
+
+    return os.getpid(), gc.get_freeze_count()

@@ -6,6 +6,9 @@ warmed with torch alone (a trial's full list would take seconds more per process
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
+import textwrap
 from types import SimpleNamespace
 
 import pytest
@@ -58,6 +61,48 @@ def test_every_joblib_worker_imports_torch_before_the_jobs_that_then_run_there(j
     # torch imported there before each job started
     assert {pid for pid, _ in ran} <= warmed, (ran, said)
     assert all(torch for _, torch in ran), ran
+
+
+def test_a_warmed_process_leaves_its_imports_out_of_the_collection_after_each_job(
+    joblib_launcher, monkeypatch
+):
+    """loky collects a worker's garbage after each job; what the warm-up imported (torch's
+    objects) is frozen out of it, in every process the jobs run in."""
+    from tests.job_probe import frozen
+
+    said = warming.warm(joblib_launcher, modules=("torch",))
+    monkeypatch.setattr(joblib_launcher, "task_function", frozen)
+    jobs = joblib_launcher.launch([[], []], initial_job_idx=10)
+    ran = dict(job.return_value for job in jobs)
+    assert set(ran) <= {pid for pid, _ in said}, (ran, said)
+    assert all(count > 10_000 for count in ran.values()), ran  # torch alone: tens of thousands
+    # warmed again (after a speed stage): what the jobs left is not frozen, only the imports
+    warming.warm(joblib_launcher, modules=("torch",))
+    again = dict(job.return_value for job in joblib_launcher.launch([[], []], initial_job_idx=12))
+    assert all(again[pid] == ran[pid] for pid in set(again) & set(ran)), (ran, again)
+
+
+def test_what_a_warm_up_froze_is_collected_at_exit_as_without_it():
+    """The interpreter's last collection still sees the frozen objects: their finalizers run
+    (torch's bindings otherwise print leak warnings as each worker process exits)."""
+    script = textwrap.dedent(
+        """
+        from tuneup.optuna.warm import keep_out_of_collections
+
+        class Node:
+            def __del__(self):
+                print("finalized", flush=True)
+
+        node = Node()
+        node.me = node  # a cycle: only a collection frees it
+        keep_out_of_collections()
+        keep_out_of_collections()  # a second warm-up
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (0, "finalized\n"), done.stderr
 
 
 def test_a_failed_warm_up_is_logged_and_the_jobs_still_run(joblib_launcher, caplog):

@@ -19,6 +19,16 @@ takes none, so every task waits, after its imports, until every process has one 
 on files named by the processes' ids), at most until a deadline: a process that never takes
 one leaves its first trial to import for itself.
 
+A warmed process then keeps what it imported out of Python's collections (``gc.freeze``): with
+psutil absent, loky's worker runs a full ``gc.collect()`` after every job that took over a
+second, and a full collection walks every object the process holds (torch's, Lightning's:
+hundreds of thousands), a cost that a trial run in the sweep's own process (the basic launcher)
+does not pay. The freeze is made once per process, at its first warm-up; frozen objects are the
+survivors of a collection made just before, so no garbage is kept; they are still freed by
+reference counting, and a cycle among them that becomes garbage later stays until the process
+ends (at exit they are unfrozen, so the interpreter's last collection sees them, as it would
+without the freeze).
+
 A warm-up is an optimisation: one that fails (a worker that dies, an import that raises, the
 deadline) is logged and the study goes on, its first trials importing for themselves.
 
@@ -29,6 +39,8 @@ process to warm before its job: :func:`warm` does nothing.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import importlib
 import logging
 import os
@@ -143,10 +155,23 @@ def warm_process(modules, config, barrier: str, processes: int, deadline: float)
             _load_plugins(config)
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
+    keep_out_of_collections()
     mark.touch()
     while len(os.listdir(barrier)) < processes and time.time() < deadline:
         time.sleep(0.05)
     return pid, "torch" in sys.modules, error
+
+
+def keep_out_of_collections() -> None:
+    """Collect this process's garbage, then freeze what is left (the imports) out of later
+    collections (module docstring); unfrozen at exit. Once per process: a warm-up of a process
+    that has run jobs would freeze what the last job left (its Hydra state, whose cycles the
+    next job's collection frees)."""
+    if gc.get_freeze_count():
+        return
+    gc.collect()
+    gc.freeze()
+    atexit.register(gc.unfreeze)
 
 
 def _load_plugins(config) -> None:
