@@ -6,7 +6,9 @@ Each command's overrides are composed with Hydra's own parser, the ``hydra.*`` o
 them, then drops it from the run's config), and every value of a sweep is checked as its job
 would be (``tuneup.autotune.space.Checks``: the core's and every plugin's checks, nothing
 built); a single run's command also as its command line is (a setting of a plugin that is
-off). One composition per job, in one process, shared by the commands that have it. The
+off). One check per job, in one process, shared by the commands that have it; the jobs of
+one set of config groups composed on one composition of those groups, their values applied
+by Hydra's own function (:class:`GroupsComposedOnce`), as Hydra composes a job. The
 commands run in a user's project as the pages build it: docs/your_own_model.md's
 ``my_project`` and docs/tutorial.md's ``stripes``, their files as printed, so the commands
 of those pages compose with the user's own modules and presets.
@@ -19,6 +21,7 @@ own tests.
 
 from __future__ import annotations
 
+import copy
 import re
 import shlex
 import sys
@@ -27,6 +30,7 @@ from pathlib import Path
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import IntervalSweep
+from hydra.errors import HydraException
 
 import tuneup
 from tests.own_project import blocks, write_project
@@ -137,8 +141,74 @@ def listed(command: str, table: dict[str, str]) -> str | None:
 
 
 COMMANDS = [(page, command) for page in PAGES for command in documented_commands(page)]
+
+
+class GroupsComposedOnce:
+    """``tuneup.compose(job)``, each set of config group overrides composed once.
+
+    Hydra composes a job in two steps (``ConfigLoaderImpl._load_configuration_impl``): its
+    config group overrides make the defaults list, whose configs are merged; its config
+    overrides are then applied to the merged config, in their order, by
+    ``ConfigLoaderImpl._apply_overrides_to_config``. The docs' jobs share their groups
+    (``data=digits model=mlp`` beside a different value each): the first step is kept per
+    set of group overrides, and a job's own values are applied to a copy with Hydra's
+    parser and function, told apart from its groups as Hydra tells them (its repository's
+    groups; a dict value is a config override). A job with ``hydra.*`` overrides (applied
+    to the ``hydra`` node, which the kept composition no longer has), or one the parser
+    refuses, is composed whole."""
+
+    def __init__(self) -> None:
+        self.repository = None
+        self.kept: dict[tuple[str, ...], object] = {}
+
+    def __call__(self, job: list[str]):
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+        from omegaconf import OmegaConf
+
+        try:
+            parsed = OverridesParser.create().parse_overrides(list(job))
+        except HydraException:
+            return tuneup.compose(job)
+        if any(o.is_hydra_override() or o.is_sweep_override() for o in parsed):
+            return tuneup.compose(job)
+        groups = [o for o in parsed if self.is_group(o)]
+        values = [o for o in parsed if not self.is_group(o)]
+        key = tuple(o.input_line for o in groups)
+        if key not in self.kept:
+            self.kept[key] = tuneup.compose(list(key))
+        kept = self.kept[key]
+        cfg = copy.deepcopy(kept)
+        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
+        OmegaConf.copy_cache(from_config=kept, to_config=cfg)
+        return cfg
+
+    def is_group(self, override) -> bool:
+        if isinstance(override.value(), dict):
+            return False
+        if self.repository is None:
+            self.repository = group_repository()
+        return self.repository.group_exists(override.key_or_group)
+
+
+def group_repository():
+    """Hydra's repository of config groups as ``tuneup.compose`` searches them here: the
+    built-in configs, the project's ./conf and the installed plugins' (``hydra.searchpath``
+    of the primary config, which composing it resolves)."""
+    from hydra import initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from tuneup.trainer.config import register
+
+    with initialize_config_module(config_module="tuneup.conf", version_base="1.3"):
+        register()
+        loader = GlobalHydra.instance().config_loader()
+        loader.load_configuration("config", [], RunMode.RUN)
+        return loader.repository
+
+
 #: Each job composed and checked once (a job's inspection is the same in every command).
-CHECKS = Checks(tuneup.compose)
+CHECKS = Checks(GroupsComposedOnce())
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -74,7 +74,9 @@ def final_weights(run_dir):
     return torch.load(newest, weights_only=True)["state_dict"]
 
 
-def test_hello_logs_and_polyak_is_off_until_chosen_and_validates_the_average(installed, tmp_path):
+def test_hello_logs_and_polyak_is_off_until_chosen_and_validates_the_average(
+    installed, tmp_path, capfd
+):
     tiny = [
         "model=mlp",
         "data.train_samples=256",
@@ -87,8 +89,10 @@ def test_hello_logs_and_polyak_is_off_until_chosen_and_validates_the_average(ins
     run(compose_config(tiny, tiny=False), run_dir=tmp_path / "plain")
     plain = json.loads((tmp_path / "plain" / "summary.json").read_text())
     assert "polyak" not in plain["plugins"]  # installed, but off by default
-    # tuneup-hello, installed without a config group: always on; its metric in metrics.csv
+    # tuneup-hello, installed without a config group: always on; it prints on the run's
+    # standard output, and its metric is in metrics.csv
     assert "hello" in plain["plugins"]
+    assert "hello from tuneup-hello: 1 process(es)" in capfd.readouterr().out
     with open(tmp_path / "plain" / "metrics.csv") as f:
         rows = [r for r in csv.DictReader(f) if r.get("hello/lr")]
     assert rows and all(
@@ -132,4 +136,3 @@ def test_command_line_help_and_listing_show_the_plugin_group(site, tmp_path):
     assert "entry point 'tuneup_polyak:Plugin' of tuneup-polyak 0.1.0" in listing.stdout
     assert "settings: {'decay': 0.5, 'every_n_steps': 1}" in listing.stdout
     assert re.search(r"on_validation_start +[\w >-]*\bpolyak\b", listing.stdout)
-    assert "hello from tuneup-hello: 1 process(es)" in run_cli(env=env).stdout
