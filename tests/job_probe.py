@@ -14,3 +14,15 @@ def frozen(cfg):
     import gc
 
     return os.getpid(), gc.get_freeze_count()
+
+
+def loader(cfg):
+    """A DataLoader with a worker process, in the job's process as a run starts it
+    (trainer/environment.py ``standard_start_method``): the batches it loads."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from tuneup.trainer.environment import standard_start_method
+
+    standard_start_method()
+    return [batch.tolist() for batch in DataLoader(torch.arange(4), batch_size=2, num_workers=1)]

@@ -105,6 +105,17 @@ def test_what_a_warm_up_froze_is_collected_at_exit_as_without_it():
     assert (done.returncode, done.stdout) == (0, "finalized\n"), done.stderr
 
 
+def test_a_job_in_a_joblib_worker_starts_dataloader_workers(joblib_launcher, monkeypatch):
+    """joblib's loky workers make ``loky`` their default start method; a run there
+    (a study trial, the speed stage's ``dataloader=workers``) starts its DataLoader's worker
+    processes with the standard library's instead of failing."""
+    from tests.job_probe import loader
+
+    monkeypatch.setattr(joblib_launcher, "task_function", loader)
+    jobs = joblib_launcher.launch([[]], initial_job_idx=20)
+    assert jobs[0].return_value == [[0, 1], [2, 3]]
+
+
 def test_a_failed_warm_up_is_logged_and_the_jobs_still_run(joblib_launcher, caplog):
     with caplog.at_level(logging.WARNING, logger=warming.__name__):
         assert warming.warm(joblib_launcher, modules=("tuneup_no_such_module",)) == []

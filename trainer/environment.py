@@ -6,6 +6,7 @@ example, "fp16 needs a GPU with tensor cores" before a process is spawned.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from dataclasses import dataclass
 
@@ -57,6 +58,17 @@ def threads_as_asked() -> None:
     asked = os.environ.get("OMP_NUM_THREADS", "")
     if asked.isdigit() and int(asked) > 0 and torch.get_num_threads() != int(asked):
         torch.set_num_threads(int(asked))
+
+
+def standard_start_method() -> None:
+    """The standard library's process start method as this process's default, where a
+    launcher replaced it: joblib's loky workers (``hydra/launcher=joblib``) make ``loky`` the
+    default, and a DataLoader's worker processes (``num_workers > 0``) cannot be started as
+    loky's (``AttributeError: 'Process' object has no attribute 'env'``). A run in such a
+    worker then starts its DataLoader workers as a run in its own process does."""
+    standard = multiprocessing.get_all_start_methods()  # the platform's default first
+    if multiprocessing.get_start_method(allow_none=True) not in (None, *standard):
+        multiprocessing.set_start_method(standard[0], force=True)
 
 
 def cpus_per_process(processes: int) -> int:

@@ -23,7 +23,7 @@ from tuneup.trainer.bridge import Bridge
 from tuneup.trainer.checks import core_problems, mode_problems
 from tuneup.trainer.components import Plan
 from tuneup.trainer.empty_init import empty_parameters, wanted
-from tuneup.trainer.environment import Environment, threads_as_asked
+from tuneup.trainer.environment import Environment, standard_start_method, threads_as_asked
 from tuneup.trainer.evaluate import evaluate
 from tuneup.trainer.module import TrainingModule, with_batch_transforms
 from tuneup.trainer.plugin_listing import listing
@@ -89,6 +89,7 @@ def run(cfg, run_dir: str | Path | None = None):
             _remove_if_empty(run_dir_from_hydra())  # made by Hydra, and nothing was run there
         return None
     threads_as_asked()
+    standard_start_method()
     run_dir = Path(run_dir) if run_dir is not None else run_dir_from_hydra()
     first = console.process_rank() == "0"  # the other ranks join the directory it holds
     try:
