@@ -8,7 +8,7 @@ would be (``tuneup.autotune.space.Checks``: the core's and every plugin's checks
 built); a single run's command also as its command line is (a setting of a plugin that is
 off). One check per job, in one process, shared by the commands that have it; the jobs of
 one set of config groups composed on one composition of those groups, their values applied
-by Hydra's own function (:class:`GroupsComposedOnce`), as Hydra composes a job. The
+by Hydra's own function (:class:`GroupsComposedOnce`, the study's own composer), as Hydra composes a job. The
 commands run in a user's project as the pages build it: docs/your_own_model.md's
 ``my_project`` and docs/tutorial.md's ``stripes``, their files as printed, so the commands
 of those pages compose with the user's own modules and presets.
@@ -21,7 +21,6 @@ own tests.
 
 from __future__ import annotations
 
-import copy
 import re
 import shlex
 import sys
@@ -30,10 +29,10 @@ from pathlib import Path
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import IntervalSweep
-from hydra.errors import HydraException
 
 import tuneup
 from tests.own_project import blocks, write_project
+from tuneup.autotune.composed import GroupComposer
 from tuneup.autotune.space import Checks
 from tuneup.trainer.checks import inert_problems
 
@@ -143,51 +142,27 @@ def listed(command: str, table: dict[str, str]) -> str | None:
 COMMANDS = [(page, command) for page in PAGES for command in documented_commands(page)]
 
 
-class GroupsComposedOnce:
-    """``tuneup.compose(job)``, each set of config group overrides composed once.
-
-    Hydra composes a job in two steps (``ConfigLoaderImpl._load_configuration_impl``): its
-    config group overrides make the defaults list, whose configs are merged; its config
-    overrides are then applied to the merged config, in their order, by
-    ``ConfigLoaderImpl._apply_overrides_to_config``. The docs' jobs share their groups
-    (``data=digits model=mlp`` beside a different value each): the first step is kept per
-    set of group overrides, and a job's own values are applied to a copy with Hydra's
-    parser and function, told apart from its groups as Hydra tells them (its repository's
-    groups; a dict value is a config override). A job with ``hydra.*`` overrides (applied
-    to the ``hydra`` node, which the kept composition no longer has), or one the parser
-    refuses, is composed whole."""
+class GroupsComposedOnce(GroupComposer):
+    """``tuneup.compose(job)``, each set of config group overrides composed once: the study's
+    :class:`tuneup.autotune.composed.GroupComposer` (Hydra's two steps of a composition, a
+    job's values applied to a kept composition of its groups by Hydra's own function). The
+    config ``tuneup.compose`` gives has no ``hydra`` node, so a job with ``hydra.*``
+    overrides (which Hydra applies there) is composed whole."""
 
     def __init__(self) -> None:
+        super().__init__(tuneup.compose, [], self.group_exists)
         self.repository = None
-        self.kept: dict[tuple[str, ...], object] = {}
 
-    def __call__(self, job: list[str]):
-        from hydra._internal.config_loader_impl import ConfigLoaderImpl
-        from omegaconf import OmegaConf
-
-        try:
-            parsed = OverridesParser.create().parse_overrides(list(job))
-        except HydraException:
-            return tuneup.compose(job)
-        if any(o.is_hydra_override() or o.is_sweep_override() for o in parsed):
-            return tuneup.compose(job)
-        groups = [o for o in parsed if self.is_group(o)]
-        values = [o for o in parsed if not self.is_group(o)]
-        key = tuple(o.input_line for o in groups)
-        if key not in self.kept:
-            self.kept[key] = tuneup.compose(list(key))
-        kept = self.kept[key]
-        cfg = copy.deepcopy(kept)
-        ConfigLoaderImpl._apply_overrides_to_config(values, cfg)
-        OmegaConf.copy_cache(from_config=kept, to_config=cfg)
-        return cfg
-
-    def is_group(self, override) -> bool:
-        if isinstance(override.value(), dict):
-            return False
+    def group_exists(self, key: str) -> bool:
         if self.repository is None:
             self.repository = group_repository()
-        return self.repository.group_exists(override.key_or_group)
+        return self.repository.group_exists(key)
+
+    def split(self, overrides: list[str]):
+        split = super().split(overrides)
+        if split is None or any(o.is_hydra_override() for o in split[2]):
+            return None
+        return split
 
 
 def group_repository():

@@ -78,6 +78,8 @@ def _record(cfg, parsed, groups) -> None:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from omegaconf import open_dict
 
+    if "hydra" not in cfg:  # a composition without Hydra's node (tuneup.compose's) records none
+        return
     hydra = cfg.hydra
     with open_dict(hydra):
         for kind, of_hydra in (("hydra", True), ("task", False)):
