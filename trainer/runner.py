@@ -8,6 +8,7 @@ fit (from the checkpoint) -> report -> summary.json
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import sys
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 
 from tuneup.errors import TuneupError
-from tuneup.trainer import callbacks, console
+from tuneup.trainer import callbacks, console, openmp
 from tuneup.trainer import summary as run_summary
 from tuneup.trainer.bridge import Bridge
 from tuneup.trainer.checks import core_problems, mode_problems
@@ -347,6 +348,8 @@ def _finish(cfg, plugins, trainer, summary: dict, run_dir: Path) -> None:
         if isinstance(trainer.lightning_module, TrainingModule):  # measured: grad_norm
             summary.update(trainer.lightning_module.grad_norm.summary())
     summary.update(python=platform.python_version(), torch=_torch_version())
+    if openmp.VARIABLE in os.environ:  # how OpenMP's threads wait here, and why
+        summary["openmp_wait"] = os.environ[openmp.VARIABLE]
     if plugins is not None:
         summary["plugins"] = plugins.describe(cfg)
         # each plugin's report by itself: one failing keeps the others' figures

@@ -114,6 +114,8 @@ def _metrics(s: dict):
 
 def _run(s: dict):
     where = [s.get("device"), f"world_size {s['world_size']}" if "world_size" in s else None]
+    if str(s.get("openmp_wait", "")).startswith("short spin"):  # the load it started beside
+        where.append(f"OpenMP {s['openmp_wait']}")
     yield "device", ", ".join(w for w in where if w)
     precision = s.get("precision") if isinstance(s.get("precision"), dict) else {}
     if precision.get("ran_as") not in (None, precision.get("name")):

@@ -65,6 +65,9 @@ def main() -> None:
     if any(a in ("-h", "--help") for a in argv):
         print(help_text(argv))
         return
+    from tuneup.trainer import openmp
+
+    openmp.watch()  # OpenMP's spin, decided before torch loads it (trainer/openmp.py)
     from tuneup import override_syntax
     from tuneup.trainer import config, hints
     from tuneup.trainer.state.preemption import COMMAND_VARIABLE, command_name
