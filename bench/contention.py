@@ -121,7 +121,9 @@ def report(rows: list[dict]) -> str:
         "|---|---|---:|---:|---:|---:|",
     ]
     for row in rows:
-        beside = "nothing" if not row["beside"] else f"{row['beside']} runs, spin {row['beside_spin']}"
+        beside = (
+            "nothing" if not row["beside"] else f"{row['beside']} runs, spin {row['beside_spin']}"
+        )
         if row["load"]:
             beside += f" (load {row['load'][0]:.1f}-{row['load'][1]:.1f})"
         cells = []

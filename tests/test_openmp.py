@@ -32,7 +32,7 @@ def test_others_busy_leaves_this_processs_own_cpu_out():
     assert openmp.others_busy((10.0, 100.0, 3.0), (11.0, 101.5, 3.5)) == 1.0
     assert openmp.others_busy((10.0, 100.0, 3.0), (11.0, 100.4, 3.5)) == 0.0  # never below 0
     start = openmp.reading()
-    assert start is None or start[1] > 0 and start[2] > 0  # Linux: /proc/stat is read
+    assert start is None or (start[1] > 0 and start[2] > 0)  # Linux: /proc/stat is read
 
 
 PROBE = """
@@ -84,7 +84,9 @@ def test_the_command_keeps_the_shells_spin_count(tmp_path):
 
 def test_the_console_says_when_the_run_started_with_the_short_spin():
     summary = {"status": "ok", "device": "cpu (x86_64, 2 threads)", "world_size": 1}
-    short = "short spin (GOMP_SPINCOUNT=1000): 1.4 CPU(s) busy with other work when the command started"
+    short = (
+        "short spin (GOMP_SPINCOUNT=1000): 1.4 CPU(s) busy with other work when the command started"
+    )
     table = format_table({**summary, "openmp_wait": short})
     assert f"cpu (x86_64, 2 threads), world_size 1, OpenMP {short}" in table
     idle = format_table({**summary, "openmp_wait": "libgomp default: 0.0 CPU(s) busy"})
