@@ -91,3 +91,14 @@ def test_the_console_says_when_the_run_started_with_the_short_spin():
     assert f"cpu (x86_64, 2 threads), world_size 1, OpenMP {short}" in table
     idle = format_table({**summary, "openmp_wait": "libgomp default: 0.0 CPU(s) busy"})
     assert "OpenMP" not in idle
+
+
+def test_only_the_cpus_this_process_may_run_on_are_counted():
+    stat = (
+        "cpu  900 0 300 5000 100 0 0 0 0 0\n"
+        "cpu0 100 0 50 2000 10 0 0 0 0 0\n"
+        "cpu1 800 0 250 3000 90 0 0 0 0 0\n"
+        "intr 12345\n"
+    )
+    assert openmp.busy_ticks(stat, {0}) == 150
+    assert openmp.busy_ticks(stat, {0, 1}) == 1200  # idle and iowait left out

@@ -10,10 +10,10 @@ that other work shares": a small GPT, idle, 1.09x the time with the short spin; 
 runs, 0.32x).
 
 So the ``tuneup`` command looks before torch loads libgomp: :func:`watch` (at the command's
-start) and :func:`decide` (just before ``torch`` is first imported) read the CPUs' busy time
-(``/proc/stat``) less this process's own. When other processes kept at least half a CPU busy
-meanwhile, it sets ``GOMP_SPINCOUNT=1000``, libgomp's own value for an oversubscribed
-process; on an idle machine it sets nothing. A ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` the
+start) and :func:`decide` (just before ``torch`` is first imported) read the busy time of
+the CPUs this process may run on (``/proc/stat``) less this process's own. When other
+processes kept at least half a CPU busy meanwhile, it sets ``GOMP_SPINCOUNT=1000``,
+libgomp's own value for an oversubscribed process; on an idle machine it sets nothing. A ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` the
 shell set is kept, and so is the decision for the whole process (a sweep decides once, at its
 start). The processes the run starts inherit it. Where ``/proc/stat`` is missing (not
 Linux) nothing is set; a Python program that imported torch before ``tuneup.run`` keeps its
@@ -46,18 +46,29 @@ Reading = tuple[float, float, float]  # (wall s, CPUs' busy s, this process's CP
 
 
 def reading() -> Reading | None:
-    """Now: the wall clock, all CPUs' busy seconds (/proc/stat), this process's CPU seconds;
-    None where /proc/stat cannot be read."""
+    """Now: the wall clock, the busy seconds of the CPUs this process may run on (on a node
+    shared by affinity, as Slurm shares one, other jobs' cores are not counted), this
+    process's CPU seconds; None where /proc/stat cannot be read."""
     try:
         with open("/proc/stat") as stat:
-            fields = stat.readline().split()
-    except OSError:
+            ticks = busy_ticks(stat.read(), os.sched_getaffinity(0))
+    except (OSError, AttributeError, ValueError, IndexError):
         return None
-    ticks = [int(v) for v in fields[1:]]
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
-    busy = (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # guest time is in user already
     times = os.times()
-    return time.monotonic(), busy, times.user + times.system
+    return time.monotonic(), ticks / os.sysconf("SC_CLK_TCK"), times.user + times.system
+
+
+def busy_ticks(stat: str, cpus: set[int]) -> int:
+    """The busy ticks of ``cpus`` in /proc/stat's text (their ``cpuN`` lines): user to
+    steal, less idle and iowait (guest time is counted in user already)."""
+    busy = 0
+    for line in stat.splitlines():
+        fields = line.split()
+        name = fields[0] if fields else ""
+        if name[:3] == "cpu" and name[3:].isdigit() and int(name[3:]) in cpus:
+            ticks = [int(v) for v in fields[1:9]]
+            busy += sum(ticks) - ticks[3] - (ticks[4] if len(ticks) > 4 else 0)
+    return busy
 
 
 def others_busy(start: Reading, end: Reading) -> float:
