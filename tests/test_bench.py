@@ -688,3 +688,26 @@ def test_autotune_budget_bench_restarts_the_runs_beside_it_and_ends_them(tmp_pat
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # ended, and reaped
     assert (tmp_path / "beside0-1" / "console.log").is_file()
+
+
+def test_contention_bench_alternates_the_arms_and_reports_tuneup_over_the_default(
+    tmp_path, monkeypatch
+):
+    """bench/contention.py: pairs in alternating order, the ratio tuneup / default (below 1:
+    tuneup's choice was faster), and the runs that chose the short spin counted."""
+    contention = bench_module("contention")
+    order = []
+
+    def fake(command, run_dir, env):
+        arm = "default" if env.get("GOMP_SPINCOUNT") == "300000" else "tuneup"
+        order.append(arm)
+        return (4.0, None) if arm == "default" else (1.0, "short spin (GOMP_SPINCOUNT=1000): 2.0")
+
+    monkeypatch.setattr(contention, "fit_seconds", fake)
+    args = contention.parse(["--pairs", "3", "--out", str(tmp_path)])
+    task = next(iter(contention.TASKS))
+    row = contention.measure(args, task, 0, "-", tmp_path / "row")
+    assert order == ["default", "tuneup", "tuneup", "default", "default", "tuneup"]
+    assert row["ratio"][0] == 0.25 and row["short_spin"] == 3
+    line = contention.report([row]).splitlines()[-1]
+    assert line.endswith("| 0.25x [0.25, 0.25] | 3 of 3 |") and "| nothing (load " in line
