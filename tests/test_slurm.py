@@ -274,10 +274,17 @@ def test_two_sweepers_of_two_slurm_workers_share_one_journal_and_one_answers(slu
     journal = tmp_path / "shared" / "study.journal"
     storage = f"autotune.storage={journal}"
     first = submit(slurm, tmp_path / "a", storage, run=STUDY)
-    deadline = time.monotonic() + 300
-    while not stored_baseline(journal) and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(1)
-    second = submit(slurm, tmp_path / "b", storage, "autotune.workers=1", run=STUDY)
+    # The cluster starts no new job from the baseline's start until the second sweeper has
+    # asked for a trial: the first's two trials wait in the queue, so it cannot spend the
+    # budget before the second joins, however fast the trials run.
+    try:
+        wait_for(lambda: "RUNNING" in slurm.run("squeue", "-h", "-o", "%T").stdout, first, 0.1)
+        slurm.run("scontrol", "update", "PartitionName=debug", "State=DOWN")
+        wait_for(lambda: stored_baseline(journal), first)
+        second = submit(slurm, tmp_path / "b", storage, "autotune.workers=1", run=STUDY)
+        wait_for(lambda: len(sweepers(journal)) == 2, second)
+    finally:
+        slurm.run("scontrol", "update", "PartitionName=debug", "State=UP")
     outputs = [finish(first, slurm, timeout=550), finish(second, slurm, timeout=550)]
 
     study = optuna.load_study(study_name="autotune", storage=journal_storage(journal))
@@ -306,6 +313,28 @@ def test_two_sweepers_of_two_slurm_workers_share_one_journal_and_one_answers(slu
     assert f"writes the answer of study 'autotune' into {answered[0]}" in gave_way
     other = tmp_path / ("b" if answered[0].name == "a" else "a")
     assert json.loads((other / "answered_by.json").read_text())["sweep_dir"] == str(answered[0])
+
+
+def wait_for(condition, process: subprocess.Popen, every: float = 1.0, timeout: float = 300):
+    """Polls ``condition`` until it holds, while ``process`` runs; fails after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None or time.monotonic() > deadline:
+            output = process.communicate()[0] if process.poll() is not None else ""
+            pytest.fail(f"waited for {condition} in vain:\n{output[-3000:]}")
+        time.sleep(every)
+
+
+def sweepers(journal: Path) -> set[str]:
+    """The sweepers that have asked the study in ``journal`` for a trial."""
+    import optuna
+
+    study = optuna.load_study(study_name="autotune", storage=journal_storage(journal))
+    return {
+        t.user_attrs["tuneup_sweeper"]
+        for t in study.get_trials()
+        if "tuneup_sweeper" in t.user_attrs and not t.user_attrs.get("tuneup_baseline")
+    }
 
 
 def journal_storage(journal: Path):
