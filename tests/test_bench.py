@@ -711,3 +711,23 @@ def test_contention_bench_alternates_the_arms_and_reports_tuneup_over_the_defaul
     assert row["ratio"][0] == 0.25 and row["short_spin"] == 3
     line = contention.report([row]).splitlines()[-1]
     assert line.endswith("| 0.25x [0.25, 0.25] | 3 of 3 |") and "| nothing (load " in line
+
+
+def test_race_studies_counts_each_searchs_good_trials_against_its_own_command(tmp_path):
+    """bench/race_studies.py: per search, completed trials (not the command's, not a missed
+    or pruned one), those under half the command's cost, and the best over the command."""
+    studies = bench_module("race_studies")
+
+    def trial(value, state="COMPLETE", baseline=False):
+        return {"state": state, "value": value, "baseline": baseline}
+
+    for i, values in enumerate([[3.0, 6.0, 4.0], [1.0, 9.0]]):
+        folder = tmp_path / "task" / "task" / f"autotune{i}"
+        folder.mkdir(parents=True)
+        explore = [trial(10.0, baseline=True), *map(trial, values), trial(None, "PRUNED")]
+        (folder / "autotune.json").write_text(json.dumps({"explore": explore}))
+    found = studies.study_counts(tmp_path / "task" / "task" / "autotune0" / "autotune.json")
+    assert found == {"complete": 3, "under_half": 2, "best": 0.3}
+    rows = studies.table(tmp_path, ["task"]).splitlines()
+    assert rows[2] == "| task | autotune | 3, 2 | 2, 1; 1.5 | 0.30, 0.10; 0.20 |"
+    assert len(rows) == 3  # no random searches in the folder: no row
