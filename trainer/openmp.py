@@ -41,6 +41,8 @@ SHARED_FROM = 0.5
 SHORTEST = 0.2
 #: Why the spin count is what it is in this process, for the run's summary
 VARIABLE = "TUNEUP_OPENMP_WAIT"
+#: How that reason starts where the spin is short (the console's device line says so)
+SHORT = "short spin"
 
 Reading = tuple[float, float, float]  # (wall s, CPUs' busy s, this process's CPU s)
 
@@ -89,7 +91,7 @@ def wait_briefly(busy: float, environ: MutableMapping[str, str] = os.environ) ->
     if shared:
         environ["GOMP_SPINCOUNT"] = SPINCOUNT
     environ[VARIABLE] = (
-        f"{'short spin (GOMP_SPINCOUNT=1000)' if shared else 'libgomp default'}: "
+        f"{f'{SHORT} (GOMP_SPINCOUNT={SPINCOUNT})' if shared else 'libgomp default'}: "
         f"{busy:.1f} CPU(s) busy with other work when the command started"
     )
     return shared

@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+from tuneup.trainer import openmp
+
 FILE_NAME = "summary.json"
 RULE_MAX = 100  # the table's rules; a long value (a checkpoint's path) runs past it
 
@@ -114,7 +116,7 @@ def _metrics(s: dict):
 
 def _run(s: dict):
     where = [s.get("device"), f"world_size {s['world_size']}" if "world_size" in s else None]
-    if str(s.get("openmp_wait", "")).startswith("short spin"):  # the load it started beside
+    if str(s.get("openmp_wait", "")).startswith(openmp.SHORT):  # the load it started beside
         where.append(f"OpenMP {s['openmp_wait']}")
     yield "device", ", ".join(w for w in where if w)
     precision = s.get("precision") if isinstance(s.get("precision"), dict) else {}
