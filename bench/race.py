@@ -41,6 +41,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 
+import race_goals  # noqa: E402
 import race_report  # noqa: E402
 import race_runs  # noqa: E402
 import race_speed  # noqa: E402
@@ -239,7 +240,8 @@ def report(results: list[dict], args, frozen: dict | None, seconds: float) -> st
     lines = [*head]
     for result in results:
         lines += race_report.task_table(result)
-    lines += race_report.overall_table(results) + race_report.goals(results)
+    lines += race_report.overall_table(results) + race_goals.against_table(results)
+    lines += race_goals.goals(results)
     lines += race_report.misses(results, args.seeds)
     lines += ["Command:", "", "```", f"python bench/race.py {shlex.join(args.argv)}", "```", ""]
     return "\n".join(lines)
@@ -271,7 +273,10 @@ def merge_task(results: list[dict], result: dict, folder: Path) -> None:
     added = [row for row in result["rows"] if row["contender"] not in have]
     labels = {row["label"] for row in added}
     same["rows"] += added
-    same["speed"].update({k: v for k, v in result["speed"].items() if k in labels})
+    window = str(folder)  # their seconds per step: not paired with this task's rounds
+    same["speed"].update(
+        {k: {**v, "window": window} for k, v in result["speed"].items() if k in labels}
+    )
     same["notes"] += result["notes"]
     if added:
         names = ", ".join(sorted({row["contender"] for row in added}))

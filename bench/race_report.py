@@ -68,7 +68,7 @@ def profile(results: list[dict], taus=TAUS) -> dict[str, list[float]]:
     return found
 
 
-def _n(value, digits: int = 0) -> str:
+def fmt(value, digits: int = 0) -> str:
     if value is None:
         return "-"
     if isinstance(value, float) and not math.isfinite(value):
@@ -97,15 +97,15 @@ def task_table(result: dict) -> list[str]:
         if f["time"] is not None and default and math.isfinite(default):
             ratio = f["time"] / default
         lines.append(
-            f"| {row['label']} | `{' '.join(row['overrides']) or '-'}` | {_n(f['median_steps'])} "
-            f"({_seeds(f['steps'])}) | {_n(f['median_samples'])} ({_seeds(f['samples'])}) | "
-            f"{_n(f['seconds_per_step'], 4)} | {_n(f['time'], 3)} | {_n(ratio, 2)} |"
+            f"| {row['label']} | `{' '.join(row['overrides']) or '-'}` | {fmt(f['median_steps'])} "
+            f"({_seeds(f['steps'])}) | {fmt(f['median_samples'])} ({_seeds(f['samples'])}) | "
+            f"{fmt(f['seconds_per_step'], 4)} | {fmt(f['time'], 3)} | {fmt(ratio, 2)} |"
         )
     held = [f"- {row['label']}: {line}" for row in result["rows"] if (line := interval_held(row))]
     return [*lines, "", *[f"- {note}" for note in result["notes"]], *held, ""]
 
 
-def _inside(row: dict) -> list[bool]:
+def seeds_inside(row: dict) -> list[bool]:
     """Per unseen seed, whether the search's stated interval for a new seed holds its pick's
     samples to target (a miss: outside); none where the search stated no interval."""
     interval = row.get("interval") or {}
@@ -117,7 +117,7 @@ def _inside(row: dict) -> list[bool]:
 
 
 def interval_held(row: dict) -> str | None:
-    inside = _inside(row)
+    inside = seeds_inside(row)
     if not inside:
         return None
     interval, values = row["interval"], [s.get("samples_to_target") for s in row["summaries"]]
@@ -140,7 +140,7 @@ def overall_table(results: list[dict]) -> list[str]:
     ]
     for task, times in per_task.items():
         cells = [
-            f"{_n(times[n]['time'], 3)} ({_n(times[n]['steps'])}; {_n(times[n]['samples'])})"
+            f"{fmt(times[n]['time'], 3)} ({fmt(times[n]['steps'])}; {fmt(times[n]['samples'])})"
             if n in times
             else "-"
             for n in names
@@ -160,12 +160,12 @@ def overall_table(results: list[dict]) -> list[str]:
     lines.append(
         "| x faster than the default (geometric mean over the tasks both reached) | "
         + " | ".join(
-            _n(math.exp(statistics.fmean(map(math.log, v))), 2) if v else "-"
+            fmt(math.exp(statistics.fmean(map(math.log, v))), 2) if v else "-"
             for v in speedups.values()
         )
         + " |"
     )
-    held = [inside for r in results for row in r["rows"] for inside in _inside(row)]
+    held = [inside for r in results for row in r["rows"] for inside in seeds_inside(row)]
     if held:
         lines.append(
             f"\nThe searches' stated intervals for a new seed held {sum(held)} of "
@@ -225,86 +225,3 @@ def profile_png(results: list[dict], path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def goals(results: list[dict]) -> list[str]:
-    """The race's goals (issue 50), each checked on the figures of ``results``: met, not met,
-    or not measured (a contender missing from the run)."""
-    per_task = {r["task"]: contender_times(r) for r in results}
-    lines = ["### Goals", ""]
-
-    def verdict(ok: bool | None) -> str:
-        return "not measured" if ok is None else ("met" if ok else "NOT met")
-
-    for pick, figure, unit in (("autotune", "time", "time"), ("autotune_steps", "steps", "steps")):
-        worse = []
-        measured = False
-        for task, times in per_task.items():
-            if pick not in times:
-                continue
-            measured = True
-            mine = times[pick][figure]
-            others = [n for n in times if n not in (pick, "autotune", "autotune_steps")]
-            worse += [
-                f"{task}: {n} {_n(times[n][figure], 3)} < {_n(mine, 3)}"
-                for n in others
-                if times[n][figure] < mine
-            ]
-        ok = None if not measured else not worse
-        lines.append(
-            f"- {pick}'s median pick in no more {unit} than every other contender, on every "
-            f"task: {verdict(ok)}" + (f" ({'; '.join(worse)})" if worse else "")
-        )
-    ratios, both_missed = [], []
-    for task, t in per_task.items():
-        if "autotune" not in t or "default" not in t:
-            continue
-        mine, default = t["autotune"]["time"], t["default"]["time"]
-        if math.isinf(mine) and math.isinf(default):
-            both_missed.append(task)  # no ratio: neither reached the target
-        else:
-            ratios.append(math.inf if math.isinf(default) else default / mine)
-    if any(r == 0 or math.isinf(r) for r in ratios):
-        mean = 0.0 if 0.0 in ratios else math.inf  # a pick that missed where the default reached
-    else:
-        mean = math.exp(statistics.fmean(map(math.log, ratios))) if ratios else None
-    note = f" (neither reached the target on {', '.join(both_missed)})" if both_missed else ""
-    lines.append(
-        f"- autotune's median pick at least 1.5x faster than the default over the tasks "
-        f"(geometric mean): {verdict(None if mean is None else mean >= 1.5)}"
-        + (
-            " (the default missed on a task where the pick reached)"
-            if mean is not None and math.isinf(mean)
-            else " (a pick missed where the default reached)"
-            if mean == 0
-            else f" ({_n(mean, 2)}x)"
-            if mean is not None
-            else ""
-        )
-        + note
-    )
-    slower = [
-        f"{task} ({_n(t['autotune']['worst_time'], 3)} s > {_n(t['default']['time'], 3)} s)"
-        for task, t in per_task.items()
-        if "autotune" in t and t["autotune"]["worst_time"] > t["default"]["time"]
-    ]
-    searched = any("autotune" in t for t in per_task.values())
-    lines.append(
-        f"- the worst of autotune's searches never slower than the default: "
-        f"{verdict(None if not searched else not slower)}"
-        + (f" ({'; '.join(slower)})" if slower else "")
-    )
-    held = [
-        inside
-        for r in results
-        for row in r["rows"]
-        if row["contender"] in ("autotune", "autotune_steps")
-        for inside in _inside(row)
-    ]
-    share = sum(held) / len(held) if held else None
-    lines.append(
-        f"- the picks' stated new-seed intervals hold at least 80 % of the unseen re-runs: "
-        f"{verdict(None if share is None else share >= 0.8)}"
-        + (f" ({sum(held)} of {len(held)}, {share:.0%})" if held else "")
-    )
-    return [*lines, ""]

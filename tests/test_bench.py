@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -285,7 +286,8 @@ def test_race_profile_counts_the_tasks_within_tau_of_the_best_and_a_miss_never(t
     )
     report.profile_png(results, tmp_path / "profile.png")
     assert (tmp_path / "profile.png").read_bytes()[:4] == b"\x89PNG"
-    goals = "\n".join(report.goals(results))
+    judge = bench_module("race").race_goals
+    goals = "\n".join(judge.goals(results))
     assert (
         "median pick in no more time than every other contender, on every task: NOT met (b:"
         in goals
@@ -303,10 +305,64 @@ def test_race_profile_counts_the_tasks_within_tau_of_the_best_and_a_miss_never(t
     flipped = [result("c", default=None, autotune=50), result("d", default=None, autotune=None)]
     assert (
         "(geometric mean): met (the default missed on a task where the pick reached) "
-        "(neither reached the target on d)" in "\n".join(report.goals(flipped))
+        "(neither reached the target on d)" in "\n".join(judge.goals(flipped))
     )
     assert "1.5x faster than the default over the tasks (geometric mean): met (2.00x)" in "\n".join(
-        report.goals(results[:1])
+        judge.goals(results[:1])
+    )
+
+
+def test_race_compares_two_picks_with_the_timing_noise_of_their_paired_window():
+    judge = bench_module("race").race_goals
+
+    def row(contender, label, steps):
+        summaries = [{"steps_to_target": s, "samples_to_target": s} for s in steps]
+        return {"contender": contender, "label": label, "overrides": [], "summaries": summaries}
+
+    rows = [
+        row("default", "default", [60, 70, 80]),
+        *(row("random", f"random #{i}", s) for i, s in enumerate([[20] * 3, [30] * 3, [None] * 3])),
+        *(
+            row("autotune", f"autotune #{i}", s)
+            for i, s in enumerate([[30] * 3, [15] * 3, [40] * 3])
+        ),
+    ]
+    # samples/s per round; batch 64 except the picks at 128; random #1's window spread wide
+    noisy = {"speeds": [60.0, 140.0, 70.0, 150.0, 90.0], "batch": 64}
+    speed = {
+        "default": {"speeds": [100.0, 100.0, 100.0, 100.0, 100.0], "batch": 64},
+        "random #0": {"speeds": [100.0, 101.0, 99.0, 100.0, 100.0], "batch": 64},
+        "random #1": noisy,
+        "random #2": {"speeds": [100.0] * 5, "batch": 64},
+        "autotune #0": {"speeds": [200.0, 200.0, 200.0, 200.0, 200.0], "batch": 128},
+        "autotune #1": {"speeds": [200.0] * 5, "batch": 128},
+        "autotune #2": {"speeds": [200.0] * 5, "batch": 128},
+    }
+    for entry in speed.values():
+        entry["seconds_per_step"] = entry["batch"] / statistics.median(entry["speeds"])
+    result = {"task": "t", "command": "-", "rows": rows, "speed": speed, "notes": []}
+    # the median picks: autotune #0 (30 steps at 0.64 s), random #1 (30 at 64 / 90 s)
+    assert judge.median_row(result, "autotune")["label"] == "autotune #0"
+    assert judge.median_row(result, "random")["label"] == "random #1"
+    level = judge.time_ratio(result, "autotune", "random")
+    assert (
+        level["verdict"] == "level within the timing's noise" and level["low"] < 1 < level["high"]
+    )
+    faster = judge.time_ratio(result, "autotune", "default")  # 30 x 0.64 s against 70 x 0.64 s
+    assert faster["estimate"] == pytest.approx(30 / 70) and faster["low"] == faster["high"]
+    assert faster["verdict"] == "faster beyond the timing's noise"
+    table = "\n".join(judge.against_table([result]))
+    assert (
+        "| t | default | 30; 70 | 0.43 [0.43, 0.43] | faster beyond the timing's noise |" in table
+    )
+    speed["random #1"] = {**noisy, "speeds": [200.0] * 5, "seconds_per_step": 0.32}
+    goals = "\n".join(judge.goals([result]))  # random's median now #0: 20 steps x 0.64 s
+    assert "NOT met (t: random 12.800 < 19.200 (time ratio 1.50 [1.4" in goals
+    assert "slower beyond the timing's noise" in goals
+    speed["random #0"]["window"] = "elsewhere"  # timed in another run's window: not paired
+    assert judge.time_ratio(result, "autotune", "random") is None
+    assert "| t | random | 30; 20 | - | timed in other windows, not paired" in "\n".join(
+        judge.against_table([result])
     )
 
 
