@@ -194,6 +194,37 @@ def test_a_pick_not_faster_in_time_keeps_the_command_and_says_why():
     assert faster.speed.time_ratio()["high"] < 1
 
 
+def test_a_kept_command_that_missed_the_target_says_how_often_and_which_recipe_reached_it():
+    def kept(base_reached: list[bool]) -> str:
+        base = [race_trial(40, 10, 0.1, 0.0, reached=ok) for ok in base_reached]
+        steady = [race_trial(30, 10, 0.1, 0.0) for _ in range(3)]
+        shaky = [race_trial(20, 10, 0.1, 0.0, reached=ok) for ok in (True, False, True)]
+        search = SimpleNamespace(settings=Settings(objective="time_to_target"), recipe=())
+        search.confirmed = {
+            BASELINE: {"overrides": (), "trials": base},
+            "optimizer.lr=0.3": {
+                "overrides": ("optimizer.lr=0.3",),
+                "trials": steady,
+                "decision": {"verdict": NOISE, "p_adjusted": 0.049},
+            },
+            "optimizer.lr=0.9": {
+                "overrides": ("optimizer.lr=0.9",),
+                "trials": shaky,
+                "decision": {"verdict": "missed the target", "p_adjusted": 1.0},
+            },
+        }
+        decide(search)
+        assert search.recipe == ()
+        return search.verdict
+
+    assert kept([True, False, False]).endswith(
+        "your command is kept. Your command missed the target on 2 of its 3 paired seeds; "
+        "`optimizer.lr=0.3` reached it on all 3 of its own (corrected p 0.049, above the "
+        "level 0.025)"
+    )
+    assert kept([True, True, True]).endswith("beyond the noise; your command is kept")
+
+
 def test_your_command_enters_the_study_at_its_cost_with_steps_and_samples_beside(caplog):
     import logging
 

@@ -111,6 +111,35 @@ def search_no_answer(search: ConfirmInputs) -> str:
     )
 
 
+def command_misses(search: ConfirmInputs, level: float) -> str:
+    """Where the command missed the target on some of its paired seeds: how often, and the
+    candidate that reached it on all of its own (the most seeds, then the least corrected
+    p-value). The corrected test still decides, so the command is kept; a user who needs the
+    target reached more than the time saved reads here which recipe reached it every time."""
+    from tuneup.autotune.race import reached
+    from tuneup.autotune.trials import BASELINE
+
+    base = search.confirmed[BASELINE]["trials"]
+    missed = sum(not reached(t) for t in base)
+    if not missed:
+        return ""
+    text = f". Your command missed the target on {missed} of its {len(base)} paired seeds"
+    steady = [
+        (name, entry)
+        for name, entry in search.confirmed.items()
+        if name != BASELINE and entry["trials"] and all(map(reached, entry["trials"]))
+    ]
+    if not steady:
+        return text
+    name, entry = min(
+        steady,
+        key=lambda ne: (-len(ne[1]["trials"]), (ne[1].get("decision") or {}).get("p_adjusted", 1)),
+    )
+    p = (entry.get("decision") or {}).get("p_adjusted")
+    why = f" (corrected p {p:.2g}, above the level {level:g})" if p is not None else ""
+    return f"{text}; `{name}` reached it on all {len(entry['trials'])} of its own{why}"
+
+
 def _goal(target: dict, mode: str | None) -> str:
     return f"{target.get('metric')} {'<=' if mode == 'min' else '>='} {target.get('value')}"
 

@@ -18,7 +18,7 @@ import math
 from typing import TYPE_CHECKING
 
 from tuneup.autotune.confirm import distinct, step_cost
-from tuneup.autotune.confirm.advice import search_no_answer
+from tuneup.autotune.confirm.advice import command_misses, search_no_answer
 from tuneup.autotune.confirm.step_cost import time_to_target
 from tuneup.autotune.race import reached
 from tuneup.autotune.study.trials import (
@@ -271,11 +271,12 @@ def decide(search: ConfirmInputs) -> None:
     if not decisions:  # the advice follows from what happened (confirm/advice.py)
         search.verdict = search_no_answer(search)
         return
+    misses = command_misses(search, sequential.level(search.settings.confidence))
     if chosen is None:
         search.verdict = (
             f"not significant: no configuration needed less {less} to the target "
             "than your command in every paired seed beyond the noise; your "
-            "command is kept"
+            f"command is kept{misses}"
         )
         return
     pick = search.confirmed[chosen]
@@ -287,7 +288,7 @@ def decide(search: ConfirmInputs) -> None:
         search.verdict = (
             f"`{chosen}` needed less time on the paired seeds, but its {time} "
             f"({search.speed.time_verdict()}): not lower beyond the noise, so "
-            "your command is kept"
+            f"your command is kept{misses}"
         )
         return
     search.recipe = pick["overrides"]
