@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import compose_config
 from tuneup.trainer.hints import override_hints
+from tuneup.trainer.runner import ConfigError, run
 
 
 @pytest.mark.parametrize(
@@ -24,3 +26,18 @@ from tuneup.trainer.hints import override_hints
 )  # fmt: skip
 def test_a_mistyped_key_beside_a_required_one(argv, expected):
     assert override_hints(argv) == [expected]
+
+
+@pytest.mark.parametrize("group", ["model", "data"])
+def test_a_mistyped_target_key_is_named(tmp_path, group):
+    """``model._targt_=...`` passes Hydra (any key of model=custom is an argument): the refusal
+    of the missing ``_target_`` names the key that was meant as it."""
+    overrides = [f"{group}=custom", f"{group}._targt_=my_nets.Net", "data.batch_size=8"]
+    with pytest.raises(ConfigError) as info:
+        run(compose_config(overrides), run_dir=tmp_path / "run")
+    problem = str(info.value).splitlines()[-1]
+    assert problem.startswith(f"  - {group}._target_ is not set")
+    assert problem.endswith(
+        f"did you mean {group}._target_=my_nets.Net instead of {group}._targt_=my_nets.Net?"
+    )
+    assert not (tmp_path / "run" / "checkpoints").exists()  # nothing was trained
