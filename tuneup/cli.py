@@ -80,6 +80,11 @@ def main() -> None:
     if line := override_syntax.problem(argv):  # Hydra's: its parser's exception and a caret
         print(f"error: {line}", file=sys.stderr, flush=True)
         raise SystemExit(1)
+    from tuneup.trainer.state.saved_overrides import nothing_to_resume
+
+    if line := nothing_to_resume(argv):  # a mistyped run directory: no default model trained
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        raise SystemExit(1)
     argv = resumed_settings(argv)
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # the user's own modules, as `python -m tuneup` sees them
