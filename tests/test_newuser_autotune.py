@@ -21,3 +21,15 @@ def test_a_first_compile_longer_than_what_is_left_says_so():
         "(a first compile is planned at a minute at least), more than the 29 s left for it",
     )
     assert [t.label for t in found.lab.trials] == ["baseline"]
+
+
+def test_a_candidate_that_does_not_compose_names_the_options_that_have_its_key():
+    from tests.conftest import compose_config
+    from tuneup.autotune.space import Checks
+
+    refused = Checks(compose_config).inspect(("optimizer=sgd", "optimizer.fused=true"))
+    assert refused.problems == (
+        "does not compose: optimizer.fused is not a setting of optimizer=sgd (its settings are: "
+        "clip_grad_norm, lr, momentum, nesterov, weight_decay); it is one of optimizer=lamb, "
+        "optimizer=lars",
+    )
