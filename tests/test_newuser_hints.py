@@ -41,3 +41,17 @@ def test_a_mistyped_target_key_is_named(tmp_path, group):
         f"did you mean {group}._target_=my_nets.Net instead of {group}._targt_=my_nets.Net?"
     )
     assert not (tmp_path / "run" / "checkpoints").exists()  # nothing was trained
+
+
+def test_a_presets_target_in_mode_validate_is_refused_with_the_overrides_that_unset_it():
+    """``experiment=mine mode=validate resume=...`` where the preset sets a target: the line
+    names what unsets it (target.metric=null alone leaves target.value, itself refused)."""
+    from tuneup.trainer.checks import mode_problems
+
+    target = ["target.metric=val/acc", "target.value=0.5", "target.check_every_n_steps=4"]
+    cfg = compose_config(["mode=validate", "resume=run/last.ckpt", *target])
+    assert mode_problems(cfg) == [
+        "target.metric=val/acc with mode=validate: a target is raced to while training, and this "
+        "mode trains nothing; leave target.metric out (where a preset sets it: "
+        "target.metric=null target.value=null)"
+    ]
