@@ -50,12 +50,16 @@ def in_a_sweep(monkeypatch):
     from hydra.types import RunMode
     from omegaconf import OmegaConf
 
-    def sweep(sweeper: str):
+    def sweep(sweeper: str, between_jobs: bool = True):
         cfg = OmegaConf.create({"hydra": OmegaConf.structured(HydraConf)})
         cfg.hydra.mode, cfg.hydra.sweep.dir = RunMode.MULTIRUN, "multirun/d/t"
         cfg.hydra.sweeper = {"_target_": sweeper}
         monkeypatch.setattr(HydraConfig.instance(), "cfg", None)
+        monkeypatch.setattr(cli, "_sweep", None)
         HydraConfig.instance().set_config(cfg)
+        if between_jobs:  # a job ran (cli.task), then Hydra put back its config of none
+            cli._sweep_seen()
+            HydraConfig.instance().cfg = None
 
     return sweep
 
@@ -110,7 +114,7 @@ def test_ctrl_c_in_an_autotunes_trial_gives_the_autotunes_command_not_the_trials
     def stopped(cfg):
         raise Interrupted("Ctrl-C: stopped at step 22 without saving; continue with: tuneup ...")
 
-    in_a_sweep("hydra_plugins.tuneup_autotune.autotune_sweeper.AutotuneSweeper")
+    in_a_sweep("hydra_plugins.tuneup_autotune.autotune_sweeper.AutotuneSweeper", between_jobs=False)
     monkeypatch.setattr(runner, "run", stopped)
     with pytest.raises(SystemExit) as exit_:
         cli.task(None)

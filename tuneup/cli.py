@@ -196,6 +196,7 @@ def task(cfg):
     """
     global _started
     _started = True
+    _sweep_seen()  # for Ctrl-C between this sweep's jobs, when Hydra holds no config
     if isinstance(sys.stderr, _HeldStderr):  # a run has started: its output flows as it comes
         sys.stderr.release()
     import torch  # noqa: F401  (first, so its logger is routed before the libraries below speak)
@@ -212,7 +213,7 @@ def task(cfg):
     except Preempted as exc:  # a checkpoint is written (or Ctrl-C): the job can be run again
         sweep = interrupted_sweep() if isinstance(exc, Interrupted) else None
         if _first_on_its_node():  # every rank stopped at the same step: one line per console
-            if sweep is None or not _study_sweep():  # a study's trial is not resumed alone
+            if sweep is None or not _sweep[1]:  # a study's trial is not resumed alone
                 print(f"{exc.label}: {exc}", file=sys.stderr, flush=True)
             if sweep is not None:
                 print(f"interrupted: {sweep}", file=sys.stderr, flush=True)
@@ -300,12 +301,11 @@ def _rank(exc: BaseException) -> str:
 def interrupted_sweep() -> str | None:
     """For Ctrl-C in a sweep: its directory, and that the same command with it continues an
     autotune's or an Optuna sweep's study (the finished trials kept); None outside a sweep."""
-    if not _is_multirun():
+    seen = _sweep_seen()
+    if seen is None:
         return None
-    from hydra.core.hydra_config import HydraConfig
-
-    directory = HydraConfig.get().sweep.dir
-    if _study_sweep():
+    directory, study = seen
+    if study:
         return (
             f"Ctrl-C stopped the sweep in {directory}; the same command with "
             f"hydra.sweep.dir={directory} continues it (its study keeps the finished trials)"
@@ -316,12 +316,21 @@ def interrupted_sweep() -> str | None:
     )
 
 
-def _study_sweep() -> bool:
-    """Whether the sweep is tuneup's autotune or Optuna sweeper: a study its command continues."""
-    from hydra.core.hydra_config import HydraConfig
+#: The sweep's directory, and whether it is tuneup's autotune or Optuna sweeper (a study its
+#: command continues), as its jobs saw it: Hydra holds its config only while a job runs.
+_sweep: tuple[str, bool] | None = None
 
-    sweeper = str(HydraConfig.get().sweeper.get("_target_") or "")
-    return sweeper.startswith("hydra_plugins.tuneup_")
+
+def _sweep_seen() -> tuple[str, bool] | None:
+    """The running sweep (see :data:`_sweep`), noted while a job runs; None outside a sweep."""
+    global _sweep
+    if _is_multirun():
+        from hydra.core.hydra_config import HydraConfig
+
+        hydra = HydraConfig.get()
+        sweeper = str(hydra.sweeper.get("_target_") or "")
+        _sweep = (str(hydra.sweep.dir), sweeper.startswith("hydra_plugins.tuneup_"))
+    return _sweep
 
 
 def _is_multirun() -> bool:
