@@ -15,6 +15,7 @@ from tuneup.trainer.state.saved_overrides import nothing_to_resume
 def test_a_mistyped_run_directory_is_refused_with_the_one_meant(tmp_path, monkeypatch, capsys):
     (tmp_path / "run_kill" / "checkpoints").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TUNEUP_COMMAND", "tuneup")  # main() sets it for the processes it starts
     monkeypatch.setattr(sys, "argv", ["tuneup", "resume=auto", "hydra.run.dir=run_kil"])
     with pytest.raises(SystemExit) as exit_:
         cli.main()
@@ -108,7 +109,7 @@ def test_ctrl_c_in_an_autotunes_trial_gives_the_autotunes_command_not_the_trials
     in_a_sweep, monkeypatch, capsys
 ):
     """A trial stopped mid-run: its own resume command would train that trial alone."""
-    from tuneup.trainer import runner
+    from tuneup.trainer import console, runner
     from tuneup.trainer.state.preemption import Interrupted
 
     def stopped(cfg):
@@ -116,6 +117,7 @@ def test_ctrl_c_in_an_autotunes_trial_gives_the_autotunes_command_not_the_trials
 
     in_a_sweep("hydra_plugins.tuneup_autotune.autotune_sweeper.AutotuneSweeper", between_jobs=False)
     monkeypatch.setattr(runner, "run", stopped)
+    monkeypatch.setattr(console, "route_libraries", lambda: None)  # the worker's logging as it is
     with pytest.raises(SystemExit) as exit_:
         cli.task(None)
     assert exit_.value.code == 130
