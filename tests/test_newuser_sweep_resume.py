@@ -59,3 +59,17 @@ def test_a_trial_stopped_with_ctrl_c_is_marked_run_again(tmp_path):
     assert run_summary.read(killed)["error"].startswith("the sweep was killed while trial 2 ran")
     assert run_summary.read(tmp_path / "0") == ok  # a finished run is left as it is
     assert build_report(tmp_path).not_ok == []
+
+
+def test_a_sweep_refused_before_it_starts_leaves_no_empty_directory(tmp_path):
+    """The sweep directory is checked writable at the sweep's start, then left to the sweeper
+    to make: ``tuneup -m ... autotune.cost=tme`` left an empty ``multirun/<date>/<time>``."""
+    from tuneup.trainer.state.run_dir import RunDirectoryCheck
+
+    sweep = tmp_path / "multirun" / "2026-01-01" / "12-00-00"
+    (tmp_path / "multirun").mkdir()
+    RunDirectoryCheck().on_multirun_start(
+        OmegaConf.create({"hydra": {"sweep": {"dir": str(sweep)}}})
+    )
+    assert [p.name for p in tmp_path.iterdir()] == ["multirun"]
+    assert list((tmp_path / "multirun").iterdir()) == []  # the date's level too, but not its own
