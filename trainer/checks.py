@@ -82,11 +82,15 @@ def mode_problems(cfg) -> list[str]:
             f"resume_weights_only=true with mode={mode}: mode={mode} reads the "
             "checkpoint's weights only already; leave resume_weights_only out"
         )
-    target = (cfg.get("target") or {}).get("metric")
-    if target is not None:
+    target = cfg.get("target") or {}
+    if target.get("metric") is not None:
+        unset = " ".join(
+            f"target.{k}=null" for k in ("metric", "value") if target.get(k) is not None
+        )
         found.append(
-            f"target.metric={target} with mode={mode}: a target is raced to while "
-            "training, and this mode trains nothing; leave target.metric out"
+            f"target.metric={target.get('metric')} with mode={mode}: a target is raced to "
+            "while training, and this mode trains nothing; leave target.metric out (where a "
+            f"preset sets it: {unset})"
         )
     return found
 

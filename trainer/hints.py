@@ -22,10 +22,11 @@ from tuneup.trainer import config
 
 def has(cfg, key: str) -> bool:
     """Whether ``cfg`` has the dotted ``key``, a mandatory value not yet given (``???``, as
-    ``model._target_`` of ``model=custom``) too: OmegaConf's select takes that for absent."""
+    ``model._target_`` of ``model=custom``) too: OmegaConf's select and ``in`` take that for
+    absent, its ``keys()`` do not."""
     parent, _, leaf = key.rpartition(".")
     node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
-    return isinstance(node, DictConfig) and leaf in node
+    return isinstance(node, DictConfig) and leaf in node.keys()  # noqa: SIM118 (??? too)
 
 
 def did_you_mean(
@@ -79,13 +80,14 @@ def suggest_key(cfg, key: str, extra: dict[str, set[str]] | None = None) -> str 
 
 
 def options_with(group: str, key: str, folders: Iterable[Path]) -> list[str]:
-    """The options of ``group`` whose files set ``key``'s first part (``hidden``: ``mlp``)."""
+    """The options of ``group`` whose files set ``key``'s first part (``hidden``: ``mlp``), a
+    mandatory ``???`` too (``path``: ``textfile``), which OmegaConf's ``in`` takes for absent."""
     head, found = key.split(".")[0], set()
     for folder in folders:
         for path in (Path(folder) / group).glob("*.yaml"):
             loaded = OmegaConf.load(path)
             node = loaded.get(group) if config._is_global(path) else loaded
-            if OmegaConf.is_dict(node) and head in node:
+            if OmegaConf.is_dict(node) and head in node.keys():  # noqa: SIM118 (??? too)
                 found.add(path.stem)
     return sorted(found)
 

@@ -40,8 +40,21 @@ def target_path(node, group: str) -> str:
     from omegaconf import OmegaConf
 
     if OmegaConf.is_missing(node, TARGET):
-        raise TuneupError(MISSING_TARGET[group])
+        raise TuneupError(MISSING_TARGET[group] + _mistyped_target(node, group))
     return str(node[TARGET])
+
+
+def _mistyped_target(node, group: str) -> str:
+    """``model._targt_=pkg.Net`` is taken as an argument of the model (any key beside
+    ``_target_`` is one), so the error names the key that was most likely meant as it."""
+    from tuneup.trainer.hints import did_you_mean
+
+    for key in node:
+        if key != TARGET and did_you_mean(str(key), [TARGET]) == TARGET:
+            return (
+                f"; did you mean {group}.{TARGET}={node[key]} instead of {group}.{key}={node[key]}?"
+            )
+    return ""
 
 
 def arguments(node, drop=()) -> dict:

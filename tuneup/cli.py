@@ -46,13 +46,20 @@ def console() -> None:
     """The ``tuneup`` command, ``python -m tuneup`` and ``python run.py``: :func:`main`, then
     the process ends as Python would end it, less the interpreter's teardown, where a C++
     thread of the run's process group can abort a finished run (tuneup/process_exit.py).
-    Ctrl-C outside a run (KeyboardInterrupt) is left to Python."""
+    Ctrl-C in a sweep (between its runs) is one line saying where the sweep is and how to go
+    on; elsewhere outside a run (KeyboardInterrupt) it is left to Python."""
     from tuneup.process_exit import end_process
 
     try:
         main()
     except SystemExit as stop:
         end_process(stop.code)
+    except KeyboardInterrupt:  # Ctrl-C in a sweep, between its runs: where it is, and how on
+        line = interrupted_sweep()
+        if line is None:
+            raise
+        print(f"interrupted: {line}", file=sys.stderr, flush=True)
+        end_process(130)
     except Exception:  # before a run's log file existed: the traceback, as Python prints it
         sys.excepthook(*sys.exc_info())
         end_process(1)
@@ -78,6 +85,11 @@ def main() -> None:
         print(f"error: {line}", file=sys.stderr, flush=True)
         raise SystemExit(1)
     if line := override_syntax.problem(argv):  # Hydra's: its parser's exception and a caret
+        print(f"error: {line}", file=sys.stderr, flush=True)
+        raise SystemExit(1)
+    from tuneup.trainer.state.saved_overrides import nothing_to_resume
+
+    if line := nothing_to_resume(argv):  # a mistyped run directory: no default model trained
         print(f"error: {line}", file=sys.stderr, flush=True)
         raise SystemExit(1)
     argv = resumed_settings(argv)
@@ -184,6 +196,7 @@ def task(cfg):
     """
     global _started
     _started = True
+    _sweep_seen()  # for Ctrl-C between this sweep's jobs, when Hydra holds no config
     if isinstance(sys.stderr, _HeldStderr):  # a run has started: its output flows as it comes
         sys.stderr.release()
     import torch  # noqa: F401  (first, so its logger is routed before the libraries below speak)
@@ -192,14 +205,18 @@ def task(cfg):
 
     console.route_libraries()
     from tuneup.trainer.runner import run
-    from tuneup.trainer.state.preemption import Preempted
+    from tuneup.trainer.state.preemption import Interrupted, Preempted
 
     console.route_libraries()  # Lightning's loggers, made as it was imported
     try:
         return run(cfg)
     except Preempted as exc:  # a checkpoint is written (or Ctrl-C): the job can be run again
+        sweep = interrupted_sweep() if isinstance(exc, Interrupted) else None
         if _first_on_its_node():  # every rank stopped at the same step: one line per console
-            print(f"{exc.label}: {exc}", file=sys.stderr, flush=True)
+            if sweep is None or not _sweep[1]:  # a study's trial is not resumed alone
+                print(f"{exc.label}: {exc}", file=sys.stderr, flush=True)
+            if sweep is not None:
+                print(f"interrupted: {sweep}", file=sys.stderr, flush=True)
         sys.exit(exc.exit_code)
     except Exception as exc:
         user_error = isinstance(exc, TuneupError)
@@ -279,6 +296,41 @@ def _rank(exc: BaseException) -> str:
     """'rank N: ' when the run had several processes: its error must say which one failed."""
     rank = getattr(exc, "tuneup_rank", None)
     return "" if rank is None else f"rank {rank}: "
+
+
+def interrupted_sweep() -> str | None:
+    """For Ctrl-C in a sweep: its directory, and that the same command with it continues an
+    autotune's or an Optuna sweep's study (the finished trials kept); None outside a sweep."""
+    seen = _sweep_seen()
+    if seen is None:
+        return None
+    directory, study = seen
+    if study:
+        return (
+            f"Ctrl-C stopped the sweep in {directory}; the same command with "
+            f"hydra.sweep.dir={directory} continues it (its study keeps the finished trials)"
+        )
+    return (
+        f"Ctrl-C stopped the sweep in {directory}: the runs it finished are there "
+        f"(python -m tuneup.report {directory} compares them)"
+    )
+
+
+#: The sweep's directory, and whether it is tuneup's autotune or Optuna sweeper (a study its
+#: command continues), as its jobs saw it: Hydra holds its config only while a job runs.
+_sweep: tuple[str, bool] | None = None
+
+
+def _sweep_seen() -> tuple[str, bool] | None:
+    """The running sweep (see :data:`_sweep`), noted while a job runs; None outside a sweep."""
+    global _sweep
+    if _is_multirun():
+        from hydra.core.hydra_config import HydraConfig
+
+        hydra = HydraConfig.get()
+        sweeper = str(hydra.sweeper.get("_target_") or "")
+        _sweep = (str(hydra.sweep.dir), sweeper.startswith("hydra_plugins.tuneup_"))
+    return _sweep
 
 
 def _is_multirun() -> bool:

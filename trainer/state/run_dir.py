@@ -242,12 +242,17 @@ class RunDirectoryCheck(Callback):
         self._check(config.hydra.run.dir, "hydra.run.dir")
 
     def on_multirun_start(self, config, **kwargs) -> None:
-        self._check(config.hydra.sweep.dir, "hydra.sweep.dir")
+        """The sweep directory is made, then removed again: its sweeper makes it when the sweep
+        starts, and a sweep refused before then (a bad option, an autotune setting) leaves no
+        empty ``multirun/<date>/<time>`` behind."""
+        self._check(config.hydra.sweep.dir, "hydra.sweep.dir", keep=False)
 
     @staticmethod
-    def _check(directory: str, key: str) -> None:
+    def _check(directory: str, key: str, keep: bool = True) -> None:
+        path = Path(directory)
+        made = [p for p in (path, *path.parents) if not p.exists()]  # deepest first
         try:
-            Path(directory).mkdir(parents=True, exist_ok=True)
+            path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             print(
                 f"error: cannot create the run directory {directory} ({exc.strerror}); "
@@ -255,3 +260,8 @@ class RunDirectoryCheck(Callback):
                 file=sys.stderr,
             )
             sys.exit(1)
+        for level in [] if keep else made:
+            try:
+                level.rmdir()
+            except OSError:  # something else is in it already: left
+                break

@@ -64,6 +64,47 @@ def with_saved_overrides(argv: list[str]) -> tuple[list[str], Path | None, list[
     return [*argv[:at], *taken, *argv[at:]], record, taken
 
 
+def nothing_to_resume(argv: list[str]) -> str | None:
+    """The error for ``resume=auto hydra.run.dir=<dir>`` alone where ``<dir>`` does not exist:
+    no run to continue, and nothing on the command line to start one with, so it would train
+    the default model in a new directory (a typo of the run's directory, most likely, which
+    the line names). A job script's first start gives its settings beside ``resume=auto``."""
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        args = get_args_parser().parse_args(argv)
+        given = _parse(args.overrides)
+    except (Exception, SystemExit):  # Hydra will say what is wrong with the command line
+        return None
+    run_dir = _value(given, "hydra.run.dir")
+    own = [o for o in given if o.key_or_group not in NOT_TAKEN]
+    own = [o for o in own if not o.key_or_group.startswith(("hydra.", "hydra/"))]
+    if args.multirun or _value(given, "resume") != "auto" or run_dir is None or own:
+        return None
+    path = Path(str(run_dir))
+    if path.exists():
+        return None
+    return (
+        f"resume=auto hydra.run.dir={run_dir}: {path} does not exist, so there is no run to "
+        "continue, and nothing else on the command line says what to train (it would train "
+        f"the default model); give the directory of the run to continue{_near(path)}, or the "
+        "run's settings to start it there"
+    )
+
+
+def _near(path: Path) -> str:
+    """`` (did you mean <sibling>?)`` for a directory beside ``path`` with a name close to it."""
+    from tuneup.trainer.hints import did_you_mean
+
+    parent = path.parent if str(path.parent) else Path(".")
+    try:
+        siblings = [p.name for p in parent.iterdir() if p.is_dir()]
+    except OSError:
+        return ""
+    match = did_you_mean(path.name, siblings)
+    return "" if match is None else f" (did you mean hydra.run.dir={parent / match}?)"
+
+
 def announce(record: Path, taken: list[str]) -> None:
     """One line on the console (the first process only) naming the overrides taken."""
     from tuneup.trainer.console import process_rank

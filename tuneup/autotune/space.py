@@ -75,7 +75,7 @@ class Checks:
         try:
             cfg = self.compose(overrides)
         except Exception as exc:  # Hydra's composition errors: an unknown key, group or option
-            return Inspection((f"does not compose: {_first_line(exc)}",), {})
+            return Inspection((f"does not compose: {_meant(overrides) or _first_line(exc)}",), {})
         from tuneup.trainer.checks import core_problems
         from tuneup.trainer.components import Plan
         from tuneup.trainer.environment import Environment
@@ -177,6 +177,17 @@ def _fingerprint(cfg) -> str | None:
         return None
     node = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
     return OmegaConf.to_yaml(node)
+
+
+def _meant(overrides: list[str]) -> str | None:
+    """The command's own line for a key Hydra refused (``optimizer.fused`` under
+    ``optimizer=sgd``: the options that have it), rather than Hydra's "Could not override"."""
+    from tuneup.trainer.hints import override_hints
+
+    try:
+        return next(iter(override_hints(overrides)), None)
+    except Exception:  # a hint must never hide the refusal itself
+        return None
 
 
 def _first_line(exc: Exception) -> str:

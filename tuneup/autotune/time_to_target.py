@@ -138,6 +138,7 @@ class StudySearch(StudyStart, BudgetShare):
         import optuna
 
         from tuneup.optuna import study as studies
+        from tuneup.optuna.resume import mark_interrupted_runs
 
         opened = studies.open_storage(self.storage, key="autotune.storage")
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -145,7 +146,8 @@ class StudySearch(StudyStart, BudgetShare):
         self.study = studies.create_study(
             opened, self.settings.study_name, sampler, None, ["minimize"]
         )
-        studies.recover_interrupted(self.study, opened)
+        recovered = studies.recover_interrupted(self.study, opened)
+        mark_interrupted_runs(self.lab.sweep_dir, self.study, recovered)  # not failed runs
         self._opened = opened
 
     def baseline_run(self, config, again: bool = False) -> None:

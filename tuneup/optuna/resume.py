@@ -11,7 +11,8 @@ killed one stopped, besides failing that one's running trials (study.py
   GridSampler are left alone: they count their own draws (grid points) in the storage, by
   places in what their seed made.
 - The interrupted trial's run directory: the process died before the run wrote its
-  summary.json, so the sweep report would count it as a run that did not finish.
+  summary.json (or Ctrl-C stopped it, and its summary says how to resume that trial alone),
+  so the sweep report would count it as a run that did not finish.
   :func:`mark_interrupted_runs` writes one, ``status: interrupted`` with the trial that runs its
   values again (``optuna_trial.run_again_as``), which the report lists and does not count.
 """
@@ -92,7 +93,8 @@ def mark_interrupted_runs(sweep_dir: Path, study, recovered: list[FrozenTrial]) 
     written = []
     for config in Path(sweep_dir).rglob("hydra.yaml"):
         run_dir = config.parent.parent
-        if config.parent.name != ".hydra" or (run_dir / run_summary.FILE_NAME).exists():
+        stopped = _stopped_summary(run_dir) if config.parent.name == ".hydra" else None
+        if stopped is None:
             continue
         sweeper = OmegaConf.select(OmegaConf.load(config), "hydra.sweeper", default=None) or {}
         trial = numbers.get(sweeper.get("trial"))
@@ -100,15 +102,33 @@ def mark_interrupted_runs(sweep_dir: Path, study, recovered: list[FrozenTrial]) 
             continue
         retry = again.get(trial.number)
         then = f"its values run again as trial {retry}" if retry is not None else "not run again"
+        how = "stopped (Ctrl-C)" if stopped else "killed"
         summary = {
+            **stopped,
             "status": "interrupted",
             "run_dir": str(run_dir),
-            "error": f"the sweep was killed while trial {trial.number} ran: the trial was marked "
+            "error": f"the sweep was {how} while trial {trial.number} ran: the trial was marked "
             f"failed, {then}",
             TRIAL_KEY: {"number": trial.number, "run_again_as": retry},
         }
         written.append(run_summary.write(summary, run_dir))
     return written
+
+
+def _stopped_summary(run_dir: Path) -> dict | None:
+    """What a run left of a trial stopped under its sweep: ``{}`` without summary.json (killed),
+    its own summary when Ctrl-C stopped it (``status: interrupted``, its figures so far, an
+    error that would resume the trial alone); None for any other run, which is left as it is."""
+    from tuneup.trainer import summary as run_summary
+
+    if not (run_dir / run_summary.FILE_NAME).exists():
+        return {}
+    try:
+        found = run_summary.read(run_dir)
+    except (OSError, ValueError):
+        return None
+    stopped = found.get("status") == "interrupted" and found.get(TRIAL_KEY) is None
+    return found if stopped else None
 
 
 def _waiting(study) -> list[FrozenTrial]:

@@ -12,6 +12,7 @@ from tuneup.report.comparison import (
     Settings,
     common_overrides,
     is_autotune,
+    outside_interval_notes,
     pick_baseline,
     pick_best,
     ranked,
@@ -63,6 +64,7 @@ def build_report(
     from tuneup.report.race import judge_race
 
     judge_race(report)  # with a target: the best configuration over its seeds
+    report.notes += outside_interval_notes(report)
     return report
 
 

@@ -229,6 +229,29 @@ def report_notes(runs: list[Run], directory: Path) -> list[str]:
     return notes
 
 
+def outside_interval_notes(report: Report) -> list[str]:
+    """Speed-ups (whole-run samples/s) outside their intervals (the windows' mean log speeds):
+    a few windows far slower than the rest (a run paying one-time costs, load that came and
+    went) pull a run's samples/s down and the two disagree, so the reader is told which to
+    trust rather than shown a ratio its own interval rules out."""
+    outside = []
+    for run in report.runs:
+        ratio, interval = report.speed_up(run), report.speed_up_interval(run)
+        if ratio is None or interval is None or interval.low <= ratio <= interval.high:
+            continue
+        low, high = interval.low, interval.high
+        outside.append(f"run {run.name}: {ratio:.2f}x, interval {low:.3g}-{high:.3g}x")
+    if not outside:
+        return []
+    return [
+        f"Speed-ups outside their interval ({'; '.join(outside)}): the speed-up is samples/s "
+        "over the whole run, the interval comes from the speed windows, and a few windows far "
+        "slower than the rest (the spread column), in the run or the baseline, pull samples/s "
+        "down. The interval, which weighs every window alike, is the better guide; to be "
+        "sure, run them again or compare them interleaved with experiment=autotune."
+    ]
+
+
 def _bare(override: str) -> str:
     """An override without Hydra's ``+``/``++`` prefix, so ``+ablation=all`` matches ``ablation=all``."""
     return override.strip().lstrip("+")

@@ -56,12 +56,24 @@ class Contest:
     gap: float | None = None
     cut_short: bool = False  # the budget ended its rounds
     hopeless: bool = False  # no later rounds could have made it faster beyond the noise
+    #: Why its first round did not fit, where the budget had seconds left (first_too_long).
+    unaffordable: str | None = None
 
     def interval(self, confidence: float) -> Interval | None:
         if not self.pairs:
             return None
         reference, candidate = zip(*self.pairs, strict=True)
         return paired(list(reference), list(candidate), confidence)
+
+
+def first_too_long(expected_s: float, left_s: float, compiled: bool) -> str:
+    """Why a candidate never ran while the budget had time left: its first trial's expected
+    seconds (a first compile: a minute at least, its compilation uncut by any time limit)."""
+    why = " (a first compile is planned at a minute at least)" if compiled else ""
+    return (
+        f": its first trial was expected to take {expected_s:.0f} s{why}, more than the "
+        f"{max(0.0, left_s):.0f} s left for it"
+    )
 
 
 def median_peak(trials: list[Trial]) -> float | None:
@@ -88,7 +100,8 @@ def verdict(contest: Contest, against: str, confidence: float, max_rounds: int) 
     if contest.failure:
         outcome.reason = contest.failure
     elif interval is None:
-        outcome.verdict, outcome.reason = NOT_TRIED, "the budget ran out before its first round"
+        outcome.verdict = NOT_TRIED
+        outcome.reason = "the budget ran out before its first round" + (contest.unaffordable or "")
     elif interval.verdict == FASTER:
         outcome.verdict, outcome.reason = ACCEPTED, f"faster: {interval}"
     elif interval.verdict == SLOWER:

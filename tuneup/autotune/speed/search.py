@@ -50,6 +50,7 @@ from tuneup.autotune.speed.outcome import (
     REJECTED,
     Contest,
     Outcome,
+    first_too_long,
     verdict,
 )
 from tuneup.autotune.trials import BASELINE, Lab, Trial, label
@@ -190,6 +191,9 @@ class Search:
             affordable = self._affordable(reference, active, number, reserve)
             for candidate in active:
                 contests[candidate].cut_short = candidate not in affordable
+                if number == 0 and candidate not in affordable:
+                    why = self._first_too_long(reference, candidate, affordable, reserve)
+                    contests[candidate].unaffordable = why
             active = affordable
             if not active:
                 break
@@ -221,6 +225,15 @@ class Search:
                 break
             chosen.append(candidate)
         return [c for c in active if c in chosen]
+
+    def _first_too_long(self, reference, candidate: Candidate, affordable, reserve: bool) -> str:
+        """Why ``candidate``'s first round did not fit: what :meth:`_affordable` left for it."""
+        overrides = reference + candidate.overrides
+        left = self.budget.seconds - self.budget.elapsed - (self._reserve() if reserve else 0)
+        left -= self.estimate(reference) + sum(
+            self.estimate(reference + c.overrides) for c in affordable
+        )
+        return first_too_long(self.estimate(overrides), left, compiles(overrides))
 
     def _round(self, reference, order, contests, active) -> None:
         """One round, in ``order``; a trial whose expected time no longer fits in what is left
