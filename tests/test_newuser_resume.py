@@ -36,6 +36,8 @@ def test_a_mistyped_run_directory_is_refused_with_the_one_meant(tmp_path, monkey
         ["resume=auto", "hydra.run.dir=."],  # a directory that exists
         ["resume=auto"],  # a new directory of this moment's time
         ["-m", "resume=auto", "hydra.run.dir=new"],
+        ["--config-dir", "conf", "--config-name", "mine", "resume=auto", "hydra.run.dir=new"],
+        ["--config-name=mine", "resume=auto", "hydra.run.dir=new"],
     ],
 )
 def test_a_first_start_with_resume_auto_is_not_refused(tmp_path, monkeypatch, argv):

@@ -68,7 +68,8 @@ def nothing_to_resume(argv: list[str]) -> str | None:
     """The error for ``resume=auto hydra.run.dir=<dir>`` alone where ``<dir>`` does not exist:
     no run to continue, and nothing on the command line to start one with, so it would train
     the default model in a new directory (a typo of the run's directory, most likely, which
-    the line names). A job script's first start gives its settings beside ``resume=auto``."""
+    the line names). A job script's first start gives its settings beside ``resume=auto``, as
+    overrides or as a config of its own (``--config-name``, ``--config-dir``)."""
     from hydra._internal.utils import get_args_parser
 
     try:
@@ -79,7 +80,8 @@ def nothing_to_resume(argv: list[str]) -> str | None:
     run_dir = _value(given, "hydra.run.dir")
     own = [o for o in given if o.key_or_group not in NOT_TAKEN]
     own = [o for o in own if not o.key_or_group.startswith(("hydra.", "hydra/"))]
-    if args.multirun or _value(given, "resume") != "auto" or run_dir is None or own:
+    own_config = args.config_name or args.config_dir or args.config_path  # settings in a file
+    if args.multirun or _value(given, "resume") != "auto" or run_dir is None or own or own_config:
         return None
     path = Path(str(run_dir))
     if path.exists():
