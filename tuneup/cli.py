@@ -21,25 +21,13 @@ import logging
 import math
 import os
 import sys
-from pathlib import Path
 
 from tuneup import PROJECT, TuneupError
+from tuneup.crash import crash_line, rank_prefix, show_traceback_if_asked
 from tuneup.mode_probe import without_needless_probe
+from tuneup.usage import help_text
 
 log = logging.getLogger(__name__)
-
-USAGE = f"""\
-usage: {PROJECT} [group=option ...] [key=value ...]     train once
-       {PROJECT} -m group=a,b key=x,y ...                 sweep (Hydra multirun), then report.md
-       {PROJECT} experiment=NAME ...                      a preset: conf/experiment/NAME.yaml
-       {PROJECT} --cfg job [overrides]                    print the composed config, train nothing
-       {PROJECT} plugins.list=true [overrides]            the active plugins, their hooks, what is off
-
-  model=custom model._target_=pkg.module.Net [model.<arg>=...]   your nn.Module
-  model=lightning model._target_=pkg.module.LitNet               your LightningModule
-  model=huggingface model.path=DIR                               a pretrained transformers model
-  data=custom data._target_=pkg.module.DataModule                your data (or Datasets)
-"""
 
 
 def console() -> None:
@@ -223,17 +211,21 @@ def task(cfg):
         logged = getattr(exc, "tuneup_log", None)  # the run's log file holds the traceback
         if _is_multirun():
             line = exc if user_error or logged is None else crash_line(exc)
-            log.error("run failed: %s%s", _rank(exc), line, exc_info=not user_error and not logged)
+            log.error(
+                "run failed: %s%s", rank_prefix(exc), line, exc_info=not user_error and not logged
+            )
             return math.nan
         if not user_error and logged is None:  # before the run had a log file: the traceback
-            if _rank(exc):  # the traceback does not say which process it comes from
+            if rank_prefix(exc):  # the traceback does not say which process it comes from
                 print(
-                    f"error: {_rank(exc)}{type(exc).__name__}: {exc}", file=sys.stderr, flush=True
+                    f"error: {rank_prefix(exc)}{type(exc).__name__}: {exc}",
+                    file=sys.stderr,
+                    flush=True,
                 )
             raise
         show_traceback_if_asked(exc)
         line = exc if user_error else crash_line(exc)
-        print(f"error: {_rank(exc)}{line}", file=sys.stderr, flush=True)
+        print(f"error: {rank_prefix(exc)}{line}", file=sys.stderr, flush=True)
         sys.exit(1)
 
 
@@ -242,60 +234,6 @@ def _first_on_its_node() -> bool:
     started, whose console the other local ranks share (started by Lightning's launcher, or
     by srun into the same job output)."""
     return (os.environ.get("LOCAL_RANK") or os.environ.get("SLURM_LOCALID") or "0") == "0"
-
-
-def crash_line(exc: BaseException) -> str:
-    """An exception that is no config error (the user's model, a library) in one line: what,
-    where it was raised (and the user's own frame when that was in a library), at which step,
-    and the log file that holds the whole traceback."""
-    import traceback
-
-    frames = list(traceback.walk_tb(exc.__traceback__))
-    message = str(exc).strip().splitlines()
-    text = type(exc).__name__ + (
-        f": {message[0]}" + (" ..." if len(message) > 1 else "") if message else ""
-    )
-    if frames:
-        text += f", raised in {_frame(*frames[-1])}"
-        own = [f for f in frames if not _is_library(f[0])]
-        if own and own[-1] is not frames[-1] and _is_library(frames[-1][0]):
-            text += f", called from {_frame(*own[-1])}"
-    step = getattr(exc, "tuneup_step", None)
-    if step is not None:
-        text += f" at step {step}"
-    logged = getattr(exc, "tuneup_log", None)
-    if logged is not None:
-        text += f"; the traceback is in {logged} (on the console too with HYDRA_FULL_ERROR=1)"
-    return text
-
-
-def _frame(frame, line: int) -> str:
-    return f"{frame.f_globals.get('__name__', '?')} (line {line}, in {frame.f_code.co_name})"
-
-
-def _is_library(frame) -> bool:
-    """Whether a frame is in an installed library, the standard library or tuneup itself,
-    rather than in the user's own code."""
-    import sysconfig
-
-    name, path = frame.f_globals.get("__name__", ""), frame.f_code.co_filename
-    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib")}
-    return name.split(".")[0] == PROJECT or any(path.startswith(r) for r in roots if r)
-
-
-def show_traceback_if_asked(exc: BaseException) -> None:
-    """The whole traceback of a one-line error on the console too, with HYDRA_FULL_ERROR=1
-    (Hydra's own switch for full tracebacks); it is always in the run's log file."""
-    if os.environ.get("HYDRA_FULL_ERROR") == "1":
-        import traceback
-
-        traceback.print_exception(exc, file=sys.stderr)
-
-
-def _rank(exc: BaseException) -> str:
-    """'rank N: ' when the run had several processes: its error must say which one failed."""
-    rank = getattr(exc, "tuneup_rank", None)
-    return "" if rank is None else f"rank {rank}: "
 
 
 def interrupted_sweep() -> str | None:
@@ -338,48 +276,3 @@ def _is_multirun() -> bool:
     from hydra.types import RunMode
 
     return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
-
-
-def help_text(argv: list[str]) -> str:
-    """Usage, then every config group with its choices (default marked) from every config
-    folder the command would read; read from disk, nothing composed or imported."""
-    from omegaconf import OmegaConf
-
-    from tuneup.trainer import config
-
-    dirs = list(config.config_dirs(argv))
-    defaults = _defaults(OmegaConf.load(dirs[0][1] / "config.yaml"))
-    defaults.update(_defaults({"defaults": config.installed_defaults()}))
-    lines = [USAGE, "Config groups (group=option; * is the default):"]
-    for label, folder in dirs:
-        found = config.groups(folder)
-        if label != "built-in":
-            lines.append(f"\n{label} ({folder}):")
-        for group, options in found.items():
-            if group.startswith("_"):
-                continue
-            marked = [o + ("*" if defaults.get(group) == o else "") for o in options]
-            lines.append(f"  {group:<26} {', '.join(marked)}")
-    lines += [
-        "",
-        "Any value: key=value (e.g. optimizer.lr=0.01 data.batch_size=128 trainer.max_steps=500);",
-        f"the whole config: {PROJECT} --cfg job. Hydra's own flags: {PROJECT} --hydra-help.",
-        *_docs_hint(),
-    ]
-    return "\n".join(lines)
-
-
-def _defaults(root) -> dict[str, str]:
-    """group -> default option, from a primary config's defaults list."""
-    chosen = {}
-    for item in root.get("defaults") or []:
-        if not isinstance(item, str):
-            for group, option in dict(item).items():
-                name = group.removeprefix("optional ").split("@")[0].lstrip("/")
-                chosen[name] = option if option is None else str(option)
-    return chosen
-
-
-def _docs_hint() -> list[str]:
-    docs = Path(__file__).resolve().parent.parent / "docs"  # a checkout or an editable install
-    return [f"Docs: {docs}"] if docs.is_dir() else []
