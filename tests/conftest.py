@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
 import sys
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
 import tuneup
-from tests import lane, parsed_configs
-from tuneup.trainer import config as tuneup_config
+from tests import compositions, lane, parsed_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -65,55 +62,13 @@ def tiny_overrides(overrides) -> list[str]:
 
 
 def compose_config(overrides=(), tiny=True, config_dir=None):
-    """The config run.py would get for these command-line overrides.
-
-    Memoised per process for the built-in config folder: 469 compositions in the suite, 75 of
-    them repeats within one worker (12 CPU-s). Keyed by everything else a composition reads
-    (working directory and its ./conf files, installed plugins, Hydra's ConfigStore); each call
-    returns its own deep copy (50x cheaper than composing), so a test may change it."""
+    """The config run.py would get for these command-line overrides; for the built-in config
+    folder, memoised per process and each set of config groups composed once
+    (tests/compositions.py): a test gets its own copy, which it may change."""
     args = [*(tiny_overrides(overrides) if tiny else []), *overrides]
     if config_dir is not None:
         return tuneup.compose(args, config_dir=config_dir)
-    key = (tuple(args), *_composition_inputs())
-    if key not in _COMPOSED:
-        _COMPOSED[key] = tuneup.compose(args)
-    tuneup_config._composed_dirs[:] = []  # as composing it does: no --config-dir folder
-    return copy.deepcopy(_COMPOSED[key])
-
-
-_COMPOSED: dict = {}
-
-
-def _composition_inputs() -> tuple:
-    """What a composition reads besides its overrides and the built-in folder (which no test
-    changes): ./conf under the working directory, the installed plugins' entry points and the
-    ConfigStore's nodes but tuneup's own (stored anew by each composition, from the plugins)."""
-    from hydra.core.config_store import ConfigStore
-
-    cwd = Path.cwd()
-    own = tuneup_config.user_dir(cwd)
-    files = (
-        ()
-        if own is None
-        else tuple(
-            (str(f), f.stat().st_mtime_ns, f.stat().st_size)
-            for f in sorted(own.rglob("*"))
-            if f.is_file()
-        )
-    )
-    plugins = tuple(sorted(f"{ep.name}={ep.value}" for ep in entry_points(group="tuneup")))
-    repo = {k: v for k, v in ConfigStore.instance().repo.items() if k != "_tuneup"}
-    return str(cwd), files, plugins, tuple(sorted(_stored_nodes(repo)))
-
-
-def _stored_nodes(group: dict, path: str = ""):
-    """(path, id) of every node in a ConfigStore group, its sub-groups' too: a node stored
-    again is a new object."""
-    for name, entry in group.items():
-        if isinstance(entry, dict):
-            yield from _stored_nodes(entry, f"{path}{name}/")
-        else:
-            yield f"{path}{name}", id(entry)
+    return compositions.compose(args)
 
 
 @pytest.fixture(autouse=True)
