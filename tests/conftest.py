@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import tuneup
-from tests import compositions, lane, parsed_configs
+from tests import compositions, lane, parsed_configs, rewritten
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -336,6 +336,9 @@ def pytest_configure(config):
     if not worker:
         tmp_in_memory()
         compile_sources()
+        if workers:  # each worker collects every file: rewritten once, here (tests/rewritten.py)
+            here = Path(config.invocation_params.dir)
+            rewritten.write([here / a.split("::")[0] for a in config.args], config)
         # pytest-xdist hands out files largest *count of tests* first unless told not to:
         # the files of three long tests (a Slurm cluster, the Triton interpreter) came last
         # and one worker ended alone; LONGEST_FIRST's order is the order they are handed out
