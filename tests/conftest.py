@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -17,6 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
 parsed_configs.install()  # each config file parsed once per test process
+
+# No cyclic garbage collection while the process imports (torch, Lightning, the test modules):
+# each collection walks everything imported so far, 1.1 CPU-s of a worker's collection of the
+# suite (8 instead of 7). On again once the collection ends (pytest_collection_finish), or in
+# the xdist controller, which collects nothing, once it has configured (pytest_configure).
+gc.disable()
 
 #: Overrides that make a run take a second or two on a CPU: small data, small model, one epoch.
 TINY = [
@@ -345,6 +352,8 @@ def pytest_configure(config):
         if getattr(config.option, "dist", "no") in ("loadfile", "loadscope"):
             config.option.loadscopereorder = False
         start_interpreted_runs(config)
+        if workers:  # the controller: its workers collect, not it
+            gc.enable()
 
 
 #: Where the tests' temporary folders go when the machine has it (a tmpfs: memory, not disk).
@@ -449,10 +458,10 @@ def pytest_collection_finish(session):
     CPU-s less. Unfrozen when the interpreter ends, for its last collection (Triton's bindings
     list what is left then as "leaked")."""
     import atexit
-    import gc
 
     gc.collect()
     gc.freeze()
+    gc.enable()  # off since this module was imported
     atexit.register(gc.unfreeze)
 
 

@@ -1,5 +1,8 @@
-"""The controller writes pytest's rewritten test modules before the workers collect
-(tests/rewritten.py): files pytest's own import takes, a stale one written again."""
+"""Before the tests: the controller writes pytest's rewritten test modules before the workers
+collect (tests/rewritten.py): files pytest's own import takes, a stale one written again; the
+garbage collector, off while a process imports and collects, is on again for the tests."""
+
+import gc
 
 from _pytest.assertion import rewrite
 
@@ -21,3 +24,7 @@ def test_test_modules_and_conftests_are_written_as_pytest_reads_them(tmp_path, p
     (tmp_path / "test_one.py").write_text("def test_it():\n    assert 2 + 2 == 4\n")
     assert rewritten.write([tmp_path / "test_one.py"], pytestconfig) == 1
     assert rewrite._read_pyc(tmp_path / "test_one.py", pyc) is not None
+
+
+def test_the_tests_run_with_the_garbage_collector_on():
+    assert gc.isenabled()  # tests/conftest.py: off from its import to the collection's end
