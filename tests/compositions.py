@@ -17,6 +17,8 @@ compositions'.
 from __future__ import annotations
 
 import copy
+import os
+import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -95,9 +97,31 @@ def composition_inputs() -> tuple:
             if f.is_file()
         )
     )
-    plugins = tuple(sorted(f"{ep.name}={ep.value}" for ep in entry_points(group="tuneup")))
+    plugins = installed_plugins()
     repo = {k: v for k, v in ConfigStore.instance().repo.items() if k != "_tuneup"}
     return str(cwd), files, plugins, tuple(sorted(_stored_nodes(repo)))
+
+
+def installed_plugins() -> tuple[str, ...]:
+    """``name=value`` of each entry point of group ``tuneup``, sorted. Reading every installed
+    distribution's metadata takes 3 ms, at every call of :func:`compose`; kept while no folder
+    on ``sys.path`` changed (a distribution installed into one changes its time)."""
+    key = tuple((p, _changed(p)) for p in sys.path)
+    if key not in _PLUGINS:
+        found = entry_points(group="tuneup")
+        _PLUGINS[key] = tuple(sorted(f"{ep.name}={ep.value}" for ep in found))
+    return _PLUGINS[key]
+
+
+#: (each folder of sys.path, its time) -> installed_plugins()
+_PLUGINS: dict = {}
+
+
+def _changed(folder: str) -> int | None:
+    try:
+        return os.stat(folder or ".").st_mtime_ns
+    except OSError:
+        return None
 
 
 def _stored_nodes(group: dict, path: str = ""):

@@ -78,3 +78,12 @@ def test_an_installed_plugins_group_and_the_projects_own_are_groups(monkeypatch,
     kept = compositions.compose(overrides)
     same(kept, tuneup.compose(overrides))
     assert kept.probe.plugin == "probe" and kept.trainer.max_epochs == 7
+
+
+def test_a_plugin_installed_into_a_folder_on_the_path_is_seen(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = compositions.installed_plugins()
+    make_distribution(
+        tmp_path, "tuneup-late", {"late": "class Plugin:\n    pass\n"}, {"late": "late:Plugin"}
+    )
+    assert compositions.installed_plugins() == tuple(sorted([*before, "late=late:Plugin"]))
