@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -88,6 +89,21 @@ def _environment_as_before():
     if os.environ != saved:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_as_before():
+    """Each test leaves the root logger's handlers and level as it found them (pytest's own
+    capture handlers aside). A sweep run in-process configures Hydra's logging, a
+    StreamHandler on the root logger writing to that test's captured stream; a later test's
+    run then said what it says through it (trainer/console.py ``say``), not on its stdout."""
+    root = logging.getLogger()
+    handlers, level = set(root.handlers), root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers and type(handler).__module__ != "_pytest.logging":
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture
