@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
-import copy
+import gc
 import json
+import logging
 import os
 import subprocess
 import sys
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
 
 import tuneup
-from tests import lane, parsed_configs
-from tuneup.trainer import config as tuneup_config
+from tests import compositions, lane, parsed_configs, rewritten
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
 parsed_configs.install()  # each config file parsed once per test process
+
+# No cyclic garbage collection while the process imports (torch, Lightning, the test modules):
+# each collection walks everything imported so far, 1.1 CPU-s of a worker's collection of the
+# suite (8 instead of 7). On again once the collection ends (pytest_collection_finish), or in
+# the xdist controller, which collects nothing, once it has configured (pytest_configure).
+gc.disable()
 
 #: Overrides that make a run take a second or two on a CPU: small data, small model, one epoch.
 TINY = [
@@ -65,55 +70,13 @@ def tiny_overrides(overrides) -> list[str]:
 
 
 def compose_config(overrides=(), tiny=True, config_dir=None):
-    """The config run.py would get for these command-line overrides.
-
-    Memoised per process for the built-in config folder: 469 compositions in the suite, 75 of
-    them repeats within one worker (12 CPU-s). Keyed by everything else a composition reads
-    (working directory and its ./conf files, installed plugins, Hydra's ConfigStore); each call
-    returns its own deep copy (50x cheaper than composing), so a test may change it."""
+    """The config run.py would get for these command-line overrides; for the built-in config
+    folder, memoised per process and each set of config groups composed once
+    (tests/compositions.py): a test gets its own copy, which it may change."""
     args = [*(tiny_overrides(overrides) if tiny else []), *overrides]
     if config_dir is not None:
         return tuneup.compose(args, config_dir=config_dir)
-    key = (tuple(args), *_composition_inputs())
-    if key not in _COMPOSED:
-        _COMPOSED[key] = tuneup.compose(args)
-    tuneup_config._composed_dirs[:] = []  # as composing it does: no --config-dir folder
-    return copy.deepcopy(_COMPOSED[key])
-
-
-_COMPOSED: dict = {}
-
-
-def _composition_inputs() -> tuple:
-    """What a composition reads besides its overrides and the built-in folder (which no test
-    changes): ./conf under the working directory, the installed plugins' entry points and the
-    ConfigStore's nodes but tuneup's own (stored anew by each composition, from the plugins)."""
-    from hydra.core.config_store import ConfigStore
-
-    cwd = Path.cwd()
-    own = tuneup_config.user_dir(cwd)
-    files = (
-        ()
-        if own is None
-        else tuple(
-            (str(f), f.stat().st_mtime_ns, f.stat().st_size)
-            for f in sorted(own.rglob("*"))
-            if f.is_file()
-        )
-    )
-    plugins = tuple(sorted(f"{ep.name}={ep.value}" for ep in entry_points(group="tuneup")))
-    repo = {k: v for k, v in ConfigStore.instance().repo.items() if k != "_tuneup"}
-    return str(cwd), files, plugins, tuple(sorted(_stored_nodes(repo)))
-
-
-def _stored_nodes(group: dict, path: str = ""):
-    """(path, id) of every node in a ConfigStore group, its sub-groups' too: a node stored
-    again is a new object."""
-    for name, entry in group.items():
-        if isinstance(entry, dict):
-            yield from _stored_nodes(entry, f"{path}{name}/")
-        else:
-            yield f"{path}{name}", id(entry)
+    return compositions.compose(args)
 
 
 @pytest.fixture(autouse=True)
@@ -126,6 +89,21 @@ def _environment_as_before():
     if os.environ != saved:
         os.environ.clear()
         os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_as_before():
+    """Each test leaves the root logger's handlers and level as it found them (pytest's own
+    capture handlers aside). A sweep run in-process configures Hydra's logging, a
+    StreamHandler on the root logger writing to that test's captured stream; a later test's
+    run then said what it says through it (trainer/console.py ``say``), not on its stdout."""
+    root = logging.getLogger()
+    handlers, level = set(root.handlers), root.level
+    yield
+    for handler in root.handlers[:]:
+        if handler not in handlers and type(handler).__module__ != "_pytest.logging":
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture
@@ -301,56 +279,65 @@ NO_CUDA = (
 #: their results the less it waits.
 LONGEST_FIRST = (
     "test_slurm.py",
-    "test_model_parallel.py",
     "test_ddp.py",
+    "test_model_parallel.py",
     "test_docs_commands.py",
+    "test_optuna.py",
     "test_own_project.py",
+    "test_sweeps.py",
     "test_run.py",
     "test_shards.py",
-    "test_sweeps.py",
-    "test_optuna.py",
-    "test_ema.py",
-    "test_autotune_study.py",
-    "test_autotune.py",
     "test_autotune_stages.py",
-    "test_bench.py",
-    "test_resume.py",
-    "test_huggingface.py",
+    "test_ema.py",
     "test_run_dirs.py",
-    "test_logger_mlflow.py",
+    "test_autotune_study.py",
     "test_newcomer.py",
-    "test_async_checkpoint.py",
-    "test_precision.py",
-    "test_compile.py",
-    "test_pretrained.py",
-    "test_sweep_presets.py",
-    "test_resume_every_checkpoint.py",
-    "test_activation_checkpointing.py",
-    "test_data_path.py",
+    "test_autotune.py",
     "test_console_noise.py",
-    "test_augment.py",
-    "test_multinode.py",
-    "test_postgres.py",
+    "test_huggingface.py",
     "test_installed.py",
+    "test_precision.py",
+    "test_resume.py",
+    "test_sweep_presets.py",
+    "test_data_path.py",
+    "test_resume_every_checkpoint.py",
+    "test_async_checkpoint.py",
+    "test_multinode.py",
     "test_grad_accum.py",
+    "test_activation_checkpointing.py",
+    "test_bench.py",
+    "test_postgres.py",
+    "test_pretrained.py",
+    "test_augment.py",
+    "test_logger_mlflow.py",
     "test_kernel_plugins.py",
-    "test_warm.py",
-    "test_fp8.py",
-    "test_config_errors.py",
     "test_micro_batch.py",
+    "test_fp8.py",
     "test_docs_finetune.py",
-    "test_docs_example.py",
-    "test_modes.py",
-    "test_memory_format.py",
-    "test_optimizers.py",
-    "test_elastic_resume.py",
-    "test_plugins.py",
-    "test_model_parallel_checks.py",
-    "test_data.py",
-    "test_preemption_hint.py",
-    "test_hf_export.py",
+    "test_config_errors.py",
+    "test_study_space.py",
     "test_models.py",
+    "test_checkpoint_disk.py",
+    "test_study_warm_workers.py",
+    "test_resume_changes.py",
     "test_checkpoint.py",
+    "test_plugins.py",
+    "test_data.py",
+    "test_docs_example.py",
+    "test_warm.py",
+    "test_elastic_resume.py",
+    "test_fp8_ddp.py",
+    "test_docs_claims.py",
+    "test_hf_export.py",
+    "test_optimizers.py",
+    "test_autotune_decisions.py",
+    "test_model_parallel_checks.py",
+    "test_real_data.py",
+    "test_preemption_hint.py",
+    "test_flops.py",
+    "test_dataloader.py",
+    "test_report.py",
+    "test_mode_probe.py",
 )
 
 
@@ -372,12 +359,17 @@ def pytest_configure(config):
     if not worker:
         tmp_in_memory()
         compile_sources()
+        if workers:  # each worker collects every file: rewritten once, here (tests/rewritten.py)
+            here = Path(config.invocation_params.dir)
+            rewritten.write([here / a.split("::")[0] for a in config.args], config)
         # pytest-xdist hands out files largest *count of tests* first unless told not to:
         # the files of three long tests (a Slurm cluster, the Triton interpreter) came last
         # and one worker ended alone; LONGEST_FIRST's order is the order they are handed out
         if getattr(config.option, "dist", "no") in ("loadfile", "loadscope"):
             config.option.loadscopereorder = False
         start_interpreted_runs(config)
+        if workers:  # the controller: its workers collect, not it
+            gc.enable()
 
 
 #: Where the tests' temporary folders go when the machine has it (a tmpfs: memory, not disk).
@@ -482,10 +474,10 @@ def pytest_collection_finish(session):
     CPU-s less. Unfrozen when the interpreter ends, for its last collection (Triton's bindings
     list what is left then as "leaked")."""
     import atexit
-    import gc
 
     gc.collect()
     gc.freeze()
+    gc.enable()  # off since this module was imported
     atexit.register(gc.unfreeze)
 
 

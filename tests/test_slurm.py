@@ -315,8 +315,9 @@ def test_two_sweepers_of_two_slurm_workers_share_one_journal_and_one_answers(slu
     assert json.loads((other / "answered_by.json").read_text())["sweep_dir"] == str(answered[0])
 
 
-def wait_for(condition, process: subprocess.Popen, every: float = 1.0, timeout: float = 300):
-    """Polls ``condition`` until it holds, while ``process`` runs; fails after ``timeout``."""
+def wait_for(condition, process: subprocess.Popen, every: float = 0.2, timeout: float = 300):
+    """Polls ``condition`` until it holds, while ``process`` runs; fails after ``timeout``.
+    Often: while the partition is down, the whole cluster waits for the test to notice."""
     deadline = time.monotonic() + timeout
     while not condition():
         if process.poll() is not None or time.monotonic() > deadline:

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 SCRIPT = """
-    import json, os, signal, sys
+    import gc, json, os, signal, sys
 
     import torch
 
@@ -34,7 +34,7 @@ SCRIPT = """
         "name": __name__, "argv": sys.argv, "cwd": os.getcwd(), "path0": sys.path[0],
         "helper": helper.__file__, "asked": os.environ.get("ASKED"),
         "threads": torch.get_num_threads(), "stdin": sys.stdin.read(),
-        "cpus": sorted(os.sched_getaffinity(0)), "umask": umask,
+        "cpus": sorted(os.sched_getaffinity(0)), "umask": umask, "gc": gc.isenabled(),
     }))
     print("to stderr", file=sys.stderr)
     if sys.argv[1] == "signal":
@@ -89,6 +89,7 @@ def test_a_warm_start_is_the_script_run_by_a_fresh_interpreter(tmp_path):
             "stdin": "fed",
             "cpus": [0],
             "umask": 0o027,
+            "gc": True,  # the zygote imported with it off (tests/warm.py)
         }
     )
     assert warm.stderr == cold.stderr == "to stderr\n"

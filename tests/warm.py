@@ -251,12 +251,14 @@ class Zygote:
     """
 
     def __init__(self, executable: str) -> None:
+        import gc
         import importlib.util
 
         self.executable = executable
         self.seen = dict(os.environ)  # the environment the imports saw
         own_pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         self.base_path = [p for p in sys.path[1:] if p not in own_pythonpath]
+        gc.disable()  # during the imports: each collection walks all imported so far
         for name in PRELOAD:
             importlib.import_module(name)
         for name in PRELOAD_IF_INSTALLED:
@@ -264,6 +266,7 @@ class Zygote:
                 importlib.import_module(name)
         _parse_configs()
         _freeze()
+        gc.enable()
         #: what the imports set in os.environ (Lightning: PYTORCH_NVML_BASED_CUDA_CHECK, ...):
         #: a fresh interpreter's imports would set it too, where the command's does not
         self.set_by_imports = {k: v for k, v in os.environ.items() if self.seen.get(k) != v}

@@ -182,7 +182,7 @@ class Cluster:
             state = self.run("sinfo", "-h", "-o", "%t", check=False).stdout.strip()
             if state == "idle":  # one line: every node idle
                 return
-            time.sleep(0.5)
+            time.sleep(0.1)
         raise RuntimeError(
             f"the test Slurm nodes are not idle after {timeout} s: {state!r}\n" + self.logs()
         )
@@ -196,7 +196,7 @@ class Cluster:
             left = self.run("squeue", "-h", "-t", "PD,R,CG,S", check=False).stdout.strip()
             if not left:
                 return
-            time.sleep(0.5)
+            time.sleep(0.1)
 
     def run(self, *command: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(command, env=self.env, capture_output=True, text=True, check=check)
