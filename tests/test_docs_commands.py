@@ -8,7 +8,7 @@ would be (``tuneup.autotune.space.Checks``: the core's and every plugin's checks
 built); a single run's command also as its command line is (a setting of a plugin that is
 off). One check per job, in one process, shared by the commands that have it; the jobs of
 one set of config groups composed on one composition of those groups, their values applied
-by Hydra's own function (:class:`GroupsComposedOnce`, the study's own composer), as Hydra composes a job. The
+by Hydra's own function (:class:`tests.compositions.Composer`, the study's own composer), as Hydra composes a job. The
 commands run in a user's project as the pages build it: docs/your_own_model.md's
 ``my_project`` and docs/tutorial.md's ``stripes``, their files as printed, so the commands
 of those pages compose with the user's own modules and presets.
@@ -31,8 +31,8 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import IntervalSweep
 
 import tuneup
+from tests.compositions import Composer
 from tests.own_project import blocks, write_project
-from tuneup.autotune.composed import GroupComposer
 from tuneup.autotune.space import Checks
 from tuneup.trainer.checks import inert_problems
 
@@ -142,48 +142,8 @@ def listed(command: str, table: dict[str, str]) -> str | None:
 COMMANDS = [(page, command) for page in PAGES for command in documented_commands(page)]
 
 
-class GroupsComposedOnce(GroupComposer):
-    """``tuneup.compose(job)``, each set of config group overrides composed once: the study's
-    :class:`tuneup.autotune.composed.GroupComposer` (Hydra's two steps of a composition, a
-    job's values applied to a kept composition of its groups by Hydra's own function). The
-    config ``tuneup.compose`` gives has no ``hydra`` node, so a job with ``hydra.*``
-    overrides (which Hydra applies there) is composed whole."""
-
-    def __init__(self) -> None:
-        super().__init__(tuneup.compose, [], self.group_exists)
-        self.repository = None
-
-    def group_exists(self, key: str) -> bool:
-        if self.repository is None:
-            self.repository = group_repository()
-        return self.repository.group_exists(key)
-
-    def split(self, overrides: list[str]):
-        split = super().split(overrides)
-        if split is None or any(o.is_hydra_override() for o in split[2]):
-            return None
-        return split
-
-
-def group_repository():
-    """Hydra's repository of config groups as ``tuneup.compose`` searches them here: the
-    built-in configs, the project's ./conf and the installed plugins' (``hydra.searchpath``
-    of the primary config, which composing it resolves)."""
-    from hydra import initialize_config_module
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.types import RunMode
-
-    from tuneup.trainer.config import register
-
-    with initialize_config_module(config_module="tuneup.conf", version_base="1.3"):
-        register()
-        loader = GlobalHydra.instance().config_loader()
-        loader.load_configuration("config", [], RunMode.RUN)
-        return loader.repository
-
-
 #: Each job composed and checked once (a job's inspection is the same in every command).
-CHECKS = Checks(GroupsComposedOnce())
+CHECKS = Checks(Composer())
 
 
 @pytest.fixture(scope="module", autouse=True)
