@@ -193,8 +193,11 @@ def _unknown_key_hint(cfg, key: str, value: str, folders: list[Path]) -> str | N
             f"did you mean {plus}{match}={value}? ({key} is not a setting; +{key}={value} "
             "would be refused: nothing reads it)"
         )
+    if not rest:  # no group, setting or installed plugin's group near it: Hydra's 7 lines
+        known = {g.split("/")[0] for folder in folders for g in config.groups(folder)}
+        return None if key in known else _unknown_group(key, value)
     node = OmegaConf.select(cfg, root, default=None)
-    if not rest or "." in rest or not isinstance(node, DictConfig):
+    if "." in rest or not isinstance(node, DictConfig):
         return None
     chosen = f"{root}={node.name}" if isinstance(node.get("name"), str) else root
     settings = ", ".join(sorted(set(node) - {"name", "plugin"})) or "none"
@@ -209,6 +212,16 @@ def _unknown_key_hint(cfg, key: str, value: str, folders: list[Path]) -> str | N
         meant = _with_option(cfg, f"{root}.{match}", value, folders)
         return f"did you mean {meant}? ({chosen} has no {rest})"
     return f"{key} is not a setting of {chosen}; its settings are: {settings}"
+
+
+def _unknown_group(key: str, value: str) -> str:
+    """A top-level ``key=value`` close to nothing: most often the group of a plugin package
+    that is not installed (``myplugin=on``), which only its installation adds."""
+    return (
+        f"{key}={value}: {key} is not a config group or setting, nor the group of an installed "
+        "plugin package (install the package first); tuneup --help lists the groups and their "
+        "options, tuneup plugins.list=true the installed plugins"
+    )
 
 
 def _group_keys(group: str, folders: list[Path]) -> set[str]:
