@@ -57,6 +57,15 @@ def entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     return found
 
 
+def _not_installed(name: str, disabled, available) -> str:
+    """The one line for a name in ``plugins.disable`` that no installed plugin has."""
+    listed = ",".join(str(n) for n in disabled)
+    return (
+        f"plugins.disable=[{listed}] names '{name}', which is not an installed plugin; allowed: "
+        f"{', '.join(sorted(set(available) - set(REQUIRED)))}"
+    )
+
+
 def switched_by_config(ep: importlib.metadata.EntryPoint) -> bool:
     """Whether config switches this plugin on: a built-in, or a package that ships ``conf/``."""
     return is_builtin(ep) or plugin_dir(ep) is not None
@@ -97,14 +106,16 @@ class PluginManager(pluggy.PluginManager):
         """Register the plugins the config switches on and, unless disabled, the always-on ones."""
         pm = cls()
         settings = cfg.get("plugins") or {}
+        available = entry_points()
         for name in settings.get("disable") or []:
             if name in REQUIRED:
                 raise PluginError(f"plugin '{name}' is required and cannot be disabled")
+            if name not in available:  # a typo would leave the plugin on, silently
+                raise PluginError(_not_installed(name, settings.disable, available))
             pm.set_blocked(name)
         wanted = switched_on(cfg)
         for name in REQUIRED:
             wanted.setdefault(name, name)
-        available = entry_points()
         for name, key in wanted.items():
             if pm.is_blocked(name):
                 pm.left_out[name] = key  # a contradiction: check() says so
