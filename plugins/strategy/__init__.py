@@ -202,8 +202,8 @@ class Plugin:
         self.model_name = plan.model_name if plan is not None else ""
         self.plan = plan
         found = settings_problems(cfg, env, plan)
-        if not found and (note := layout_note(cfg, env)):
-            log.warning("%s", note)
+        if not found and console.process_rank() == "0" and (note := layout_note(cfg, env)):
+            log.warning("%s", note)  # once: every process runs the checks
         model = plan.meta_model() if plan is not None and not found else None
         if cfg.strategy.name == "fsdp" and model is not None:
             self.init = reason(cfg.strategy.get("init", "auto"), model)
