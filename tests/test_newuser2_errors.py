@@ -1,0 +1,77 @@
+"""Bad input met by a new user on plugins and processes: each is one ``error:`` line that names
+the key, the value and what is allowed, said once however many processes find it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import compose_config
+from tuneup import cli
+from tuneup.trainer.hints import override_hints
+from tuneup.trainer.plugin_manager import PluginError, PluginManager
+
+
+def test_the_group_of_a_plugin_package_not_installed_is_one_line():
+    """``myplugin=on`` before its package is installed: Hydra's seven lines ("Key 'myplugin' is
+    not in struct", "use +myplugin=on", which would be refused) become one naming the cure."""
+    assert override_hints(["notaplugin=on"]) == [
+        "notaplugin=on: notaplugin is not a config group or setting, nor the group of an "
+        "installed plugin package (install the package first); tuneup --help lists the groups "
+        "and their options, tuneup plugins.list=true the installed plugins"
+    ]
+
+
+def test_a_name_in_plugins_disable_that_no_plugin_has_is_refused():
+    """A mistyped ``plugins.disable=[emma]`` would leave ``ema`` on without a word."""
+    with pytest.raises(PluginError) as info:
+        PluginManager.from_config(compose_config(["plugins.disable=[ema,nosuch]"]))
+    message = str(info.value)
+    assert message.startswith(
+        "plugins.disable=[ema,nosuch] names 'nosuch', which is not an installed plugin; "
+        "allowed: activation_checkpointing, "
+    )
+    allowed = message.split("allowed: ")[1].split(", ")
+    assert "ema" in allowed and "measure" not in allowed  # measure cannot be disabled
+
+
+@pytest.mark.parametrize(("local_rank", "said"), [("0", True), ("3", False)])
+def test_an_error_every_process_finds_is_said_once(monkeypatch, capsys, local_rank, said):
+    """A batch larger than each process's share fails in every process alike: only the first
+    one on the console says it, without a rank (64 processes printed it 64 times)."""
+    from tuneup.trainer import console, runner
+    from tuneup.trainer.state.data_order import ResumableSampler, check_a_full_batch
+
+    def too_large_a_batch(cfg):
+        try:
+            check_a_full_batch(ResumableSampler(512, num_replicas=64), 32)
+        except Exception as exc:
+            exc.tuneup_rank = int(local_rank)  # as the runner notes it on a failure
+            raise
+
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    monkeypatch.setattr(runner, "run", too_large_a_batch)
+    monkeypatch.setattr(console, "route_libraries", lambda: None)
+    with pytest.raises(SystemExit) as exit_:
+        cli.task(None)
+    assert exit_.value.code == 1
+    line = (
+        "error: data.batch_size=32 is larger than the 8 training samples of each of the 64 "
+        "processes (512 in all): training batches are full, so an epoch would train nothing; "
+        "lower data.batch_size to 8 or less, or give more training samples\n"
+    )
+    assert capsys.readouterr().err == (line if said else "")
+
+
+@pytest.mark.parametrize(("local_rank", "said"), [("0", 1), ("1", 0)])
+def test_more_processes_than_cores_is_said_once(monkeypatch, caplog, local_rank, said):
+    """Every process runs the checks: the note on too many CPU processes came once per process."""
+    from tuneup.plugins.strategy import Plugin
+    from tuneup.trainer.environment import Environment
+
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    monkeypatch.setattr("tuneup.plugins.strategy.usable_cpus", lambda: 2)
+    cfg = compose_config(["strategy=ddp", "trainer.accelerator=cpu", "trainer.devices=4"])
+    with caplog.at_level("WARNING", logger="tuneup.plugins.strategy"):
+        assert Plugin(cfg).check(cfg=cfg, env=Environment.from_config(cfg), plan=None) == []
+    notes = [r for r in caplog.records if "each gets less than a core" in r.getMessage()]
+    assert len(notes) == said
