@@ -75,3 +75,19 @@ def test_more_processes_than_cores_is_said_once(monkeypatch, caplog, local_rank,
         assert Plugin(cfg).check(cfg=cfg, env=Environment.from_config(cfg), plan=None) == []
     notes = [r for r in caplog.records if "each gets less than a core" in r.getMessage()]
     assert len(notes) == said
+
+
+def test_a_plugin_that_fails_to_start_on_a_missing_setting_is_one_line():
+    """A plugin's ``__init__`` reading a setting its group lacks (``cfg.myplugin.evry``):
+    OmegaConf's ``full_key:`` and ``object_type=`` lines were printed after the error line."""
+    from tuneup.trainer.plugin_manager import _instantiate
+
+    class Plugin:
+        def __init__(self, cfg):
+            self.every = cfg.model.evry
+
+    with pytest.raises(PluginError) as info:
+        _instantiate(Plugin, compose_config(), "myplugin")
+    assert str(info.value) == (
+        "plugin 'myplugin' failed to start: ConfigAttributeError: Key 'evry' is not in struct"
+    )

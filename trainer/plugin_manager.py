@@ -156,7 +156,7 @@ class PluginManager(pluggy.PluginManager):
                 obj = ep.load()
         except Exception as exc:
             raise PluginError(
-                f"plugin '{ep.name}' ({source}) failed to import: {type(exc).__name__}: {exc}"
+                f"plugin '{ep.name}' ({source}) failed to import: {_one_line(exc)}"
             ) from exc
         if inspect.isclass(obj):
             obj = _instantiate(obj, cfg, ep.name)
@@ -336,7 +336,14 @@ def _instantiate(cls, cfg, name: str):
     except TuneupError:
         raise
     except Exception as exc:
-        raise PluginError(f"plugin '{name}' failed to start: {type(exc).__name__}: {exc}") from exc
+        raise PluginError(f"plugin '{name}' failed to start: {_one_line(exc)}") from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line: OmegaConf's errors add ``full_key:`` and ``object_type=``
+    lines, which would break the command's one ``error:`` line."""
+    lines = str(exc).strip().splitlines()
+    return type(exc).__name__ + (f": {lines[0]}" if lines else "")
 
 
 def _culprit(exc: BaseException, impls: list) -> str | None:
