@@ -91,3 +91,23 @@ def test_a_plugin_that_fails_to_start_on_a_missing_setting_is_one_line():
     assert str(info.value) == (
         "plugin 'myplugin' failed to start: ConfigAttributeError: Key 'evry' is not in struct"
     )
+
+
+def test_a_lightning_module_without_training_step_is_told_what_training_step_does():
+    """The line for a missing ``training_step`` explained ``configure_optimizers`` instead."""
+    from types import SimpleNamespace
+
+    import pytorch_lightning as pl
+
+    from tuneup.trainer.own_optimizer import missing_hook_problems
+
+    class NoStep(pl.LightningModule):
+        def configure_optimizers(self):
+            return None
+
+    plan = SimpleNamespace(lightning=True, model_target=NoStep, model_name="my_project.NoStep")
+    assert missing_hook_problems({"mode": "fit"}, plan) == [
+        "model=lightning: my_project.NoStep defines no training_step, which Lightning needs to "
+        "train it (training_step(self, batch, batch_idx) returns the batch's loss); define it, "
+        "or evaluate a checkpoint without training: mode=validate resume=<checkpoint>"
+    ]
