@@ -111,3 +111,17 @@ def test_a_lightning_module_without_training_step_is_told_what_training_step_doe
         "train it (training_step(self, batch, batch_idx) returns the batch's loss); define it, "
         "or evaluate a checkpoint without training: mode=validate resume=<checkpoint>"
     ]
+
+
+def test_the_summary_says_tensor_parallelism_ran():
+    """strategy=fsdp strategy.tensor_parallel_size=2: the console said strategy=fsdp and
+    world_size 2 only, as for FSDP over 2 processes; the mesh tells them apart."""
+    from tuneup.trainer.summary import format_table
+
+    mesh = {"data_parallel": 1, "tensor_parallel": 2}
+    summary = {"status": "ok", "device": "cpu", "world_size": 2}
+    tp = format_table({**summary, "plugins": {"strategy": {"name": "fsdp", "mesh": mesh}}})
+    assert "world_size 2 (data_parallel 1 x tensor_parallel 2)\n" in tp
+    fsdp = {"data_parallel": 2, "tensor_parallel": 1}
+    alone = format_table({**summary, "plugins": {"strategy": {"name": "fsdp", "mesh": fsdp}}})
+    assert "world_size 2\n" in alone
