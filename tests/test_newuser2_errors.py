@@ -125,3 +125,17 @@ def test_the_summary_says_tensor_parallelism_ran():
     fsdp = {"data_parallel": 2, "tensor_parallel": 1}
     alone = format_table({**summary, "plugins": {"strategy": {"name": "fsdp", "mesh": fsdp}}})
     assert "world_size 2\n" in alone
+
+
+def test_pinned_memory_without_a_gpu_is_refused():
+    """dataloader.pin_memory=true on a CPU run: torch warned and pinned nothing, while the
+    summary said ``pin_memory: true``."""
+    from tuneup.plugins.dataloader import Plugin
+    from tuneup.trainer.environment import Environment
+
+    cfg = compose_config(["dataloader=workers", "dataloader.pin_memory=true"])
+    cfg.trainer.accelerator = "cpu"
+    assert Plugin(cfg).check(cfg=cfg, env=Environment.from_config(cfg)) == [
+        "dataloader.pin_memory=true pins batches for copies to a GPU, and this run has none "
+        "(it runs on cpu); allowed here: auto or false"
+    ]
