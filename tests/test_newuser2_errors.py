@@ -139,3 +139,25 @@ def test_pinned_memory_without_a_gpu_is_refused():
         "dataloader.pin_memory=true pins batches for copies to a GPU, and this run has none "
         "(it runs on cpu); allowed here: auto or false"
     ]
+
+
+def test_the_gradient_norm_under_tensor_parallelism_leaves_dtensors_advice_out(monkeypatch, caplog):
+    """On a 2-D mesh, stacking the per-tensor norms made every process print DTensor's advice
+    to flatten the mesh ("may give inconsistent results between ranks") at the first step."""
+    import logging
+
+    import torch
+
+    from tuneup.trainer import clip
+
+    def stacking(tensors, norm_type):  # as torch's get_total_norm does on a 2-D mesh's grads
+        if any(t.dim() for t in tensors):  # gradients, not the per-mesh norms combined last
+            logging.getLogger("torch.distributed.tensor._redistribute").warning(
+                "While redistributing"
+            )
+        return torch.linalg.vector_norm(torch.stack([t.norm(norm_type) for t in tensors]))
+
+    monkeypatch.setattr(torch.nn.utils, "get_total_norm", stacking)
+    with caplog.at_level("WARNING"):
+        assert clip.total_norm([torch.ones(4), torch.ones(5)]).item() == 3.0
+    assert "While redistributing" not in caplog.text
