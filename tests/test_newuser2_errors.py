@@ -161,3 +161,25 @@ def test_the_gradient_norm_under_tensor_parallelism_leaves_dtensors_advice_out(m
     with caplog.at_level("WARNING"):
         assert clip.total_norm([torch.ones(4), torch.ones(5)]).item() == 3.0
     assert "While redistributing" not in caplog.text
+
+
+def test_several_nodes_without_a_cluster_launch_are_refused(monkeypatch):
+    """``trainer.num_nodes=2`` typed on one machine: the processes waited 60 s for the other
+    node, then each printed a DistStoreError traceback and the command was killed (137)."""
+    from tuneup.plugins.strategy import settings_problems, slurm
+    from tuneup.trainer.components import Plan
+    from tuneup.trainer.environment import Environment
+
+    for name in (*slurm.NODE_LAUNCH_VARIABLES, "SLURM_NTASKS"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = compose_config(["strategy=ddp", "trainer.accelerator=cpu", "trainer.devices=2"])
+    cfg.trainer.num_nodes = 2
+    found = settings_problems(cfg, Environment.from_config(cfg), Plan(cfg))
+    assert found == [
+        "trainer.num_nodes=2, but no cluster started this command on each node (no Slurm job, "
+        "no NODE_RANK and MASTER_ADDR): alone it would wait for the other nodes and time out; "
+        "allowed here: trainer.num_nodes=1, or start it with srun, hydra/launcher=slurm, or "
+        "NODE_RANK and MASTER_ADDR set on each node (docs/slurm.md)"
+    ]
+    monkeypatch.setenv("NODE_RANK", "1")  # Lightning's manual launch, on each node
+    assert slurm.lone_node_problems(2) == []

@@ -112,7 +112,11 @@ def settings_problems(cfg, env: Environment, plan=None) -> list[str]:
         )
     if name == "fsdp":
         found += fsdp.problems(cfg, env, plan)
-    return found + slurm.task_problems(env.devices, env.num_nodes)
+    return (
+        found
+        + slurm.task_problems(env.devices, env.num_nodes)
+        + slurm.lone_node_problems(env.num_nodes)
+    )
 
 
 def build_strategy(
