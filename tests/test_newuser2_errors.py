@@ -183,3 +183,20 @@ def test_several_nodes_without_a_cluster_launch_are_refused(monkeypatch):
     ]
     monkeypatch.setenv("NODE_RANK", "1")  # Lightning's manual launch, on each node
     assert slurm.lone_node_problems(2) == []
+
+
+def test_the_name_of_an_installed_plugin_without_a_group_is_told_it_is_always_on(
+    tmp_path, monkeypatch
+):
+    """``hello=on`` for docs/plugins.md's tuneup-hello (no conf/): installed, so "install the
+    package first" would mislead; it is on in every run."""
+    from tests.plugin_dists import make_distribution
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    make_distribution(
+        tmp_path, "tuneup-hi", {"tuneup_hi": "class Plugin: ..."}, {"hi": "tuneup_hi:Plugin"}
+    )
+    assert override_hints(["hi=on"]) == [
+        "hi=on: plugin 'hi' is installed but has no config group to switch it: it is on in "
+        "every run (plugins.disable=[hi] leaves it out)"
+    ]

@@ -217,6 +217,13 @@ def _unknown_key_hint(cfg, key: str, value: str, folders: list[Path]) -> str | N
 def _unknown_group(key: str, value: str) -> str:
     """A top-level ``key=value`` close to nothing: most often the group of a plugin package
     that is not installed (``myplugin=on``), which only its installation adds."""
+    from importlib.metadata import entry_points
+
+    if key in {ep.name for ep in entry_points(group=config.PROJECT)}:  # installed, no conf/
+        return (
+            f"{key}={value}: plugin '{key}' is installed but has no config group to switch it: "
+            f"it is on in every run (plugins.disable=[{key}] leaves it out)"
+        )
     return (
         f"{key}={value}: {key} is not a config group or setting, nor the group of an installed "
         "plugin package (install the package first); tuneup --help lists the groups and their "
