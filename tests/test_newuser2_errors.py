@@ -166,16 +166,16 @@ def test_the_gradient_norm_under_tensor_parallelism_leaves_dtensors_advice_out(m
 def test_several_nodes_without_a_cluster_launch_are_refused(monkeypatch):
     """``trainer.num_nodes=2`` typed on one machine: the processes waited 60 s for the other
     node, then each printed a DistStoreError traceback and the command was killed (137)."""
-    from tuneup.plugins.strategy import settings_problems, slurm
-    from tuneup.trainer.components import Plan
-    from tuneup.trainer.environment import Environment
+    from tuneup import TuneupError
+    from tuneup.plugins.strategy import Plugin, slurm
 
     for name in (*slurm.NODE_LAUNCH_VARIABLES, "SLURM_NTASKS"):
         monkeypatch.delenv(name, raising=False)
     cfg = compose_config(["strategy=ddp", "trainer.accelerator=cpu", "trainer.devices=2"])
     cfg.trainer.num_nodes = 2
-    found = settings_problems(cfg, Environment.from_config(cfg), Plan(cfg))
-    assert found == [
+    with pytest.raises(TuneupError) as info:  # before Lightning starts any process
+        Plugin(cfg).configure_trainer(cfg=cfg, kwargs={})
+    assert [str(info.value)] == [
         "trainer.num_nodes=2, but no cluster started this command on each node (no Slurm job, "
         "no NODE_RANK and MASTER_ADDR): alone it would wait for the other nodes and time out; "
         "allowed here: trainer.num_nodes=1, or start it with srun, hydra/launcher=slurm, or "

@@ -34,6 +34,7 @@ import torch
 from omegaconf import OmegaConf
 
 from tuneup import hookimpl
+from tuneup.errors import TuneupError
 from tuneup.plugins.measure.memory import peak_memory
 from tuneup.plugins.strategy import fsdp, memory, slurm
 from tuneup.plugins.strategy.build import (
@@ -112,11 +113,7 @@ def settings_problems(cfg, env: Environment, plan=None) -> list[str]:
         )
     if name == "fsdp":
         found += fsdp.problems(cfg, env, plan)
-    return (
-        found
-        + slurm.task_problems(env.devices, env.num_nodes)
-        + slurm.lone_node_problems(env.num_nodes)
-    )
+    return found + slurm.task_problems(env.devices, env.num_nodes)
 
 
 def build_strategy(
@@ -226,6 +223,8 @@ class Plugin:
     @hookimpl
     def configure_trainer(self, cfg, kwargs):
         env = self.env or Environment.from_config(cfg)
+        for line in slurm.lone_node_problems(env.num_nodes):  # here, not in check: an autotune
+            raise TuneupError(line)  # checks a Slurm job's candidates outside the job
         build = self.plan.build_model if self.plan is not None else None
         weights = self.plan.weights if self.plan is not None else None  # model=huggingface's
         self.strategy = build_strategy(cfg, env, self.count, self.model_name, build, weights)
