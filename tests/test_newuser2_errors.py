@@ -19,6 +19,11 @@ def test_the_group_of_a_plugin_package_not_installed_is_one_line():
         "installed plugin package (install the package first); tuneup --help lists the groups "
         "and their options, tuneup plugins.list=true the installed plugins"
     ]
+    assert override_hints(["notaplugin.every=2"]) == [
+        "notaplugin.every=2: notaplugin is not a config group or setting, nor the group of an "
+        "installed plugin package (install the package first); tuneup --help lists the groups "
+        "and their options, tuneup plugins.list=true the installed plugins"
+    ]
 
 
 def test_a_name_in_plugins_disable_that_no_plugin_has_is_refused():
