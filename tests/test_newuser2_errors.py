@@ -205,3 +205,13 @@ def test_the_name_of_an_installed_plugin_without_a_group_is_told_it_is_always_on
         "hi=on: plugin 'hi' is installed but has no config group to switch it: it is on in "
         "every run (plugins.disable=[hi] leaves it out)"
     ]
+
+
+def test_a_setting_under_the_presets_group_is_named_as_such():
+    """``experiment.foo=1``: "did you mean experiment.foo=1? (experiment is not a config group
+    or setting)" suggested the key as typed and called a group none."""
+    assert override_hints(["experiment.foo=1"]) == [
+        "experiment.foo=1: experiment is a config group of presets, which set keys of other "
+        "groups, and has no settings of its own; choose one: experiment=<option> (tuneup --help "
+        "lists them)"
+    ]

@@ -178,8 +178,14 @@ def _unknown_key_hint(cfg, key: str, value: str, folders: list[Path]) -> str | N
     root, _, rest = key.partition(".")
     if rest and root not in cfg:  # a typo of a group or a top-level node (modle.hidden)
         match = suggest_root(cfg, key, folders)
+        if root in _known_groups(folders) and match in (None, key):  # experiment.x: presets
+            return (
+                f"{key}={value}: {root} is a config group of presets, which set keys of other "
+                f"groups, and has no settings of its own; choose one: {root}=<option> "
+                "(tuneup --help lists them)"
+            )
         if match is None:  # myplugin.every=2 before the package is installed
-            return None if root in _known_groups(folders) else _unknown_group(key, value)
+            return _unknown_group(key, value)
         return (
             f"did you mean {_with_option(cfg, match, value, folders)}? ({root} is not a "
             "config group or setting)"
