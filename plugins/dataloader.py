@@ -67,6 +67,17 @@ def worker_problems(settings) -> list[str]:
     return found
 
 
+def pin_problems(settings, env: Environment) -> list[str]:
+    """``pin_memory: true`` without a GPU: torch warns and pins nothing, while the summary
+    would say pinned."""
+    if settings.get("pin_memory") is not True or env.is_cuda:
+        return []
+    return [
+        f"dataloader.pin_memory=true pins batches for copies to a GPU, and this run has none "
+        f"(it runs on {env.accelerator}); allowed here: auto or false"
+    ]
+
+
 RULES = {
     "dataloader.num_workers": Integer(low=0, also=("auto",)),
     "dataloader.pin_memory": OneOf((True, False, "auto")),
@@ -81,8 +92,12 @@ class Plugin:
         self.arguments: dict | None = None  # resolved when the first DataLoader is made
 
     @hookimpl
-    def check(self, cfg):
-        return problems(cfg, RULES) + worker_problems(cfg.dataloader)
+    def check(self, cfg, env):
+        return (
+            problems(cfg, RULES)
+            + worker_problems(cfg.dataloader)
+            + pin_problems(cfg.dataloader, env)
+        )
 
     @hookimpl
     def configure_dataloader(self, cfg, kwargs):

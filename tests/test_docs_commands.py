@@ -61,6 +61,7 @@ NOT_CHECKED = {
     "resume=auto hydra.run.dir=outputs/ft": "continues the run in outputs/ft with its own "
     "settings (test_docs_finetune.py)",
     "model.path=/models/my-llama": "the user's pretrained model directory",
+    "plugins.disable=[gradnorm]": "an always-on plugin the user installed (gradnorm)",
 }
 #: Commands of a config group this install lacks, not composed: a part of the command and why.
 ELSEWHERE = {

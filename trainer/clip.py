@@ -33,16 +33,14 @@ def by_mesh(tensors: list[torch.Tensor]) -> list[list[torch.Tensor]]:
 def total_norm(grads: list[torch.Tensor], norm_type: float = 2.0) -> torch.Tensor:
     """The norm of all ``grads`` together, a plain tensor equal on every process."""
     norms = []
-    for group in by_mesh(grads):
-        norm = torch.nn.utils.get_total_norm(group, norm_type)
-        if isinstance(norm, DTensor):
-            level = _REDISTRIBUTE.level
-            _REDISTRIBUTE.setLevel(logging.ERROR)
-            try:
-                norm = norm.full_tensor()
-            finally:
-                _REDISTRIBUTE.setLevel(level)
-        norms.append(norm)
+    level = _REDISTRIBUTE.level
+    _REDISTRIBUTE.setLevel(logging.ERROR)  # stacking the per-tensor norms redistributes too
+    try:
+        for group in by_mesh(grads):
+            norm = torch.nn.utils.get_total_norm(group, norm_type)
+            norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)
+    finally:
+        _REDISTRIBUTE.setLevel(level)
     if not norms:
         return torch.zeros(())
     devices = {n.device for n in norms}

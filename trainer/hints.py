@@ -178,8 +178,14 @@ def _unknown_key_hint(cfg, key: str, value: str, folders: list[Path]) -> str | N
     root, _, rest = key.partition(".")
     if rest and root not in cfg:  # a typo of a group or a top-level node (modle.hidden)
         match = suggest_root(cfg, key, folders)
-        if match is None:
-            return None
+        if root in _known_groups(folders) and match in (None, key):  # experiment.x: presets
+            return (
+                f"{key}={value}: {root} is a config group of presets, which set keys of other "
+                f"groups, and has no settings of its own; choose one: {root}=<option> "
+                "(tuneup --help lists them)"
+            )
+        if match is None:  # myplugin.every=2 before the package is installed
+            return _unknown_group(key, value)
         return (
             f"did you mean {_with_option(cfg, match, value, folders)}? ({root} is not a "
             "config group or setting)"
@@ -193,8 +199,10 @@ def _unknown_key_hint(cfg, key: str, value: str, folders: list[Path]) -> str | N
             f"did you mean {plus}{match}={value}? ({key} is not a setting; +{key}={value} "
             "would be refused: nothing reads it)"
         )
+    if not rest:  # no group, setting or installed plugin's group near it: Hydra's 7 lines
+        return None if key in _known_groups(folders) else _unknown_group(key, value)
     node = OmegaConf.select(cfg, root, default=None)
-    if not rest or "." in rest or not isinstance(node, DictConfig):
+    if "." in rest or not isinstance(node, DictConfig):
         return None
     chosen = f"{root}={node.name}" if isinstance(node.get("name"), str) else root
     settings = ", ".join(sorted(set(node) - {"name", "plugin"})) or "none"
@@ -209,6 +217,30 @@ def _unknown_key_hint(cfg, key: str, value: str, folders: list[Path]) -> str | N
         meant = _with_option(cfg, f"{root}.{match}", value, folders)
         return f"did you mean {meant}? ({chosen} has no {rest})"
     return f"{key} is not a setting of {chosen}; its settings are: {settings}"
+
+
+def _known_groups(folders: list[Path]) -> set[str]:
+    """The top-level config groups in ``folders`` (``experiment`` too, whose options are
+    ``_global_`` and leave no node of that name)."""
+    return {g.split("/")[0] for folder in folders for g in config.groups(folder)}
+
+
+def _unknown_group(key: str, value: str) -> str:
+    """A top-level ``key=value`` close to nothing: most often the group of a plugin package
+    that is not installed (``myplugin=on``), which only its installation adds."""
+    from importlib.metadata import entry_points
+
+    root = key.split(".")[0]
+    if root in {ep.name for ep in entry_points(group=config.PROJECT)}:  # installed, no conf/
+        return (
+            f"{key}={value}: plugin '{root}' is installed but has no config group to switch it: "
+            f"it is on in every run (plugins.disable=[{root}] leaves it out)"
+        )
+    return (
+        f"{key}={value}: {root} is not a config group or setting, nor the group of an installed "
+        "plugin package (install the package first); tuneup --help lists the groups and their "
+        "options, tuneup plugins.list=true the installed plugins"
+    )
 
 
 def _group_keys(group: str, folders: list[Path]) -> set[str]:

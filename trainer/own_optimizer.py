@@ -71,10 +71,18 @@ def missing_hook_problems(cfg, plan) -> list[str]:
         return []
     return [
         f"model=lightning: {plan.model_name} defines no {' and no '.join(missing)}, which "
-        "Lightning needs to train it (configure_optimizers builds its optimizer from its "
-        "own arguments, e.g. torch.optim.AdamW(self.parameters(), lr=self.lr)); define "
-        "it, or evaluate a checkpoint without training: mode=validate resume=<checkpoint>"
+        f"Lightning needs to train it ({'; '.join(HOOK_ROLES[h] for h in missing)}); define "
+        f"{'them' if len(missing) > 1 else 'it'}, or evaluate a checkpoint without training: "
+        "mode=validate resume=<checkpoint>"
     ]
+
+
+#: What each of :data:`TRAINING_HOOKS` does, for the line that says one is missing.
+HOOK_ROLES = {
+    "training_step": "training_step(self, batch, batch_idx) returns the batch's loss",
+    "configure_optimizers": "configure_optimizers builds its optimizer from its own arguments, "
+    "e.g. torch.optim.AdamW(self.parameters(), lr=self.lr)",
+}
 
 
 def where_settings_go(plan, overrides: list[str]) -> str:

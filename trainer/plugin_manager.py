@@ -57,6 +57,15 @@ def entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     return found
 
 
+def _not_installed(name: str, disabled, available) -> str:
+    """The one line for a name in ``plugins.disable`` that no installed plugin has."""
+    listed = ",".join(str(n) for n in disabled)
+    return (
+        f"plugins.disable=[{listed}] names '{name}', which is not an installed plugin; allowed: "
+        f"{', '.join(sorted(set(available) - set(REQUIRED)))}"
+    )
+
+
 def switched_by_config(ep: importlib.metadata.EntryPoint) -> bool:
     """Whether config switches this plugin on: a built-in, or a package that ships ``conf/``."""
     return is_builtin(ep) or plugin_dir(ep) is not None
@@ -97,14 +106,16 @@ class PluginManager(pluggy.PluginManager):
         """Register the plugins the config switches on and, unless disabled, the always-on ones."""
         pm = cls()
         settings = cfg.get("plugins") or {}
+        available = entry_points()
         for name in settings.get("disable") or []:
             if name in REQUIRED:
                 raise PluginError(f"plugin '{name}' is required and cannot be disabled")
+            if name not in available:  # a typo would leave the plugin on, silently
+                raise PluginError(_not_installed(name, settings.disable, available))
             pm.set_blocked(name)
         wanted = switched_on(cfg)
         for name in REQUIRED:
             wanted.setdefault(name, name)
-        available = entry_points()
         for name, key in wanted.items():
             if pm.is_blocked(name):
                 pm.left_out[name] = key  # a contradiction: check() says so
@@ -145,7 +156,7 @@ class PluginManager(pluggy.PluginManager):
                 obj = ep.load()
         except Exception as exc:
             raise PluginError(
-                f"plugin '{ep.name}' ({source}) failed to import: {type(exc).__name__}: {exc}"
+                f"plugin '{ep.name}' ({source}) failed to import: {_one_line(exc)}"
             ) from exc
         if inspect.isclass(obj):
             obj = _instantiate(obj, cfg, ep.name)
@@ -325,7 +336,14 @@ def _instantiate(cls, cfg, name: str):
     except TuneupError:
         raise
     except Exception as exc:
-        raise PluginError(f"plugin '{name}' failed to start: {type(exc).__name__}: {exc}") from exc
+        raise PluginError(f"plugin '{name}' failed to start: {_one_line(exc)}") from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line: OmegaConf's errors add ``full_key:`` and ``object_type=``
+    lines, which would break the command's one ``error:`` line."""
+    lines = str(exc).strip().splitlines()
+    return type(exc).__name__ + (f": {lines[0]}" if lines else "")
 
 
 def _culprit(exc: BaseException, impls: list) -> str | None:

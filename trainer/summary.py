@@ -115,7 +115,8 @@ def _metrics(s: dict):
 
 
 def _run(s: dict):
-    where = [s.get("device"), f"world_size {s['world_size']}" if "world_size" in s else None]
+    size = f"world_size {s['world_size']}{_mesh(s)}" if "world_size" in s else None
+    where = [s.get("device"), size]
     if str(s.get("openmp_wait", "")).startswith(openmp.SHORT):  # the load it started beside
         where.append(f"OpenMP {s['openmp_wait']}")
     yield "device", ", ".join(w for w in where if w)
@@ -138,6 +139,19 @@ def _run(s: dict):
             yield key, _format(s[key])
     for name, error in (s.get("report_errors") or {}).items():
         yield f"report_errors.{name}", error
+
+
+def _mesh(s: dict) -> str:
+    """`` (data_parallel 1 x tensor_parallel 2)`` under tensor parallelism: strategy=fsdp alone
+    does not say that the processes split each layer rather than the batch."""
+    plugins = s.get("plugins") if isinstance(s.get("plugins"), dict) else {}
+    strategy = plugins.get("strategy") if isinstance(plugins.get("strategy"), dict) else {}
+    mesh = strategy.get("mesh") if isinstance(strategy.get("mesh"), dict) else {}
+    if (mesh.get("tensor_parallel") or 1) <= 1:
+        return ""
+    return (
+        f" (data_parallel {mesh.get('data_parallel')} x tensor_parallel {mesh['tensor_parallel']})"
+    )
 
 
 def _files(s: dict):

@@ -225,6 +225,10 @@ def task(cfg):
             raise
         show_traceback_if_asked(exc)
         line = exc if user_error else crash_line(exc)
+        if getattr(exc, "tuneup_every_rank", False):  # the same in every process: said once
+            if _first_on_its_node():
+                print(f"error: {line}", file=sys.stderr, flush=True)
+            sys.exit(1)
         print(f"error: {rank_prefix(exc)}{line}", file=sys.stderr, flush=True)
         sys.exit(1)
 

@@ -34,6 +34,7 @@ import torch
 from omegaconf import OmegaConf
 
 from tuneup import hookimpl
+from tuneup.errors import TuneupError
 from tuneup.plugins.measure.memory import peak_memory
 from tuneup.plugins.strategy import fsdp, memory, slurm
 from tuneup.plugins.strategy.build import (
@@ -202,8 +203,8 @@ class Plugin:
         self.model_name = plan.model_name if plan is not None else ""
         self.plan = plan
         found = settings_problems(cfg, env, plan)
-        if not found and (note := layout_note(cfg, env)):
-            log.warning("%s", note)
+        if not found and console.process_rank() == "0" and (note := layout_note(cfg, env)):
+            log.warning("%s", note)  # once: every process runs the checks
         model = plan.meta_model() if plan is not None and not found else None
         if cfg.strategy.name == "fsdp" and model is not None:
             self.init = reason(cfg.strategy.get("init", "auto"), model)
@@ -222,6 +223,8 @@ class Plugin:
     @hookimpl
     def configure_trainer(self, cfg, kwargs):
         env = self.env or Environment.from_config(cfg)
+        for line in slurm.lone_node_problems(env.num_nodes):  # here, not in check: an autotune
+            raise TuneupError(line)  # checks a Slurm job's candidates outside the job
         build = self.plan.build_model if self.plan is not None else None
         weights = self.plan.weights if self.plan is not None else None  # model=huggingface's
         self.strategy = build_strategy(cfg, env, self.count, self.model_name, build, weights)

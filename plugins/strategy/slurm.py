@@ -82,6 +82,31 @@ def task_problems(devices: int, num_nodes: int) -> list[str]:
     return found
 
 
+#: Variables a multi-node launch sets on each node: Lightning's manual one (NODE_RANK,
+#: MASTER_ADDR), torchrun's, MPI's, LSF's. Slurm is :func:`in_slurm_job`.
+NODE_LAUNCH_VARIABLES = (
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "GROUP_RANK",
+    "TORCHELASTIC_RUN_ID",
+    "OMPI_COMM_WORLD_SIZE",
+    "LSB_JOBID",
+)
+
+
+def lone_node_problems(num_nodes: int) -> list[str]:
+    """``trainer.num_nodes`` above 1 where nothing started the other nodes' processes: the
+    rendezvous would wait for them, then fail with a timeout, a minute or more later."""
+    if num_nodes <= 1 or in_slurm_job() or any(v in os.environ for v in NODE_LAUNCH_VARIABLES):
+        return []
+    return [
+        f"trainer.num_nodes={num_nodes}, but no cluster started this command on each node (no "
+        "Slurm job, no NODE_RANK and MASTER_ADDR): alone it would wait for the other nodes and "
+        "time out; allowed here: trainer.num_nodes=1, or start it with srun, "
+        "hydra/launcher=slurm, or NODE_RANK and MASTER_ADDR set on each node (docs/slurm.md)"
+    ]
+
+
 def job_id() -> str:
     """The id ``scontrol requeue`` needs: ``<array job>_<task>`` for an array element."""
     array_job = os.environ.get("SLURM_ARRAY_JOB_ID")

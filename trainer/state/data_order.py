@@ -189,11 +189,13 @@ def check_a_full_batch(sampler: ResumableSampler, batch_size: int) -> None:
         if shards > 1
         else f"{share} training samples"
     )
-    raise TuneupError(
+    error = TuneupError(
         f"data.batch_size={batch_size} is larger than the {samples}: training batches are "
         f"full, so an epoch would train nothing; lower data.batch_size to {share} or less, or "
         "give more training samples"
     )
+    error.tuneup_every_rank = True  # every process finds it: the command says it once
+    raise error
 
 
 class ResumableLoader(DataLoader):
