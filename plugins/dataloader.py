@@ -38,7 +38,11 @@ def loader_arguments(settings, env: Environment) -> dict:
     if workers == "auto":
         workers = auto_workers(env.devices)
     pin = env.is_cuda if settings.pin_memory == "auto" else settings.pin_memory
-    arguments = {"num_workers": workers, "pin_memory": pin}
+    arguments = {"num_workers": workers, "pin_memory": pin and env.is_cuda}
+    if pin and not env.is_cuda:  # torch would warn and pin nothing: off, and said so
+        arguments["pin_memory_off"] = (
+            f"pin_memory=true pins for copies to a GPU; none on {env.accelerator}"
+        )
     if workers > 0:  # torch rejects these two without workers
         persistent = settings.persistent_workers
         arguments["persistent_workers"] = True if persistent is None else persistent
@@ -67,17 +71,6 @@ def worker_problems(settings) -> list[str]:
     return found
 
 
-def pin_problems(settings, env: Environment) -> list[str]:
-    """``pin_memory: true`` without a GPU: torch warns and pins nothing, while the summary
-    would say pinned."""
-    if settings.get("pin_memory") is not True or env.is_cuda:
-        return []
-    return [
-        f"dataloader.pin_memory=true pins batches for copies to a GPU, and this run has none "
-        f"(it runs on {env.accelerator}); allowed here: auto or false"
-    ]
-
-
 RULES = {
     "dataloader.num_workers": Integer(low=0, also=("auto",)),
     "dataloader.pin_memory": OneOf((True, False, "auto")),
@@ -92,18 +85,14 @@ class Plugin:
         self.arguments: dict | None = None  # resolved when the first DataLoader is made
 
     @hookimpl
-    def check(self, cfg, env):
-        return (
-            problems(cfg, RULES)
-            + worker_problems(cfg.dataloader)
-            + pin_problems(cfg.dataloader, env)
-        )
+    def check(self, cfg):
+        return problems(cfg, RULES) + worker_problems(cfg.dataloader)
 
     @hookimpl
     def configure_dataloader(self, cfg, kwargs):
         if self.arguments is None:
             self.arguments = loader_arguments(self.settings, Environment.from_config(cfg))
-        kwargs.update(self.arguments)
+        kwargs.update({k: v for k, v in self.arguments.items() if k != "pin_memory_off"})
 
     def describe(self):
         settings = {"name": "workers", "usable_cpus": usable_cpus()}

@@ -132,18 +132,23 @@ def test_the_summary_says_tensor_parallelism_ran():
     assert "world_size 2\n" in alone
 
 
-def test_pinned_memory_without_a_gpu_is_refused():
-    """dataloader.pin_memory=true on a CPU run: torch warned and pinned nothing, while the
-    summary said ``pin_memory: true``."""
+def test_pinned_memory_without_a_gpu_is_off_and_said_so():
+    """dataloader.pin_memory=true on a CPU run: torch would warn and pin nothing while the
+    summary said ``pin_memory: true``; a config written for a GPU still runs here."""
     from tuneup.plugins.dataloader import Plugin
     from tuneup.trainer.environment import Environment
 
     cfg = compose_config(["dataloader=workers", "dataloader.pin_memory=true"])
     cfg.trainer.accelerator = "cpu"
-    assert Plugin(cfg).check(cfg=cfg, env=Environment.from_config(cfg)) == [
-        "dataloader.pin_memory=true pins batches for copies to a GPU, and this run has none "
-        "(it runs on cpu); allowed here: auto or false"
-    ]
+    plugin = Plugin(cfg)
+    assert plugin.check(cfg=cfg) == []
+    kwargs = {}
+    plugin.configure_dataloader(cfg=cfg, kwargs=kwargs)
+    assert kwargs["pin_memory"] is False and "pin_memory_off" not in kwargs
+    described = plugin.describe()
+    assert described["pin_memory"] is False
+    assert described["pin_memory_off"] == "pin_memory=true pins for copies to a GPU; none on cpu"
+    assert Environment.from_config(cfg).accelerator == "cpu"
 
 
 def test_the_gradient_norm_under_tensor_parallelism_leaves_dtensors_advice_out(monkeypatch, caplog):
