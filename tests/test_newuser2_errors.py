@@ -191,6 +191,10 @@ def test_several_nodes_without_a_cluster_launch_are_refused(monkeypatch):
         "allowed here: trainer.num_nodes=1, or start it with srun, hydra/launcher=slurm, or "
         "NODE_RANK and MASTER_ADDR set on each node (docs/slurm.md)"
     ]
+    from tuneup.trainer.plugin_manager import PluginManager
+
+    error = PluginManager._error("strategy", "configure_trainer", info.value)
+    assert str(error) == f"[strategy] {info.value}"  # the refusal as check's, no hook's name
     monkeypatch.setenv("NODE_RANK", "1")  # Lightning's manual launch, on each node
     assert slurm.lone_node_problems(2) == []
 

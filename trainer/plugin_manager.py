@@ -275,6 +275,8 @@ class PluginManager(pluggy.PluginManager):
     def _error(name: str, hook_name: str, exc: Exception) -> PluginError:
         if isinstance(exc, PluginError):
             return exc
+        if isinstance(exc, TuneupError):  # a refusal the plugin wrote for the user: as check's
+            return PluginError(f"[{name}] {exc}")
         return PluginError(
             f"plugin '{name}' failed in hook '{hook_name}': {type(exc).__name__}: {exc}"
         )
