@@ -14,6 +14,7 @@ Everything stays on the device: no host synchronisation.
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -32,20 +33,35 @@ def by_mesh(tensors: list[torch.Tensor]) -> list[list[torch.Tensor]]:
 
 def total_norm(grads: list[torch.Tensor], norm_type: float = 2.0) -> torch.Tensor:
     """The norm of all ``grads`` together, a plain tensor equal on every process."""
-    norms = []
-    level = _REDISTRIBUTE.level
-    _REDISTRIBUTE.setLevel(logging.ERROR)  # stacking the per-tensor norms redistributes too
-    try:
-        for group in by_mesh(grads):
-            norm = torch.nn.utils.get_total_norm(group, norm_type)
-            norms.append(norm.full_tensor() if isinstance(norm, DTensor) else norm)
-    finally:
-        _REDISTRIBUTE.setLevel(level)
+    groups = by_mesh(grads)
+    with _quiet_redistribute(_any_dtensor(groups)):
+        norms = [torch.nn.utils.get_total_norm(g, norm_type) for g in groups]
+        norms = [n.full_tensor() if isinstance(n, DTensor) else n for n in norms]
     if not norms:
         return torch.zeros(())
     devices = {n.device for n in norms}
     device = next(iter(devices))
     return torch.nn.utils.get_total_norm([n.to(device) for n in norms], norm_type)
+
+
+def _any_dtensor(groups: list[list[torch.Tensor]]) -> bool:
+    return any(isinstance(g[0], DTensor) for g in groups)
+
+
+@contextmanager
+def _quiet_redistribute(dtensors: bool):
+    """DTensor's advice kept off the console while norms of DTensors are taken (stacking the
+    per-tensor norms redistributes too, not only ``full_tensor``). Plain tensors: nothing
+    done, since a logger's ``setLevel`` clears every logger's cache, once a step."""
+    if not dtensors:
+        yield
+        return
+    level = _REDISTRIBUTE.level
+    _REDISTRIBUTE.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        _REDISTRIBUTE.setLevel(level)
 
 
 def clip_grad_norm_(parameters, max_norm: float | None, norm_type: float = 2.0) -> torch.Tensor:
