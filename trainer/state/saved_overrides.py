@@ -38,13 +38,10 @@ RECORD = Path(".hydra") / "overrides.yaml"
 def with_saved_overrides(argv: list[str]) -> tuple[list[str], Path | None, list[str]]:
     """``argv`` with the run's recorded overrides before its own; the record read and the
     overrides taken from it (none: ``argv`` unchanged)."""
-    from hydra._internal.utils import get_args_parser
-
-    try:
-        args = get_args_parser().parse_args(argv)
-        given = _parse(args.overrides)
-    except (Exception, SystemExit):  # Hydra will say what is wrong with the command line
+    parsed = _command_line(argv)
+    if parsed is None:
         return argv, None, []
+    args, given = parsed
     if args.multirun or not _resumes(given):
         return argv, None, []
     run_dir = _value(given, "hydra.run.dir") or _composed_run_dir(args.overrides)
@@ -64,19 +61,28 @@ def with_saved_overrides(argv: list[str]) -> tuple[list[str], Path | None, list[
     return [*argv[:at], *taken, *argv[at:]], record, taken
 
 
+def _command_line(argv: list[str]):
+    """Hydra's reading of ``argv``: its arguments and the parsed overrides; None where it
+    refuses them (Hydra will say what is wrong with the command line)."""
+    from hydra._internal.utils import get_args_parser
+
+    try:
+        args = get_args_parser().parse_args(argv)
+        return args, _parse(args.overrides)
+    except (Exception, SystemExit):
+        return None
+
+
 def nothing_to_resume(argv: list[str]) -> str | None:
     """The error for ``resume=auto hydra.run.dir=<dir>`` alone where ``<dir>`` does not exist:
     no run to continue, and nothing on the command line to start one with, so it would train
     the default model in a new directory (a typo of the run's directory, most likely, which
     the line names). A job script's first start gives its settings beside ``resume=auto``, as
     overrides or as a config of its own (``--config-name``, ``--config-dir``)."""
-    from hydra._internal.utils import get_args_parser
-
-    try:
-        args = get_args_parser().parse_args(argv)
-        given = _parse(args.overrides)
-    except (Exception, SystemExit):  # Hydra will say what is wrong with the command line
+    parsed = _command_line(argv)
+    if parsed is None:
         return None
+    args, given = parsed
     run_dir = _value(given, "hydra.run.dir")
     own = [o for o in given if o.key_or_group not in NOT_TAKEN]
     own = [o for o in own if not o.key_or_group.startswith(("hydra.", "hydra/"))]
