@@ -26,7 +26,7 @@ from tuneup.plugins.kernels import (
 ce_module = importlib.import_module("tuneup.plugins.kernels.cross_entropy")
 ce_rows = importlib.import_module("tuneup.plugins.kernels.cross_entropy_rows")
 lce_module = importlib.import_module("tuneup.plugins.kernels.linear_cross_entropy")
-lamb_module = importlib.import_module("tuneup.plugins.kernels.lamb")
+lamb_triton = importlib.import_module("tuneup.plugins.kernels.lamb_triton")
 lars_module = importlib.import_module("tuneup.plugins.kernels.lars")
 
 
@@ -39,7 +39,7 @@ def test_the_triton_the_outer_test_chose_runs_here():
 def kernels_on_cpu(monkeypatch):
     monkeypatch.setattr(ce_rows, "MAX_ONE_PASS", 32)
     monkeypatch.setattr(ce_rows, "MAX_BLOCK", 16)
-    for module in (lamb_module, lars_module):
+    for module in (lamb_triton, lars_module):
         monkeypatch.setattr(module, "CHUNK_NUMEL", 64)
         monkeypatch.setattr(module, "BLOCK", 16)
     with triton_on_cpu():
@@ -264,7 +264,7 @@ def test_training_losses_match_the_unfused_run(
 ):
     # The interpreter pays per program: bigger blocks keep 12 steps quick (still ragged).
     monkeypatch.setattr(ce_rows, "MAX_ONE_PASS", 64)
-    for module in (lamb_module, lars_module):
+    for module in (lamb_triton, lars_module):
         monkeypatch.setattr(module, "CHUNK_NUMEL", 1024)
         monkeypatch.setattr(module, "BLOCK", 512)
     ran.clear()

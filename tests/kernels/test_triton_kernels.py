@@ -26,7 +26,7 @@ H200 = GPUTarget("cuda", 90, 32)
 
 support = importlib.import_module("tuneup.plugins.kernels.triton_support")
 ce_rows = importlib.import_module("tuneup.plugins.kernels.cross_entropy_rows")
-lamb_module = importlib.import_module("tuneup.plugins.kernels.lamb")
+lamb_triton = importlib.import_module("tuneup.plugins.kernels.lamb_triton")
 lars_module = importlib.import_module("tuneup.plugins.kernels.lars")
 
 
@@ -131,10 +131,10 @@ def kernels_and_signatures():
             dict(COMPUTE_GRAD=False, ONE_PASS=False, BLOCK=ce_rows.MAX_BLOCK, PERSISTENT=False),
             8,
         ),
-        ("lamb moments", lamb_module._lamb_moments_kernel, {**MULTI_TENSOR, **HYPER}, FLAGS, 4),
+        ("lamb moments", lamb_triton._lamb_moments_kernel, {**MULTI_TENSOR, **HYPER}, FLAGS, 4),
         (
             "lamb update",
-            lamb_module._lamb_update_kernel,
+            lamb_triton._lamb_update_kernel,
             {**MULTI_TENSOR, **HYPER, "lr": "fp32", "trust_clip": "fp32"},
             {"HAS_TRUST_CLIP": True, **FLAGS},
             4,
