@@ -10,7 +10,7 @@ Sections, each a Markdown table:
   Liger's (when liger-kernel is installed), torch eager and torch.compile'd, forward+backward
   (through autograd, as training runs it) and forward only; bandwidth as a fraction of the copy
   bandwidth measured in the same run. Then tuneup's loss+gradient kernel alone under other
-  launch configurations (plugins/kernels/cross_entropy.py ``Launch``), to pick the fastest.
+  launch configurations (plugins/kernels/cross_entropy_rows.py ``Launch``), to pick the fastest.
 - lce: linear + cross-entropy, 16,384 x 2,048 -> 32k and 128k: the same four, with peak memory
   beyond the inputs; then tuneup's op at other chunk sizes.
 - optim: one LAMB / LARS step over a BERT-large-like parameter set (24 layers of width 1024 and

@@ -55,11 +55,12 @@ class LossCases:
     def sweep_launch(self, vocab: int) -> list[str]:
         """tuneup's loss+gradient kernel (the op's forward) under other launch configurations."""
         ce = importlib.import_module("tuneup.plugins.kernels.cross_entropy")
-        Launch = ce.Launch
+        ce_rows = importlib.import_module("tuneup.plugins.kernels.cross_entropy_rows")
+        Launch = ce_rows.Launch
         sms = 1 if self.smoke else self.torch.cuda.get_device_properties(0).multi_processor_count
         row_block = 1 << (vocab - 1).bit_length()
         candidates = {"default": None}
-        if row_block <= ce.MAX_ONE_PASS:
+        if row_block <= ce_rows.MAX_ONE_PASS:
             candidates["one pass, 16 warps"] = Launch(True, row_block, 16)
         for block, warps in ((2048, 8), (4096, 8), (8192, 16)):
             candidates[f"two passes of {block}, {warps} warps"] = Launch(False, block, warps)
@@ -71,13 +72,13 @@ class LossCases:
         logits, target = self.ce_inputs(vocab, requires_grad=False)
         rows, times = [], {}
         for name, how in candidates.items():
-            ce.LAUNCH = how
+            ce_rows.LAUNCH = how
             try:
                 times[name] = self.time_ms(
                     lambda: ce.cross_entropy_op(logits, target, 0.0, -100, True)
                 )
             finally:
-                ce.LAUNCH = None
+                ce_rows.LAUNCH = None
             rows.append(
                 self.row(op, "tuneup loss+grad kernel", name, times[name], 2 * logits.nbytes)
             )

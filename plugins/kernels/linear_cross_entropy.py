@@ -16,7 +16,8 @@ import torch
 from torch import Tensor
 
 from . import triton_support
-from .cross_entropy import check_targets, cross_entropy_rows, loss_dtype
+from .cross_entropy import check_targets
+from .cross_entropy_rows import cross_entropy_rows, loss_dtype
 
 OP_NAME = "linear_cross_entropy"
 

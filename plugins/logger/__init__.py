@@ -28,9 +28,9 @@ from tuneup import TuneupError, hookimpl
 from tuneup.trainer.validation import OneOf, problems
 
 from .held import Held, HeldMetricsFile, HeldTensorBoardLogger, HeldWandbLogger
+from .mlflow_resume import drop_values_after
 from .mlflow_run import (
     build_mlflow_logger,
-    drop_values_after,
     flat_params,
     log_params,
     log_run_end,
@@ -140,7 +140,7 @@ class Plugin:
                 logger.accept()
         if cfg.logger.name == "mlflow" and trainer.is_global_zero and is_fit(cfg):
             # A resumed session goes on from the checkpoint's step, restored by now: what an
-            # earlier session logged past it is trained again (mlflow_run.drop_values_after).
+            # earlier session logged past it is trained again (mlflow_resume.drop_values_after).
             drop_values_after(self.logger, trainer.global_step, self.store)
             log_params(self.logger, flat_params(cfg))
 

@@ -54,9 +54,10 @@ micro-batches and the first step after each validation are left out):
   of all its GPUs (rank 0's x world size: every rank does the same work), from NVML
   (``pip install 'tuneup[power]'``), only on NVIDIA GPUs; see :class:`GpuPower`.
 
-Modules: this package's ``__init__`` holds the plugin (the hooks that record, and the report);
-``figures`` the summary figures made from what it recorded (speed windows, percentiles);
-``loss_curve`` the loss curve; ``saved_bytes`` the saved-activation count; ``memory`` peak and
+Modules: this package's ``__init__`` holds the plugin (the hooks that time the steps and
+count the samples, and the report); ``figures`` the summary figures made from what it recorded
+(speed windows, percentiles); ``train_loss`` the training loss (the last step's and the
+curve's, ``loss_curve``); ``saved_bytes`` the saved-activation count; ``memory`` peak and
 available memory; ``power`` GPU power and energy (NVML).
 """
 
@@ -73,12 +74,12 @@ from tuneup.plugins.measure.figures import (
     speed_windows,
     validation_metrics,
 )
-from tuneup.plugins.measure.loss_curve import LossCurve
 from tuneup.plugins.measure.memory import memory_available, peak_memory, reset_peak_rss
 from tuneup.plugins.measure.power import GpuPower
 from tuneup.plugins.measure.saved_bytes import SAVED_BYTES_MICRO_BATCH, SavedActivationBytes
+from tuneup.plugins.measure.train_loss import TrainLoss
 from tuneup.trainer import flops
-from tuneup.trainer.state.data_order import data_group, data_shard
+from tuneup.trainer.state.data_order import data_shard
 from tuneup.trainer.validation import BOOL, Integer, problems
 
 #: Default of ``measure.windows``: speed windows per run (and half the loss curve's points at most).
@@ -91,7 +92,7 @@ class Plugin:
         self.warmup_steps = settings.get("warmup_steps", 2)
         self.windows = settings.get("windows", WINDOWS)
         self.measured_sizes: list[int] = []  # samples behind each of intervals_ms, in order
-        self.loss_curve = LossCurve(2 * self.windows)
+        self.loss = TrainLoss(2 * self.windows)
         self.fit_started = self.fit_ended = None
         self.memory_available: int | None = None
         self.power: GpuPower | None = None
@@ -108,9 +109,6 @@ class Plugin:
         self.wait_s = self.host_s = 0.0
         self.last_start = self.last_end = self.last_event = self.last_end_event = None
         self.skip_next = True
-        self.window: list = []  # the current optimizer step's micro-batch losses so far
-        self.last_step: list = []  # the last finished step's
-        self.last_loss = None  # their mean, taken at the fit's end
         self.val: dict[str, float] = {}
         self.device = None
         self.flops_per_sample: float | None = None
@@ -195,39 +193,14 @@ class Plugin:
             self.last_end_event.record()
         self.micro_batches += 1
         self.samples += self._batch_size
-        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        if loss is not None:
-            loss = loss.detach()
-            if trainer.accumulate_grad_batches != 1:  # Lightning hands over loss / k: undo that
-                loss = loss * trainer.accumulate_grad_batches
-            self.window.append(loss)  # by reference: the step's mean is taken at the end
-            if not trainer.fit_loop._should_accumulate():  # the step's last micro-batch
-                self.last_step, self.window = self.window, []
-            self.loss_curve.add(loss, self._batch_size)
+        self.loss.add(trainer, outputs, self._batch_size)
 
     @hookimpl
     def on_fit_end(self, trainer):
         self.fit_ended = time.perf_counter()
         if self.power is not None:
             self.power.stop()
-        self._average_over_processes(trainer)
-
-    def _average_over_processes(self, trainer) -> None:
-        """The loss curve and the last loss as means over the data-parallel processes (each
-        process's batches have the same size, so the mean of their means is the global
-        batch's): one all-reduce, at the fit's end, which every process reaches; nothing per
-        step. A run ended by a failure or a signal keeps this process's own."""
-        self.last_loss = self._step_loss()
-        if trainer.world_size == 1 or self.last_loss is None:
-            return
-        curve = self.loss_curve.flushed()
-        parts = [self.last_loss.float().reshape(1), *([] if curve is None else [curve])]
-        packed = trainer.strategy.reduce(
-            torch.cat(parts), group=data_group(trainer), reduce_op="mean"
-        )
-        self.last_loss = packed[0]
-        if curve is not None:
-            self.loss_curve.sums = packed[1:]
+        self.loss.average_over_processes(trainer)
 
     @hookimpl
     def on_validation_end(self, trainer):
@@ -262,7 +235,7 @@ class Plugin:
             steps_this_session=self._session_steps(summary.get("steps")),
             micro_batches_this_session=self.micro_batches,
             samples_this_session=self.samples * shards,
-            train_loss=_float(self.last_loss if self.last_loss is not None else self._step_loss()),
+            train_loss=self.loss.value(),
             val=self.val,
         )
         speed, device = summary["samples_per_s"], summary.get("device", "")
@@ -273,16 +246,10 @@ class Plugin:
             samples_per_s_windows=speed_windows(
                 self.intervals_ms, self.measured_sizes, self.windows, shards
             ),
-            loss_curve=self.loss_curve.values(shards, start=self.before["samples"] or 0),
+            loss_curve=self.loss.curve.values(shards, start=self.before["samples"] or 0),
             memory_available_bytes=self.memory_available,
             **self._device_time(world),
         )
-
-    def _step_loss(self):
-        """This process's loss of the last step (of the micro-batches so far, if it stopped
-        inside one), or None before any."""
-        losses = self.last_step or self.window
-        return torch.stack(losses).float().mean() if losses else None
 
     def _data_wait_fraction(self, total_ms: float) -> float | None:
         """GPU time between batches / step time on CUDA; host time blocked / host time else."""
@@ -323,7 +290,3 @@ class Plugin:
 
     def describe(self):
         return {"warmup_steps": self.warmup_steps, "windows": self.windows}
-
-
-def _float(value) -> float | None:
-    return None if value is None else float(value)

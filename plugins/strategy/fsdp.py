@@ -1,6 +1,7 @@
 """``strategy=fsdp``: its settings read from the config, and what is wrong with them.
 
-The work is in :mod:`plugins.strategy.parallelize`; the Lightning strategy that applies it is
+The work is in :mod:`plugins.strategy.parallelize` (the tensor-parallel plan's styles and
+checks in :mod:`plugins.strategy.tensor_parallel`); the Lightning strategy that applies it is
 :class:`plugins.strategy.build.ModelParallel`. Here: the tensor-parallel plan (the config's
 ``strategy.tp_plan`` or the model's built-in one) and every problem ``check`` reports before
 a process starts: the mesh, the plan against the model built on the meta device, block names,
@@ -16,13 +17,8 @@ from tuneup.plugins.strategy.materialize import (
     seeded_build,
     uninitialised,
 )
-from tuneup.plugins.strategy.parallelize import (
-    STYLES,
-    Settings,
-    builtin_plan,
-    plan_problems,
-    shard_block_names,
-)
+from tuneup.plugins.strategy.parallelize import Settings, shard_block_names
+from tuneup.plugins.strategy.tensor_parallel import STYLES, builtin_plan, plan_problems
 from tuneup.trainer.validation import problem
 
 

@@ -24,8 +24,9 @@ from tuneup.plugins.kernels import (
 )
 
 ce_module = importlib.import_module("tuneup.plugins.kernels.cross_entropy")
+ce_rows = importlib.import_module("tuneup.plugins.kernels.cross_entropy_rows")
 lce_module = importlib.import_module("tuneup.plugins.kernels.linear_cross_entropy")
-lamb_module = importlib.import_module("tuneup.plugins.kernels.lamb")
+lamb_triton = importlib.import_module("tuneup.plugins.kernels.lamb_triton")
 lars_module = importlib.import_module("tuneup.plugins.kernels.lars")
 
 
@@ -36,9 +37,9 @@ def test_the_triton_the_outer_test_chose_runs_here():
 
 @pytest.fixture(autouse=True)
 def kernels_on_cpu(monkeypatch):
-    monkeypatch.setattr(ce_module, "MAX_ONE_PASS", 32)
-    monkeypatch.setattr(ce_module, "MAX_BLOCK", 16)
-    for module in (lamb_module, lars_module):
+    monkeypatch.setattr(ce_rows, "MAX_ONE_PASS", 32)
+    monkeypatch.setattr(ce_rows, "MAX_BLOCK", 16)
+    for module in (lamb_triton, lars_module):
         monkeypatch.setattr(module, "CHUNK_NUMEL", 64)
         monkeypatch.setattr(module, "BLOCK", 16)
     with triton_on_cpu():
@@ -94,7 +95,7 @@ def test_cross_entropy_kernel_handles_blocks_of_minus_infinity(classes, label_sm
 @pytest.mark.parametrize("how", [(False, 16, 4, 3), (True, 32, 4, 2)], ids=["two", "one"])
 def test_cross_entropy_kernel_with_programs_looping_over_rows(monkeypatch, how):
     """Fewer programs than rows (bench/kernels.py times such launches): every row is done."""
-    monkeypatch.setattr(ce_module, "LAUNCH", ce_module.Launch(*how))
+    monkeypatch.setattr(ce_rows, "LAUNCH", ce_rows.Launch(*how))
     logits, target = random_rows(13, 29, torch.bfloat16)
     losses, grad = rows_and_grad("triton", logits, target, 0.1)
     want_losses, want_grad = rows_and_grad("reference", logits, target, 0.1)
@@ -262,8 +263,8 @@ def test_training_losses_match_the_unfused_run(
     oracles, monkeypatch, loss_name, optimizer_class, hyper
 ):
     # The interpreter pays per program: bigger blocks keep 12 steps quick (still ragged).
-    monkeypatch.setattr(ce_module, "MAX_ONE_PASS", 64)
-    for module in (lamb_module, lars_module):
+    monkeypatch.setattr(ce_rows, "MAX_ONE_PASS", 64)
+    for module in (lamb_triton, lars_module):
         monkeypatch.setattr(module, "CHUNK_NUMEL", 1024)
         monkeypatch.setattr(module, "BLOCK", 512)
     ran.clear()

@@ -25,8 +25,8 @@ from tuneup.plugins.kernels import triton_on_cpu  # noqa: F401  (imports the ker
 H200 = GPUTarget("cuda", 90, 32)
 
 support = importlib.import_module("tuneup.plugins.kernels.triton_support")
-ce_module = importlib.import_module("tuneup.plugins.kernels.cross_entropy")
-lamb_module = importlib.import_module("tuneup.plugins.kernels.lamb")
+ce_rows = importlib.import_module("tuneup.plugins.kernels.cross_entropy_rows")
+lamb_triton = importlib.import_module("tuneup.plugins.kernels.lamb_triton")
 lars_module = importlib.import_module("tuneup.plugins.kernels.lars")
 
 
@@ -105,36 +105,36 @@ def kernels_and_signatures():
     return [
         (
             "cross_entropy one pass",
-            ce_module._cross_entropy_rows_kernel,
+            ce_rows._cross_entropy_rows_kernel,
             ce_args,
-            dict(COMPUTE_GRAD=True, ONE_PASS=True, BLOCK=ce_module.MAX_ONE_PASS, PERSISTENT=False),
+            dict(COMPUTE_GRAD=True, ONE_PASS=True, BLOCK=ce_rows.MAX_ONE_PASS, PERSISTENT=False),
             32,
         ),
         (
             "cross_entropy two passes",
-            ce_module._cross_entropy_rows_kernel,
+            ce_rows._cross_entropy_rows_kernel,
             ce_args,
-            dict(COMPUTE_GRAD=True, ONE_PASS=False, BLOCK=ce_module.MAX_BLOCK, PERSISTENT=False),
+            dict(COMPUTE_GRAD=True, ONE_PASS=False, BLOCK=ce_rows.MAX_BLOCK, PERSISTENT=False),
             8,
         ),
         (
             "cross_entropy two passes, persistent",
-            ce_module._cross_entropy_rows_kernel,
+            ce_rows._cross_entropy_rows_kernel,
             ce_args,
-            dict(COMPUTE_GRAD=True, ONE_PASS=False, BLOCK=ce_module.MAX_BLOCK, PERSISTENT=True),
+            dict(COMPUTE_GRAD=True, ONE_PASS=False, BLOCK=ce_rows.MAX_BLOCK, PERSISTENT=True),
             8,
         ),
         (
             "cross_entropy loss only",
-            ce_module._cross_entropy_rows_kernel,
+            ce_rows._cross_entropy_rows_kernel,
             ce_args,
-            dict(COMPUTE_GRAD=False, ONE_PASS=False, BLOCK=ce_module.MAX_BLOCK, PERSISTENT=False),
+            dict(COMPUTE_GRAD=False, ONE_PASS=False, BLOCK=ce_rows.MAX_BLOCK, PERSISTENT=False),
             8,
         ),
-        ("lamb moments", lamb_module._lamb_moments_kernel, {**MULTI_TENSOR, **HYPER}, FLAGS, 4),
+        ("lamb moments", lamb_triton._lamb_moments_kernel, {**MULTI_TENSOR, **HYPER}, FLAGS, 4),
         (
             "lamb update",
-            lamb_module._lamb_update_kernel,
+            lamb_triton._lamb_update_kernel,
             {**MULTI_TENSOR, **HYPER, "lr": "fp32", "trust_clip": "fp32"},
             {"HAS_TRUST_CLIP": True, **FLAGS},
             4,
