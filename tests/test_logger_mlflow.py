@@ -307,7 +307,7 @@ def test_a_store_without_sql_keeps_the_stale_values_and_says_so(tmp_path, monkey
     server; here MLflow's file store) keeps an earlier session's steps, and the run warns."""
     from types import SimpleNamespace
 
-    from tuneup.plugins.logger.mlflow_run import drop_values_after
+    from tuneup.plugins.logger.mlflow_resume import drop_values_after
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     uri = (tmp_path / "mlruns").as_uri()

@@ -12,7 +12,8 @@ from torch import nn
 
 from tests.conftest import compose_config, run_cli
 from tuneup.plugins.strategy import layout_note, settings_problems
-from tuneup.plugins.strategy.parallelize import expand, plan_problems, shard_block_names
+from tuneup.plugins.strategy.parallelize import shard_block_names
+from tuneup.plugins.strategy.tensor_parallel import expand, plan_problems
 from tuneup.trainer.components import Plan
 from tuneup.trainer.environment import Environment
 from tuneup.trainer.state import sharded

@@ -32,9 +32,6 @@ from tuneup.trainer import summary as run_summary
 from tuneup.trainer.validation import problem
 
 from .held import Held
-
-# drop_values_after is re-exported: tests import it from here.
-from .mlflow_resume import drop_values_after as drop_values_after
 from .mlflow_resume import earlier_run
 
 #: What MLflow's SQL stores (sqlite:///..., the default) need beyond mlflow-skinny.

@@ -29,10 +29,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-# expand and plan_problems (the plan's checks) are re-exported: tests import them from here.
 from tuneup.plugins.strategy.tensor_parallel import apply_tensor_parallel
-from tuneup.plugins.strategy.tensor_parallel import expand as expand
-from tuneup.plugins.strategy.tensor_parallel import plan_problems as plan_problems
 
 #: Block class names looked for when ``strategy.shard_blocks`` is null (those of
 #: ``activation_checkpointing=blocks``): ResNets' and model=gpt's.
