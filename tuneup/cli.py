@@ -34,8 +34,9 @@ def console() -> None:
     """The ``tuneup`` command, ``python -m tuneup`` and ``python run.py``: :func:`main`, then
     the process ends as Python would end it, less the interpreter's teardown, where a C++
     thread of the run's process group can abort a finished run (tuneup/process_exit.py).
-    Ctrl-C in a sweep (between its runs) is one line saying where the sweep is and how to go
-    on; elsewhere outside a run (KeyboardInterrupt) it is left to Python."""
+    Ctrl-C outside a run's own handling (trainer/runner.py) is one line and exit 130 too: in a
+    sweep between its runs, where the sweep is and how to go on; before the run or the sweep's
+    first job started (Hydra composing, a sweeper setting up), that nothing was trained."""
     from tuneup.process_exit import end_process
 
     try:
@@ -43,9 +44,7 @@ def console() -> None:
     except SystemExit as stop:
         end_process(stop.code)
     except KeyboardInterrupt:  # Ctrl-C in a sweep, between its runs: where it is, and how on
-        line = interrupted_sweep()
-        if line is None:
-            raise
+        line = interrupted_sweep() or interrupted_before_start()
         print(f"interrupted: {line}", file=sys.stderr, flush=True)
         end_process(130)
     except Exception:  # before a run's log file existed: the traceback, as Python prints it
@@ -256,6 +255,16 @@ def interrupted_sweep() -> str | None:
         f"Ctrl-C stopped the sweep in {directory}: the runs it finished are there "
         f"(python -m tuneup.report {directory} compares them)"
     )
+
+
+def interrupted_before_start() -> str:
+    """For Ctrl-C outside a sweep's jobs and a run's training: while Hydra composes the config,
+    or a sweeper sets up (it holds no config the command can read yet), or around a run."""
+    if _started:
+        return "Ctrl-C stopped tuneup"
+    sweep = any(a in ("-m", "--multirun") for a in sys.argv[1:])
+    what = "the sweep's first job" if sweep else "the run"
+    return f"Ctrl-C stopped tuneup before {what} started: nothing was trained"
 
 
 #: The sweep's directory, and whether it is tuneup's autotune or Optuna sweeper (a study its
