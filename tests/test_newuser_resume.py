@@ -135,15 +135,15 @@ def test_ctrl_c_in_an_autotunes_trial_gives_the_autotunes_command_not_the_trials
 @pytest.mark.parametrize(
     ("argv", "said"),
     [
-        (["-m", "autotune=on", "model=mlp"], "the sweep's first job"),
+        (["-m", "autotune=on", "model=mlp"], "the sweep"),
         (["model=mlp"], "the run"),
     ],
 )
 def test_ctrl_c_before_anything_started_is_one_line_and_130(
     argv, said, tmp_path, monkeypatch, capsys
 ):
-    """Hydra composing, or a sweeper setting up: no job ran, so no sweep directory is known."""
-    from tuneup import process_exit
+    """Hydra composing: no sweep started, so no sweep directory is known."""
+    from tuneup import process_exit, sweep_start
 
     def composing():
         raise KeyboardInterrupt
@@ -157,6 +157,7 @@ def test_ctrl_c_before_anything_started_is_one_line_and_130(
     monkeypatch.setattr(sys, "path", list(sys.path))  # main() puts the current directory on it
     monkeypatch.setattr(cli, "_hydra_main", composing)
     monkeypatch.setattr(cli, "_sweep", None)  # no job of a sweep ran in this process
+    monkeypatch.setattr(sweep_start, "started", None)  # nor did one start
     monkeypatch.setattr(cli, "_started", False)
     monkeypatch.setattr(process_exit, "end_process", end)
     try:
@@ -170,3 +171,27 @@ def test_ctrl_c_before_anything_started_is_one_line_and_130(
         f"interrupted: Ctrl-C stopped tuneup before {said} started: nothing was trained\n",
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_while_the_jobs_run_elsewhere_names_the_sweep_that_started(monkeypatch, capsys):
+    """joblib's workers run the jobs (or the sweeper is still setting up): this process never
+    held a job's config, but the callback of hydra.callbacks noted the sweep's start."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from tuneup import sweep_start
+    from tuneup.trainer.config import builtin_dir
+
+    monkeypatch.setattr(cli, "_sweep", None)
+    monkeypatch.setattr(sweep_start, "started", None)
+    callbacks = OmegaConf.load(builtin_dir() / "config.yaml").hydra.callbacks
+    sweeper = "hydra_plugins.tuneup_autotune.autotune_sweeper.AutotuneSweeper"
+    config = OmegaConf.create(
+        {"hydra": {"sweep": {"dir": "multirun/d/t"}, "sweeper": {"_target_": sweeper}}}
+    )
+    instantiate(callbacks.sweep_start).on_multirun_start(config=config)
+    assert stopped_by_ctrl_c(monkeypatch, capsys) == (
+        130,
+        "interrupted: Ctrl-C stopped the sweep in multirun/d/t; the same command with "
+        "hydra.sweep.dir=multirun/d/t continues it (its study keeps the finished trials)\n",
+    )

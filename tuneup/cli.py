@@ -35,8 +35,9 @@ def console() -> None:
     the process ends as Python would end it, less the interpreter's teardown, where a C++
     thread of the run's process group can abort a finished run (tuneup/process_exit.py).
     Ctrl-C outside a run's own handling (trainer/runner.py) is one line and exit 130 too: in a
-    sweep between its runs, where the sweep is and how to go on; before the run or the sweep's
-    first job started (Hydra composing, a sweeper setting up), that nothing was trained."""
+    sweep (its sweeper setting up, between its runs, its jobs in other processes), where the
+    sweep is and how to go on; before the run or the sweep started (Hydra composing), that
+    nothing was trained."""
     from tuneup.process_exit import end_process
 
     try:
@@ -258,12 +259,12 @@ def interrupted_sweep() -> str | None:
 
 
 def interrupted_before_start() -> str:
-    """For Ctrl-C outside a sweep's jobs and a run's training: while Hydra composes the config,
-    or a sweeper sets up (it holds no config the command can read yet), or around a run."""
+    """For Ctrl-C outside a sweep and a run's training: while Hydra composes the config (a
+    sweep's directory is known once it starts: tuneup/sweep_start.py), or around a run."""
     if _started:
         return "Ctrl-C stopped tuneup"
     sweep = any(a in ("-m", "--multirun") for a in sys.argv[1:])
-    what = "the sweep's first job" if sweep else "the run"
+    what = "the sweep" if sweep else "the run"
     return f"Ctrl-C stopped tuneup before {what} started: nothing was trained"
 
 
@@ -273,15 +274,16 @@ _sweep: tuple[str, bool] | None = None
 
 
 def _sweep_seen() -> tuple[str, bool] | None:
-    """The running sweep (see :data:`_sweep`), noted while a job runs; None outside a sweep."""
+    """The running sweep (see :data:`_sweep`), noted while a job runs, else as it started
+    (tuneup/sweep_start.py: its jobs run in other processes, or none has yet); None outside."""
     global _sweep
+    from tuneup import sweep_start
+
     if _is_multirun():
         from hydra.core.hydra_config import HydraConfig
 
-        hydra = HydraConfig.get()
-        sweeper = str(hydra.sweeper.get("_target_") or "")
-        _sweep = (str(hydra.sweep.dir), sweeper.startswith("hydra_plugins.tuneup_"))
-    return _sweep
+        _sweep = sweep_start.sweep_of(HydraConfig.get())
+    return _sweep or sweep_start.started
 
 
 def _is_multirun() -> bool:
