@@ -158,7 +158,7 @@ def test_ctrl_c_before_anything_started_is_one_line_and_130(
     monkeypatch.setattr(cli, "_hydra_main", composing)
     monkeypatch.setattr(cli, "_sweep", None)  # no job of a sweep ran in this process
     monkeypatch.setattr(sweep_start, "started", None)  # nor did one start
-    monkeypatch.setattr(cli, "_started", False)
+    monkeypatch.setattr(cli, "_ran", False)
     monkeypatch.setattr(process_exit, "end_process", end)
     try:
         cli.console()

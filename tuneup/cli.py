@@ -105,6 +105,7 @@ def main() -> None:
 
 
 _started = False  # whether Hydra got as far as calling task(): a config was composed
+_ran = False  # whether task() called the run (its imports done)
 
 
 def resumed_settings(argv: list[str]) -> list[str]:
@@ -196,6 +197,8 @@ def task(cfg):
     from tuneup.trainer.state.preemption import Interrupted, Preempted
 
     console.route_libraries()  # Lightning's loggers, made as it was imported
+    global _ran
+    _ran = True
     try:
         return run(cfg)
     except Preempted as exc:  # a checkpoint is written (or Ctrl-C): the job can be run again
@@ -261,7 +264,7 @@ def interrupted_sweep() -> str | None:
 def interrupted_before_start() -> str:
     """For Ctrl-C outside a sweep and a run's training: while Hydra composes the config (a
     sweep's directory is known once it starts: tuneup/sweep_start.py), or around a run."""
-    if _started:
+    if _ran:  # after the run's own handling (trainer/runner.py) ended
         return "Ctrl-C stopped tuneup"
     sweep = any(a in ("-m", "--multirun") for a in sys.argv[1:])
     what = "the sweep" if sweep else "the run"
