@@ -44,7 +44,7 @@ def console() -> None:
         main()
     except SystemExit as stop:
         end_process(stop.code)
-    except KeyboardInterrupt:  # Ctrl-C in a sweep, between its runs: where it is, and how on
+    except KeyboardInterrupt:  # Ctrl-C outside a run's own handling: one line, as there
         line = interrupted_sweep() or interrupted_before_start()
         print(f"interrupted: {line}", file=sys.stderr, flush=True)
         end_process(130)
@@ -183,7 +183,7 @@ def task(cfg):
     callback that writes the report (tuneup/report/callback.py, which then exits 1 if any
     run failed); the Optuna sweeper records the NaN trial as failed.
     """
-    global _started
+    global _started, _ran
     _started = True
     _sweep_seen()  # for Ctrl-C between this sweep's jobs, when Hydra holds no config
     if isinstance(sys.stderr, _HeldStderr):  # a run has started: its output flows as it comes
@@ -197,7 +197,6 @@ def task(cfg):
     from tuneup.trainer.state.preemption import Interrupted, Preempted
 
     console.route_libraries()  # Lightning's loggers, made as it was imported
-    global _ran
     _ran = True
     try:
         return run(cfg)
