@@ -19,8 +19,8 @@ Three config nodes only code can make (:func:`register`, run when ``tuneup.conf`
 imported, i.e. whenever Hydra reads these configs):
 
 - ``_tuneup/installed_plugins``: the installed plugins' defaults, above;
-- ``_tuneup/open``: an empty node that is not in struct mode. ``model=custom``,
-  ``model=lightning`` and ``data=custom`` start from it, so every key given beside
+- ``_tuneup/open``: an empty node that is not in struct mode. ``model=custom`` and
+  ``data=custom`` start from it, so every key given beside
   ``_target_`` (``model.width=256``) is an argument, without Hydra's ``+``;
 - ``_tuneup/lightning``: the same, flagged, for ``model=lightning``: its node is otherwise
   ``model=custom``'s, and the flag lets the checks refuse a plain ``nn.Module`` there.
