@@ -379,5 +379,10 @@ def test_model_lightning_with_a_plain_module_is_refused_pointing_to_model_custom
         "use model=custom model._target_=my_project.nets.Net (tuneup trains it with task=, "
         "optimizer= and scheduler=)"
     ]
+    odd = mine("model=lightning", "model._target_=collections.OrderedDict", "~model.width")
+    assert Plan(odd).problems == [
+        "model=lightning needs a LightningModule, but collections.OrderedDict makes "
+        "OrderedDict objects, not torch.nn.Modules"
+    ]
     assert Plan(mine("model=custom", "model._target_=my_project.nets.Net")).problems == []
     assert Plan(mine("model=lightning", "model._target_=my_project.lit.LitNet")).problems == []

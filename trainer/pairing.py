@@ -109,11 +109,12 @@ def _not_lightning(plan) -> list[str]:
         kind, verb = type(plan._meta_model), "returns"
     else:
         return []  # a function the meta device cannot call: what it returns is not known
-    what = "a torch.nn.Module" if issubclass(kind, torch.nn.Module) else f"a {kind.__name__}"
+    said = f"model=lightning needs a LightningModule, but {plan.model_name}"
+    if not issubclass(kind, torch.nn.Module):
+        return [f"{said} makes {kind.__name__} objects, not torch.nn.Modules"]
     return [
-        f"model=lightning needs a LightningModule, but {plan.model_name} {verb} {what}: use "
-        f"model=custom model._target_={plan.model_name} (tuneup trains it with task=, "
-        "optimizer= and scheduler=)"
+        f"{said} {verb} a torch.nn.Module: use model=custom model._target_={plan.model_name} "
+        "(tuneup trains it with task=, optimizer= and scheduler=)"
     ]
 
 
