@@ -190,3 +190,27 @@ def test_strategy_init_values_are_checked_before_start():
     assert "strategy.init" in found and "zeros" in found and "reset_parameters" in found
     (found,) = problems("trainer.devices=2", "strategy.init=hf")
     assert "strategy.init=hf: gpt (GPT) is not a transformers model" in found
+
+
+# -- the start-up line says in words what initialised the shards (walk 16, point 2) ------------
+
+
+@pytest.mark.parametrize(
+    ("init", "transformers", "said"),
+    [
+        ("auto", True, "the Hugging Face model's own initialisation (its _init_weights, module by "
+         "module) (strategy.init=auto: a transformers model)"),
+        ("hf", True, "the Hugging Face model's own initialisation (its _init_weights, module by "
+         "module) (strategy.init=hf)"),
+        ("auto", False, "rank 0's whole build of the model, sent to every process "
+         "(strategy.init=auto: not a transformers model)"),
+        ("reset_parameters", False, "each module's own reset_parameters() "
+         "(strategy.init=reset_parameters)"),
+    ],
+)  # fmt: skip
+def test_the_startup_line_says_what_initialised_the_shards_in_words(init, transformers, said):
+    from tuneup.plugins.strategy.materialize import reason
+
+    base = type("PreTrainedModel", (nn.Module,), {"__module__": "transformers.modeling_utils"})
+    model = type("Tiny", (base if transformers else nn.Module,), {})()
+    assert reason(init, model) == said

@@ -127,3 +127,71 @@ def test_ctrl_c_in_an_autotunes_trial_gives_the_autotunes_command_not_the_trials
         "interrupted: Ctrl-C stopped the sweep in multirun/d/t; the same command with "
         "hydra.sweep.dir=multirun/d/t continues it (its study keeps the finished trials)\n"
     )
+
+
+# -- Ctrl-C before the run or the sweep's first job started (walk 16, point 3) ----------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["-m", "autotune=on", "model=mlp"], "the sweep"),
+        (["model=mlp"], "the run"),
+    ],
+)
+def test_ctrl_c_before_anything_started_is_one_line_and_130(
+    argv, said, tmp_path, monkeypatch, capsys
+):
+    """Hydra composing: no sweep started, so no sweep directory is known."""
+    from tuneup import process_exit, sweep_start
+
+    def composing():
+        raise KeyboardInterrupt
+
+    def end(code):
+        raise SystemExit(code)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TUNEUP_COMMAND", "tuneup")  # main() sets it for the processes it starts
+    monkeypatch.setattr(sys, "argv", ["tuneup", *argv])
+    monkeypatch.setattr(sys, "path", list(sys.path))  # main() puts the current directory on it
+    monkeypatch.setattr(cli, "_hydra_main", composing)
+    monkeypatch.setattr(cli, "_sweep", None)  # no job of a sweep ran in this process
+    monkeypatch.setattr(sweep_start, "started", None)  # nor did one start
+    monkeypatch.setattr(cli, "_ran", False)
+    monkeypatch.setattr(process_exit, "end_process", end)
+    try:
+        cli.console()
+    except SystemExit as exit_:
+        code = exit_.code
+    except KeyboardInterrupt:  # not to pytest, which would stop the whole session
+        pytest.fail("Ctrl-C left the command as Python's traceback")
+    assert (code, capsys.readouterr().err) == (
+        130,
+        f"interrupted: Ctrl-C stopped tuneup before {said} started: nothing was trained\n",
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_while_the_jobs_run_elsewhere_names_the_sweep_that_started(monkeypatch, capsys):
+    """joblib's workers run the jobs (or the sweeper is still setting up): this process never
+    held a job's config, but the callback of hydra.callbacks noted the sweep's start."""
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from tuneup import sweep_start
+    from tuneup.trainer.config import builtin_dir
+
+    monkeypatch.setattr(cli, "_sweep", None)
+    monkeypatch.setattr(sweep_start, "started", None)
+    callbacks = OmegaConf.load(builtin_dir() / "config.yaml").hydra.callbacks
+    sweeper = "hydra_plugins.tuneup_autotune.autotune_sweeper.AutotuneSweeper"
+    config = OmegaConf.create(
+        {"hydra": {"sweep": {"dir": "multirun/d/t"}, "sweeper": {"_target_": sweeper}}}
+    )
+    instantiate(callbacks.sweep_start).on_multirun_start(config=config)
+    assert stopped_by_ctrl_c(monkeypatch, capsys) == (
+        130,
+        "interrupted: Ctrl-C stopped the sweep in multirun/d/t; the same command with "
+        "hydra.sweep.dir=multirun/d/t continues it (its study keeps the finished trials)\n",
+    )

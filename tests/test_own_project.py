@@ -364,3 +364,25 @@ def test_a_search_samples_the_lightningmodules_own_lr_not_tuneups(mine):
         r"my_project.nets.Net \(it takes: width, depth, num_classes\)",
     ):
         fitted(["model.lr=choice(0.1, 0.2)"])
+
+
+# -- model=lightning naming a plain nn.Module (walk 16, point 1) -------------------------------
+
+
+def test_model_lightning_with_a_plain_module_is_refused_pointing_to_model_custom(mine):
+    """model=custom trains an nn.Module; model=lightning must not do so silently."""
+    from tuneup.trainer.components import Plan
+
+    cfg = mine("model=lightning", "model._target_=my_project.nets.Net")
+    assert Plan(cfg).problems == [
+        "model=lightning needs a LightningModule, but my_project.nets.Net is a torch.nn.Module: "
+        "use model=custom model._target_=my_project.nets.Net (tuneup trains it with task=, "
+        "optimizer= and scheduler=)"
+    ]
+    odd = mine("model=lightning", "model._target_=collections.OrderedDict", "~model.width")
+    assert Plan(odd).problems == [
+        "model=lightning needs a LightningModule, but collections.OrderedDict makes "
+        "OrderedDict objects, not torch.nn.Modules"
+    ]
+    assert Plan(mine("model=custom", "model._target_=my_project.nets.Net")).problems == []
+    assert Plan(mine("model=lightning", "model._target_=my_project.lit.LitNet")).problems == []

@@ -263,3 +263,32 @@ def test_the_pick_is_timed_on_its_own_seeds_when_the_command_ran_more():
     the pick's 3 seeds pair with the command's first 3 of 5."""
     kept = decided("time", base_seeds=5)
     assert kept.speed.time_ratio()["seeds"] == 3
+
+
+def test_a_miss_of_fast_steps_is_told_to_the_study_above_a_hit_of_slow_ones():
+    """The sampler must not take a configuration that missed the target for a better one
+    than a configuration that reached it (docs/autotune.md: a miss ranks above every hit)."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    from tuneup.autotune.study.explore import tell
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study()
+    lr = {"optimizer.lr": FloatDistribution(0.01, 1.0)}
+    baseline = optuna.trial.create_trial(
+        params={"optimizer.lr": 0.05},
+        distributions=lr,
+        value=trial_value(race_trial(steps=40, batch=16, step_s=0.05)),  # 3.0 s, reached
+        user_attrs={"tuneup_baseline": True},
+    )
+    study.add_trial(baseline)
+    search = SimpleNamespace(study=study, settings=SimpleNamespace(cost="time"))
+    fast = race_trial(steps=20, batch=16, step_s=0.02, reached=False, value=0.855)  # 5 % short
+    assert trial_value(fast) < baseline.value  # 1.4 s x 1.05: below the hit by its cost alone
+    trial = study.ask(lr)
+    assert tell(search, trial, fast) is False
+    told = study.trials[-1]
+    assert told.user_attrs["reached"] is False
+    assert told.value == pytest.approx(3.0 * 1.05)  # above the hit, by its distance
+    assert study.best_trial.user_attrs == {"tuneup_baseline": True}

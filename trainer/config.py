@@ -15,13 +15,15 @@ defaults list (:func:`installed_defaults`): ``<group>: off`` when the group has 
 ``off.yaml``, or what the package's ``conf/defaults.yaml`` lists, so ``tuneup gradclip=on``
 works without a ``+`` and the plugin is off until asked for.
 
-Two config nodes only code can make (:func:`register`, run when ``tuneup.conf`` is
+Three config nodes only code can make (:func:`register`, run when ``tuneup.conf`` is
 imported, i.e. whenever Hydra reads these configs):
 
 - ``_tuneup/installed_plugins``: the installed plugins' defaults, above;
-- ``_tuneup/open``: an empty node that is not in struct mode. ``model=custom``,
-  ``model=lightning`` and ``data=custom`` start from it, so every key given beside
-  ``_target_`` (``model.width=256``) is an argument, without Hydra's ``+``.
+- ``_tuneup/open``: an empty node that is not in struct mode. ``model=custom`` and
+  ``data=custom`` start from it, so every key given beside
+  ``_target_`` (``model.width=256``) is an argument, without Hydra's ``+``;
+- ``_tuneup/lightning``: the same, flagged, for ``model=lightning``: its node is otherwise
+  ``model=custom``'s, and the flag lets the checks refuse a plain ``nn.Module`` there.
 
 Nothing here imports torch: ``tuneup --help`` and config errors stay fast.
 """
@@ -44,6 +46,8 @@ BUILTIN = f"pkg://{PROJECT}.conf"
 BUILTIN_DIR = Path(__file__).resolve().parent.parent / "conf"
 #: The folder of the user's own configs, relative to the current directory.
 USER_DIR = "conf"
+#: The OmegaConf flag of ``model=lightning``'s node (``_tuneup/lightning``, :func:`register`).
+LIGHTNING_FLAG = "tuneup_model_lightning"
 #: Groups Hydra owns, never a plugin's or a user's.
 HYDRA_GROUP = "hydra"
 
@@ -167,6 +171,8 @@ def register() -> None:
         node={"defaults": installed_defaults()},
     )
     store.store(group="_tuneup", name="open", node=OmegaConf.create({}, flags={"struct": False}))
+    lightning = {"struct": False, LIGHTNING_FLAG: True}  # model=lightning: open, and marked
+    store.store(group="_tuneup", name="lightning", node=OmegaConf.create({}, flags=lightning))
 
 
 def compose(overrides=(), config_dir: str | Path | None = None):

@@ -14,7 +14,7 @@ import torch
 
 from tuneup.trainer import task as tasks
 from tuneup.trainer.batches import describe, pair
-from tuneup.trainer.targets import arguments
+from tuneup.trainer.targets import arguments, chose_lightning
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,8 @@ def pairing_problems(plan) -> list[str]:
             f"model {plan.model_name} cannot be built with ({args}): "
             f"{type(plan.meta_error).__name__}: {plan.meta_error}"
         ]
+    if chose_lightning(cfg.model) and not plan.lightning:
+        return _not_lightning(plan)
     if plan.lightning:
         if cfg.get("task", "auto") != "auto":
             return [
@@ -92,6 +94,27 @@ def _shifted_labels_problems(plan) -> list[str]:
         "already the next tokens (y[t] = x[t+1]): it would learn the token after next. "
         "Use task=next_token (tuneup's loss on the model's .logits against y), or give "
         "batches of the input ids alone (labels = input_ids)"
+    ]
+
+
+def _not_lightning(plan) -> list[str]:
+    """``model=lightning`` naming a plain ``nn.Module``: refused rather than trained the way
+    ``model=custom`` trains it, so a user who picked the wrong group learns which is right."""
+    import inspect
+
+    target = plan.model_target
+    if inspect.isclass(target):
+        kind, verb = target, "is"
+    elif plan._meta_model is not None:
+        kind, verb = type(plan._meta_model), "returns"
+    else:
+        return []  # a function the meta device cannot call: what it returns is not known
+    said = f"model=lightning needs a LightningModule, but {plan.model_name}"
+    if not issubclass(kind, torch.nn.Module):
+        return [f"{said} makes {kind.__name__} objects, not torch.nn.Modules"]
+    return [
+        f"{said} {verb} a torch.nn.Module: use model=custom model._target_={plan.model_name} "
+        "(tuneup trains it with task=, optimizer= and scheduler=)"
     ]
 
 

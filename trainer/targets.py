@@ -25,6 +25,15 @@ def is_user(node) -> bool:
     return node is not None and (TARGET in node or OmegaConf.is_missing(node, TARGET))
 
 
+def chose_lightning(node) -> bool:
+    """Whether the user picked ``model=lightning`` (not ``model=custom``) for ``node``: its
+    node is otherwise ``model=custom``'s, and Hydra's choices are not known to an in-process
+    compose, so the node carries a flag (``_tuneup/lightning``, trainer/config.py)."""
+    from tuneup.trainer.config import LIGHTNING_FLAG
+
+    return bool(node is not None and node._get_flag(LIGHTNING_FLAG))
+
+
 #: What to say when ``model=custom|lightning`` or ``data=custom`` comes without ``_target_``.
 MISSING_TARGET = {
     "model": "model._target_ is not set: your own model needs the dotted path of its class "

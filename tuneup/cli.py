@@ -34,18 +34,18 @@ def console() -> None:
     """The ``tuneup`` command, ``python -m tuneup`` and ``python run.py``: :func:`main`, then
     the process ends as Python would end it, less the interpreter's teardown, where a C++
     thread of the run's process group can abort a finished run (tuneup/process_exit.py).
-    Ctrl-C in a sweep (between its runs) is one line saying where the sweep is and how to go
-    on; elsewhere outside a run (KeyboardInterrupt) it is left to Python."""
+    Ctrl-C outside a run's own handling (trainer/runner.py) is one line and exit 130 too: in a
+    sweep (its sweeper setting up, between its runs, its jobs in other processes), where the
+    sweep is and how to go on; before the run or the sweep started (Hydra composing), that
+    nothing was trained."""
     from tuneup.process_exit import end_process
 
     try:
         main()
     except SystemExit as stop:
         end_process(stop.code)
-    except KeyboardInterrupt:  # Ctrl-C in a sweep, between its runs: where it is, and how on
-        line = interrupted_sweep()
-        if line is None:
-            raise
+    except KeyboardInterrupt:  # Ctrl-C outside a run's own handling: one line, as there
+        line = interrupted_sweep() or interrupted_before_start()
         print(f"interrupted: {line}", file=sys.stderr, flush=True)
         end_process(130)
     except Exception:  # before a run's log file existed: the traceback, as Python prints it
@@ -105,6 +105,7 @@ def main() -> None:
 
 
 _started = False  # whether Hydra got as far as calling task(): a config was composed
+_ran = False  # whether task() called the run (its imports done)
 
 
 def resumed_settings(argv: list[str]) -> list[str]:
@@ -182,7 +183,7 @@ def task(cfg):
     callback that writes the report (tuneup/report/callback.py, which then exits 1 if any
     run failed); the Optuna sweeper records the NaN trial as failed.
     """
-    global _started
+    global _started, _ran
     _started = True
     _sweep_seen()  # for Ctrl-C between this sweep's jobs, when Hydra holds no config
     if isinstance(sys.stderr, _HeldStderr):  # a run has started: its output flows as it comes
@@ -196,6 +197,7 @@ def task(cfg):
     from tuneup.trainer.state.preemption import Interrupted, Preempted
 
     console.route_libraries()  # Lightning's loggers, made as it was imported
+    _ran = True
     try:
         return run(cfg)
     except Preempted as exc:  # a checkpoint is written (or Ctrl-C): the job can be run again
@@ -258,21 +260,32 @@ def interrupted_sweep() -> str | None:
     )
 
 
+def interrupted_before_start() -> str:
+    """For Ctrl-C outside a sweep and a run's training: while Hydra composes the config (a
+    sweep's directory is known once it starts: tuneup/sweep_start.py), or around a run."""
+    if _ran:  # after the run's own handling (trainer/runner.py) ended
+        return "Ctrl-C stopped tuneup"
+    sweep = any(a in ("-m", "--multirun") for a in sys.argv[1:])
+    what = "the sweep" if sweep else "the run"
+    return f"Ctrl-C stopped tuneup before {what} started: nothing was trained"
+
+
 #: The sweep's directory, and whether it is tuneup's autotune or Optuna sweeper (a study its
 #: command continues), as its jobs saw it: Hydra holds its config only while a job runs.
 _sweep: tuple[str, bool] | None = None
 
 
 def _sweep_seen() -> tuple[str, bool] | None:
-    """The running sweep (see :data:`_sweep`), noted while a job runs; None outside a sweep."""
+    """The running sweep (see :data:`_sweep`), noted while a job runs, else as it started
+    (tuneup/sweep_start.py: its jobs run in other processes, or none has yet); None outside."""
     global _sweep
+    from tuneup import sweep_start
+
     if _is_multirun():
         from hydra.core.hydra_config import HydraConfig
 
-        hydra = HydraConfig.get()
-        sweeper = str(hydra.sweeper.get("_target_") or "")
-        _sweep = (str(hydra.sweep.dir), sweeper.startswith("hydra_plugins.tuneup_"))
-    return _sweep
+        _sweep = sweep_start.sweep_of(HydraConfig.get())
+    return _sweep or sweep_start.started
 
 
 def _is_multirun() -> bool:

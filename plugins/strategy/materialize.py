@@ -53,13 +53,22 @@ def choose(init: str, model: nn.Module) -> str:
     return "hf" if is_transformers_model(model) else "broadcast"
 
 
+#: What initialises the shards, in words, for the start-up line ("... initialised by ...").
+SAID = {
+    "broadcast": "rank 0's whole build of the model, sent to every process",
+    "reset_parameters": "each module's own reset_parameters()",
+    "hf": "the Hugging Face model's own initialisation (its _init_weights, module by module)",
+}
+
+
 def reason(init: str, model: nn.Module) -> str:
-    """Why :func:`choose` chose what it did, for the start-up line and the summary."""
+    """What :func:`choose` chose, in words, and why, for the start-up line."""
     chosen = choose(init, model)
+    said = SAID.get(chosen, chosen)
     if init != "auto":
-        return f"{chosen} (strategy.init={init})"
+        return f"{said} (strategy.init={init})"
     what = "a transformers model" if chosen == "hf" else "not a transformers model"
-    return f"{chosen} (strategy.init=auto: {what})"
+    return f"{said} (strategy.init=auto: {what})"
 
 
 def uninitialised(init: str, model: nn.Module) -> list[str]:

@@ -16,7 +16,8 @@ paired seeds, then paired throughput windows.
                 halving (or Hyperband) prunes the trials that are behind at equal samples.
                 The value: its cost to the target (autotune.cost: time = steps x its own
                 seconds per step + validations, steps, or samples; study/trials.py: trial_cost);
-                a miss: its cost so far x (1 + its last relative distance), above every hit.
+                a miss: its cost so far x (1 + its last relative distance), raised to the
+                costliest hit's so far x the same (study/explore.py: above_the_hits).
                 Up to autotune.workers trials at once (study/explore.py, study/workers.py)
     confirm     the best autotune.confirm distinct configurations (confirm/distinct.py) and
                 the baseline, each on the same autotune.seeds seeds the study never saw

@@ -24,12 +24,14 @@ from tuneup.autotune.race import reached
 from tuneup.autotune.study import budget as study_budget
 from tuneup.autotune.study import leader as study_leader
 from tuneup.autotune.study.trials import (
+    BASELINE_ATTR,
     JOB_ATTR,
     NEVER_ATTR,
     OVERRIDES_ATTR,
     config_value,
     console_line,
     figures,
+    relative_gap,
     samples_seen,
     trial_value,
 )
@@ -188,8 +190,25 @@ def tell(search: StudyInputs, trial, run: Trial) -> bool:
         trial.set_user_attr("error", "no speed window in its summary.json")
         search.study.tell(trial, state=TrialState.FAIL)
         return True
+    if not reached(run):
+        value = above_the_hits(search.study, value, relative_gap(run))
     search.study.tell(trial, float(value))
     return False
+
+
+def above_the_hits(study, value: float, gap: float) -> float:
+    """A miss's value, at least the costliest hit's so far x (1 + its distance to the target):
+    its cost so far alone can be below a hit's (fast steps that missed, slow ones that hit),
+    and the sampler would then search where the target was missed. Hits are the trials that
+    reached it, the baseline's included (it is a trial only when it reached)."""
+    from optuna.trial import TrialState
+
+    hits = [
+        t.value
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if t.value is not None and (t.user_attrs.get("reached") or t.user_attrs.get(BASELINE_ATTR))
+    ]
+    return max(value, max(hits, default=0.0) * (1 + max(0.0, gap)))
 
 
 def killed(search: StudyInputs, trial, run: Trial) -> bool:

@@ -73,7 +73,8 @@ def trial_cost(trial: Trial, cost: str = TIME) -> float | None:
 
 def trial_value(trial: Trial, cost: str = TIME) -> float | None:
     """The study's value of a finished trial: its cost to the target; a miss, its cost so
-    far x (1 + its last relative distance from the target), above every hit."""
+    far x (1 + its last relative distance from the target); the study is told at least the
+    costliest hit's value x the same (explore.py: above_the_hits)."""
     found = trial_cost(trial, cost)
     if found is None or reached(trial):
         return found
