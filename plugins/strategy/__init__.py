@@ -5,7 +5,8 @@ world. ``auto`` trains in one process when the world is 1 and with DDP (the
 defaults of ``strategy=ddp``) otherwise; ``ddp`` replicates the model and averages
 gradients (torch ``DistributedDataParallel``); ``fsdp`` shards parameters,
 gradients and optimizer state (FSDP2) and, with ``tensor_parallel_size`` > 1, splits
-the blocks' matmuls (:mod:`plugins.strategy.fsdp`, :mod:`plugins.strategy.parallelize`).
+the blocks' matmuls (:mod:`plugins.strategy.fsdp`, :mod:`plugins.strategy.parallelize`,
+:mod:`plugins.strategy.tensor_parallel`).
 Lightning does the work (:mod:`plugins.strategy.build`); this plugin picks the backend
 (gloo on CPU, NCCL
 on CUDA), a short collective timeout and a long one for joining (:mod:`plugins.strategy.join`),
