@@ -18,6 +18,7 @@ module                 the LightningModule that trains an ``nn.Module`` (a user'
 datamodule             how every data set gets its DataLoaders (plugins, resumable order)
 bridge                 the one Lightning callback that forwards loop events to the hooks
 checks, validation     the core's config checks, and the rules plugins check with
+unread_keys            keys nothing reads (a typo added with ``+``), refused with the key meant
 environment            the machine the run will use
 optim                  the optimizers and LR schedules the core builds
 flops, summary         model FLOPs and MFU; the run summary (table, summary.json)

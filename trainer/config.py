@@ -220,7 +220,7 @@ def warn_shadowed(argv: list[str]) -> None:
             )
 
 
-# -- keys nothing reads: a typo that would train the default (trainer/checks.py, tuneup/cli.py) --
+# -- keys nothing reads: a typo that would train the default (trainer/unread_keys.py, tuneup/cli.py) --
 
 
 def searched_dirs() -> list[Path]:

@@ -3,7 +3,7 @@
 ``tuneup modle.hidden=32``, ``precison=bf16``, ``weight_decay=skip_norm``: Hydra refuses them
 with its own lines ("Could not override", "Could not find" and a search-path dump); the
 command (tuneup/cli.py) prints one ``error:`` line from here instead, naming the key or option
-most likely meant. The run's checks (trainer/checks.py) name what was meant with
+most likely meant. The run's checks (trainer/unread_keys.py) name what was meant with
 :func:`did_you_mean` for the keys Hydra lets through with a ``+``.
 
 Nothing here imports torch; only a command Hydra refused pays for a second composition.
