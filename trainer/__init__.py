@@ -7,6 +7,8 @@ hookspecs              every hook a plugin can implement, drawn on the training 
 plugin_manager         which plugins a run has (by config name, through entry points),
                        how they are called, and how their failures are named
 runner                 one run from a composed config: check -> build -> fit -> report
+build                  what a run trains with: the model, its LightningModule, the Trainer
+run_report             what a run says: its line at the start, its report and summary.json
 components             what is trained: the zoo's models and data by name, or the user's
                        by ``_target_``; the run's :class:`~components.Plan`
 targets                the user's own model and data by ``_target_``: located, imported
