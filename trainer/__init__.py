@@ -4,8 +4,8 @@
 module                 what it holds
 =====================  =================================================================
 hookspecs              every hook a plugin can implement, drawn on the training loop
-plugin_manager         which plugins a run has (by config name, through entry points),
-                       how they are called, and how their failures are named
+plugin_selection       which plugins a run has (by config name, through entry points)
+plugin_manager         how they are loaded and called, and how their failures are named
 runner                 one run from a composed config: check -> build -> fit -> report
 build                  what a run trains with: the model, its LightningModule, the Trainer
 run_report             what a run says: its line at the start, its report and summary.json
