@@ -11,6 +11,7 @@ build                  what a run trains with: the model, its LightningModule, t
 run_report             what a run says: its line at the start, its report and summary.json
 components             what is trained: the zoo's models and data by name, or the user's
                        by ``_target_``; the run's :class:`~components.Plan`
+component_checks       whether the plan's model, data and task are sound, and pair
 targets                the user's own model and data by ``_target_``: located, imported
 batches                what a batch looks like: first tensor, kind, meta copy
 pairing                whether the model reads the data and the task scores its output
