@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from tuneup.trainer import config
+from tuneup.trainer import config, config_folders
 
 
 def has(cfg, key: str) -> bool:
@@ -155,7 +155,7 @@ def override_hints(argv: list[str]) -> list[str]:
             continue
     if cfg is None:
         return []
-    folders = [folder for _, folder in config.config_dirs(_config_dir_argv(args))]
+    folders = [folder for _, folder in config_folders.config_dirs(_config_dir_argv(args))]
     hints = []
     for o in ours:
         key, value = o.key_or_group, o.input_line.split("=", 1)[-1]
@@ -318,7 +318,7 @@ def choice_hints(argv: list[str]) -> list[str]:
         return []
     args, overrides = parsed
     options: dict[str, set[str]] = {}
-    for _, folder in config.config_dirs(_config_dir_argv(args)):
+    for _, folder in config_folders.config_dirs(_config_dir_argv(args)):
         for group, names in config.groups(folder).items():
             options.setdefault(group, set()).update(names)
     hints = []
