@@ -14,9 +14,9 @@ import torch
 from omegaconf import OmegaConf
 
 from tuneup.trainer import callbacks, unread_keys
-from tuneup.trainer.hints import did_you_mean
 from tuneup.trainer.optim import check_optim
 from tuneup.trainer.own_optimizer import missing_hook_problems, own_settings_problems
+from tuneup.trainer.typos import did_you_mean
 from tuneup.trainer.validation import BOOL, Integer, Number, OneOf, problem, problems
 
 _FRACTION_OR_COUNT = "a fraction in (0, 1] or a whole number of batches >= 0"

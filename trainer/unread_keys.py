@@ -15,7 +15,7 @@ import re
 
 from omegaconf import DictConfig, OmegaConf
 
-from tuneup.trainer.hints import did_you_mean
+from tuneup.trainer.typos import did_you_mean
 
 #: Groups whose built-in options list every key they read: a key added with + is a typo.
 CLOSED_GROUPS = ("model", "data", "optimizer", "scheduler")
