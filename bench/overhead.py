@@ -46,10 +46,10 @@ import pytorch_lightning as pl
 import torch
 
 import tuneup
+from tuneup.trainer.build import build
 from tuneup.trainer.components import Plan
 from tuneup.trainer.environment import Environment
 from tuneup.trainer.plugin_manager import PluginManager
-from tuneup.trainer.runner import build
 from tuneup.trainer.task import classification_loss as cross_entropy
 
 

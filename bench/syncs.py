@@ -30,10 +30,10 @@ import pytorch_lightning as pl
 import torch
 
 import tuneup
+from tuneup.trainer.build import build
 from tuneup.trainer.components import Plan
 from tuneup.trainer.environment import Environment
 from tuneup.trainer.plugin_manager import PluginManager
-from tuneup.trainer.runner import build
 
 ROOT = Path(tuneup.__file__).resolve().parent.parent  # the checkout (editable install)
 OURS = tuple(str(ROOT / d) for d in ("trainer", "plugins", "zoo", "tuneup"))

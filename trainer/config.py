@@ -25,6 +25,9 @@ imported, i.e. whenever Hydra reads these configs):
 - ``_tuneup/lightning``: the same, flagged, for ``model=lightning``: its node is otherwise
   ``model=custom``'s, and the flag lets the checks refuse a plain ``nn.Module`` there.
 
+The folders a given command line reads (and a user's file a built-in one hides): see
+config_folders.py. Below, the files read for the checks: the keys they give, the ``off`` options.
+
 Nothing here imports torch: ``tuneup --help`` and config errors stay fast.
 """
 
@@ -33,8 +36,6 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.util
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 from omegaconf import OmegaConf
@@ -140,16 +141,6 @@ def installed_defaults() -> list[dict]:
     return entries
 
 
-def shadowed(user: Path) -> list[str]:
-    """Files in the user's config folder that a built-in file of the same name hides."""
-    base, found = builtin_dir(), []
-    for path in sorted(user.rglob("*.yaml")):
-        twin = base / path.relative_to(user)
-        if twin.is_file() and twin.read_bytes() != path.read_bytes():
-            found.append(str(path.relative_to(user)))
-    return found
-
-
 def tasks_per_node(devices, gpus_per_node) -> int:
     """Slurm tasks per node for ``trainer.devices``: ``auto`` is one per GPU asked for (or 1)."""
     if devices == "auto":
@@ -190,43 +181,7 @@ def compose(overrides=(), config_dir: str | Path | None = None):
         _extra_dirs.clear()
 
 
-def config_dir_option(argv: list[str]) -> Path | None:
-    """The folder given with ``--config-dir``/``-cd`` in ``argv``, if any."""
-    for i, arg in enumerate(argv):
-        if arg in ("--config-dir", "-cd") and i + 1 < len(argv):
-            return Path(argv[i + 1])
-        for flag in ("--config-dir=", "-cd="):
-            if arg.startswith(flag):
-                return Path(arg[len(flag) :])
-    return None
-
-
-def config_dirs(argv: list[str]) -> Iterator[tuple[str, Path]]:
-    """(label, folder) for every config folder a command with ``argv`` reads, search order."""
-    yield "built-in", builtin_dir()
-    given = config_dir_option(argv)
-    if given is not None and given.is_dir():
-        yield f"--config-dir {given}", given.resolve()
-    if (own := user_dir()) is not None:
-        yield "your configs", own
-    for name, folder in plugin_dirs().items():
-        yield f"plugin {name}", folder
-
-
-def warn_shadowed(argv: list[str]) -> None:
-    """Say which of the user's files are hidden by built-in ones of the same name."""
-    for label, folder in list(config_dirs(argv))[1:]:
-        if label.startswith("plugin"):
-            continue
-        for name in shadowed(folder):
-            print(
-                f"warning: {folder / name} is not used: tuneup's built-in {name} has the same "
-                "name and is found first; rename yours",
-                file=sys.stderr,
-            )
-
-
-# -- keys nothing reads: a typo that would train the default (trainer/checks.py, tuneup/cli.py) --
+# -- keys nothing reads: a typo that would train the default (trainer/unread_keys.py, tuneup/cli.py) --
 
 
 def searched_dirs() -> list[Path]:

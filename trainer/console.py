@@ -57,7 +57,7 @@ class ConsoleFilter(logging.Filter):
         if getattr(record, "file_only", False):
             return False
         if record.name.startswith("hydra") and JOB_LINE.match(record.getMessage()):
-            return False  # a sweep's job: its own line says what it ran (trainer/runner.py)
+            return False  # a sweep's job: its own line says what it ran (trainer/run_report.py)
         if record.levelno < logging.WARNING:
             return record.name.split(".")[0] in SPOKEN
         if record.name.split(".")[0] not in OURS and LIBRARY_NOTICE.search(record.getMessage()):

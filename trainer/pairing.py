@@ -1,9 +1,9 @@
 """Whether a model can read its data's batches and the task can score its output.
 
-Asked by :func:`tuneup.trainer.components.component_problems` once model, data and task
-are each sound; answered on the meta device (shapes only) from the run's
+Asked by :func:`tuneup.trainer.component_checks.component_problems` once model, data and
+task are each sound; answered on the meta device (shapes only) from the run's
 :class:`~tuneup.trainer.components.Plan`, the ``plan`` every function here takes (passed
-in, not imported: components.py imports this module).
+in, not imported: components.py imports this module, through component_checks.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def about_meta(exc: Exception) -> bool:
 
 def pairing_problems(plan) -> list[str]:
     """Whether the model can read the data's batches and the task can score its output (a zoo
-    model's inputs against the zoo's data are checked before, in components.py)."""
+    model's inputs against the zoo's data are checked before, in component_checks.py)."""
     cfg = plan.cfg
     if plan.user_model and plan._meta_model is None and not about_meta(plan.meta_error):
         args = ", ".join(f"{k}={v!r}" for k, v in arguments(cfg.model).items())

@@ -8,7 +8,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from tuneup.trainer import hookspecs
-from tuneup.trainer.plugin_manager import REQUIRED, entry_points, switched_by_config
+from tuneup.trainer.plugin_selection import REQUIRED, entry_points, switched_by_config
 
 
 def switched_off(manager, cfg) -> dict[str, str]:

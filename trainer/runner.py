@@ -1,39 +1,36 @@
-"""Build and run one training job from a composed config: the data flow of DESIGN.md.
+"""Run one training job from a composed config: the data flow of DESIGN.md.
 
 load plugins -> plan what is trained (components.Plan) -> check (all problems at once) ->
 resume= resolved -> build data, model -> configure_model pipeline -> configure_trainer ->
 fit (from the checkpoint) -> report -> summary.json
+
+Here: the run's course (its directory, checks, resume, the fit or the evaluation, a failure's
+status). What it trains with is built in build.py; what it reports at the start and the end,
+summary.json included, is run_report.py's.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import platform
-import sys
 import time
 from contextlib import nullcontext, suppress
 from pathlib import Path
 
-import pytorch_lightning as pl
-
 from tuneup.errors import TuneupError
-from tuneup.trainer import callbacks, console, openmp
+from tuneup.trainer import console
 from tuneup.trainer import summary as run_summary
-from tuneup.trainer.bridge import Bridge
+from tuneup.trainer.build import build
 from tuneup.trainer.checks import core_problems, mode_problems
 from tuneup.trainer.components import Plan
-from tuneup.trainer.empty_init import empty_parameters, wanted
+from tuneup.trainer.empty_init import wanted
 from tuneup.trainer.environment import Environment, standard_start_method, threads_as_asked
 from tuneup.trainer.evaluate import evaluate
-from tuneup.trainer.module import TrainingModule, with_batch_transforms
 from tuneup.trainer.plugin_listing import listing
 from tuneup.trainer.plugin_manager import PluginManager
-from tuneup.trainer.state.data_order import dropped_per_epoch
+from tuneup.trainer.run_report import finish, plan_line, sweep_job
 from tuneup.trainer.state.preemption import (
     Interrupted,
     Preempted,
-    command_name,
     continue_command,
 )
 from tuneup.trainer.state.progress import shortfall
@@ -196,7 +193,7 @@ def _train(cfg, run_dir: Path, resume_from, weights_only: bool, claim: Claim):
     finally:
         first = console.process_rank() == "0" if trainer is None else trainer.is_global_zero
         if first and claim.taken:  # one summary per run, by its first process
-            _finish(cfg, plugins, trainer, summary, run_dir)
+            finish(cfg, plugins, trainer, summary, run_dir)
     return summary.get("val", {}).get("acc")
 
 
@@ -242,19 +239,6 @@ def _status(exc: BaseException, trainer) -> str:
     return "preempted" if isinstance(exc, Preempted) else "failed"
 
 
-def plan_line(plan: Plan, env: Environment, run_dir: Path) -> str:
-    """The run in one line, before it starts: what trains on what, where, into which directory."""
-    choices = [
-        f"{g}={plan.cfg[g].get('name')}"
-        for g in ("precision", "memory_format", "strategy")
-        if plan.cfg.get(g) is not None
-    ]
-    return (
-        f"tuneup: {plan.model_name} on {plan.data_name}, {', '.join(choices)}; "
-        f"{env.device_name}; run directory {run_dir}"
-    )
-
-
 def _needs_final_validation(trainer, run_state: RunState) -> bool:
     """Lightning validates at epoch ends; a run stopped by max_steps mid-epoch (a sweep's
     fixed budget) would report the metrics of an older step, or none."""
@@ -262,127 +246,3 @@ def _needs_final_validation(trainer, run_state: RunState) -> bool:
         return False
     limit = trainer.limit_val_batches
     return bool(limit) and run_state.validated_at_step != trainer.global_step
-
-
-def build(cfg, plugins: PluginManager, plan: Plan, run_dir: Path, empty: bool = False):
-    """Seed, build data and model, let plugins transform them, and create the Trainer.
-
-    ``empty``: the model's parameters on the meta device (trainer/empty_init.py); the strategy
-    materialises and initialises them once sharded (``strategy.init``).
-    Returns (trainer, the LightningModule, the data module, the run-state callback).
-    """
-    data = plan.data
-    pl.seed_everything(cfg.seed, workers=True, verbose=False)  # the model's initial weights
-    with empty_parameters() if empty else nullcontext():
-        model = plan.build_model()
-    model = plugins.pipeline("configure_model", "model", model, cfg=cfg)
-    run_state = RunState(cfg, watches_outputs=plan.lightning, owns_optimizer=not plan.lightning)
-    if not plan.lightning:
-        model = TrainingModule(cfg, model, plugins, plan.task, run_state)
-    # the pipeline only where a plugin transforms batches: an overridden on_after_batch_transfer
-    # costs Lightning's dispatch (and a warning-cache lookup) on every batch
-    module = with_batch_transforms(model, plugins, cfg)
-    kwargs = trainer_kwargs(cfg, plugins, run_dir)
-    plugins.call("configure_trainer", cfg=cfg, kwargs=kwargs)
-    kwargs["callbacks"].append(run_state)  # after the plugins' callbacks: it restores the RNG
-    return pl.Trainer(**kwargs), module, data, run_state
-
-
-def trainer_kwargs(cfg, plugins: PluginManager, run_dir: Path) -> dict:
-    from omegaconf import OmegaConf
-
-    kwargs = OmegaConf.to_container(cfg.trainer, resolve=True)
-    kwargs["default_root_dir"] = str(run_dir)
-    if kwargs.get("enable_progress_bar") == "auto":  # a bar where someone watches it, not in logs
-        kwargs["enable_progress_bar"] = sys.stderr.isatty()
-    kwargs["callbacks"] = [Bridge(cfg, plugins), *callbacks.build(cfg)]  # the user's: config
-    if kwargs.get("log_every_n_steps") is None:  # null: fitted to the run once its length is known
-        kwargs["log_every_n_steps"] = 1  # until then: no "smaller than the logging interval"
-        kwargs["callbacks"].append(LogInterval())
-    # The data module's sampler shards each epoch by rank itself (state/data_order.py): Lightning must
-    # not wrap it in a DistributedSampler, which would shard the shard again.
-    kwargs["use_distributed_sampler"] = False
-    return kwargs
-
-
-class LogInterval(pl.Callback):
-    """``trainer.log_every_n_steps=null``: every 20 optimizer steps, fewer in a short run (at
-    least about 10 points in metrics.csv) or a short epoch (Lightning would warn that the
-    epoch is shorter than the interval). Set when training starts: the epoch's length is
-    known only once Lightning has made the training DataLoader."""
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        trainer.log_every_n_steps = log_interval(
-            trainer.num_training_batches,
-            trainer.accumulate_grad_batches,
-            trainer.max_steps,
-            trainer.max_epochs,
-        )
-        # Its one event is done: out of the list, Lightning does not dispatch its hooks each
-        # step to it (bench/overhead.py). A new list: the one being iterated now stays as it is.
-        trainer.callbacks = [c for c in trainer.callbacks if c is not self]
-
-
-def log_interval(batches, accumulate: int, max_steps: int, max_epochs, most: int = 20) -> int:
-    """Optimizer steps between logged points: at most ``most``, at most an epoch's steps, and
-    a tenth of the run's steps where it is short."""
-    per_epoch = max(1, int(batches) // max(1, accumulate)) if batches != float("inf") else most
-    if max_steps is not None and max_steps > 0:
-        total = max_steps
-    elif max_epochs is not None and max_epochs > 0:
-        total = per_epoch * max_epochs
-    else:
-        total = most * 10
-    return max(1, min(most, per_epoch, total // 10))
-
-
-def _finish(cfg, plugins, trainer, summary: dict, run_dir: Path) -> None:
-    """Report and write the summary, also after a failure: what was measured is kept."""
-    if trainer is not None:
-        summary.update(
-            world_size=trainer.world_size, steps=trainer.global_step, epochs=trainer.current_epoch
-        )
-        dropped = dropped_per_epoch(trainer.train_dataloader)  # full batches only
-        if dropped is not None:
-            summary["dropped_per_epoch"] = dropped
-        if isinstance(trainer.lightning_module, TrainingModule):  # measured: grad_norm
-            summary.update(trainer.lightning_module.grad_norm.summary())
-    summary.update(python=platform.python_version(), torch=_torch_version())
-    if openmp.VARIABLE in os.environ:  # how OpenMP's threads wait here, and why
-        summary["openmp_wait"] = os.environ[openmp.VARIABLE]
-    if plugins is not None:
-        summary["plugins"] = plugins.describe(cfg)
-        # each plugin's report by itself: one failing keeps the others' figures
-        failed = (
-            plugins.call_each("report", cfg=cfg, summary=summary) if trainer is not None else {}
-        )
-        if failed:
-            summary["report_errors"] = failed  # the status stays: the run itself is done
-    summary["command"] = command_name()
-    path = run_summary.write(summary, run_dir)
-    if summary["status"] in ("ok", "pruned"):  # pruned: an Optuna trial stopped by its pruner
-        job = sweep_job()
-        if job is not None:  # a sweep's job: one line (the report at the end compares them)
-            line = run_summary.one_line(summary, job)
-            console.say(f"{line}; summary written to {path}", log)
-            return
-        if cfg.get("measure", {}).get("console_table", True):  # summary.json has it anyway
-            console.say(run_summary.format_table(summary), log)
-        console.say(f"summary written to {path}", log)
-
-
-def sweep_job() -> str | None:
-    """``#<job> <overrides>`` when this run is a job of a sweep (Hydra multirun), else None."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
-        return None
-    hydra = HydraConfig.get()
-    return f"#{hydra.job.num} {' '.join(hydra.overrides.task)}".strip()
-
-
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__

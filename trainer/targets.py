@@ -56,7 +56,7 @@ def target_path(node, group: str) -> str:
 def _mistyped_target(node, group: str) -> str:
     """``model._targt_=pkg.Net`` is taken as an argument of the model (any key beside
     ``_target_`` is one), so the error names the key that was most likely meant as it."""
-    from tuneup.trainer.hints import did_you_mean
+    from tuneup.trainer.typos import did_you_mean
 
     for key in node:
         if key != TARGET and did_you_mean(str(key), [TARGET]) == TARGET:

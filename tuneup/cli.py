@@ -64,11 +64,11 @@ def main() -> None:
 
     openmp.watch()  # OpenMP's spin, decided before torch loads it (trainer/openmp.py)
     from tuneup import override_syntax
-    from tuneup.trainer import config, hints
+    from tuneup.trainer import config_folders, hints
     from tuneup.trainer.state.preemption import COMMAND_VARIABLE, command_name
 
     os.environ.setdefault(COMMAND_VARIABLE, command_name())  # for the processes launchers start
-    config.warn_shadowed(argv)
+    config_folders.warn_shadowed(argv)
     for line in hints.repeated_presets(argv):  # Hydra would use the last one alone
         print(f"error: {line}", file=sys.stderr, flush=True)
         raise SystemExit(1)

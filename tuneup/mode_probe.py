@@ -8,7 +8,7 @@ and Slurm task pays it.
 
 Its answer is known without composing when nothing the command can read sets ``hydra.mode``:
 - the only config folder is the built-in one (no ``--config-dir``, no ``./conf``, no installed
-  plugin's configs: :func:`tuneup.trainer.config.config_dirs`), and none of the built-in configs sets it
+  plugin's configs: :func:`tuneup.trainer.config_folders.config_dirs`), and none of the built-in configs sets it
   (tests/test_mode_probe.py reads them all);
 - no command-line override names ``hydra.mode`` or ``hydra.searchpath``, and no other primary
   config (``--config-name``) or config path is asked for;
@@ -53,14 +53,14 @@ def without_needless_probe(argv: list[str]) -> Iterator[None]:
 
 def probe_is_needless(argv: list[str]) -> bool:
     """Whether nothing ``argv`` can read sets ``hydra.mode`` (the module's docstring)."""
-    from tuneup.trainer import config
+    from tuneup.trainer import config_folders
 
     if any(arg.split("=")[0] in _OTHER_CONFIG for arg in argv):
         return False
     keys = [arg.split("=")[0].lstrip("+~") for arg in argv if not arg.startswith("-")]
     if any(key.startswith(_MODE_KEYS) for key in keys):
         return False
-    if len(list(config.config_dirs(argv))) > 1:
+    if len(list(config_folders.config_dirs(argv))) > 1:
         return False
     return not _search_path_plugins() and not _stored_modes()
 

@@ -6,9 +6,9 @@ split by a wids descriptor (``DST/train.json``, ``DST/val.json``); the layout is
 (``data=imagefolder``'s sorted files, ``data=textfile``'s windows), so sample ``i`` is the
 same in both and a run over the shards can be compared with one over the source.
 
-The work is planned first (which samples go into which shard, by their bytes), then each
-shard is written by a worker process to a temporary name and renamed when whole. Run again
-after an interruption, it keeps the shards already there and writes the others; the plan is
+The work is planned first (which samples go into which shard, by their bytes: shard_plan.py),
+then each shard is written by a worker process to a temporary name and renamed when whole. Run
+again after an interruption, it keeps the shards already there and writes the others; the plan is
 recorded in ``DST/.tuneup-shards.json`` and must be the same (source files, sizes, options).
 The descriptors are written last: a folder with them is complete.
 
@@ -27,16 +27,13 @@ import math
 import os
 import re
 import sys
-from collections import Counter
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuneup import TuneupError
+from tuneup.shard_plan import Shard, plan_images, plan_text, suffix
 
 PLAN = ".tuneup-shards.json"
-#: tar bytes a sample costs beyond its data: a 512-byte header per file, padding to 512 bytes.
-SAMPLE_OVERHEAD = 1536
 UNITS = {
     "": 1,
     "B": 1,
@@ -49,102 +46,11 @@ UNITS = {
 }
 
 
-@dataclass
-class Shard:
-    """One shard to write: its split and number, and what goes into it."""
-
-    split: str
-    number: int
-    start: int  # index of its first sample in the split
-    items: list = field(default_factory=list)  # images: (path, label); text: window indices
-
-    @property
-    def url(self) -> str:
-        return f"{self.split}/{self.number:06d}.tar"
-
-
 def parse_size(text: str) -> int:
     match = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", text)
     if not match or match.group(2).upper() not in UNITS or float(match.group(1)) <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size: e.g. 256MB, 1GB, 64MiB")
     return int(float(match.group(1)) * UNITS[match.group(2).upper()])
-
-
-def cut(sizes: list[int], limit: int) -> list[tuple[int, int]]:
-    """Consecutive ``(start, end)`` ranges whose sizes add up to at most ``limit`` (one at least)."""
-    ranges, start, total = [], 0, 0
-    for i, size in enumerate(sizes):
-        if i > start and total + size > limit:
-            ranges.append((start, i))
-            start, total = i, 0
-        total += size
-    if start < len(sizes):
-        ranges.append((start, len(sizes)))
-    return ranges
-
-
-# --- the plan ------------------------------------------------------------------------------
-
-
-def plan_images(src: Path, args) -> tuple[list[Shard], dict, list]:
-    """Shards of an image folder's train/ and val/, and what the descriptors keep."""
-    from tuneup.zoo.data.image_files import class_folders, find_samples
-
-    for split in ("train", "val"):
-        if not (src / split).is_dir():
-            raise TuneupError(
-                f"{src / split} does not exist: an image folder holds train/ and "
-                "val/, one folder of images per class in each"
-            )
-    classes = class_folders(src / "train")
-    shards, formats, fingerprint = [], {}, []
-    for split in ("train", "val"):
-        samples = find_samples(src / split, classes)
-        if not samples:
-            raise TuneupError(f"{src / split} holds no image file in a class folder")
-        sizes = [os.stat(path).st_size for path, _ in samples]
-        fingerprint += [
-            (os.path.relpath(p, src), s) for (p, _), s in zip(samples, sizes, strict=True)
-        ]
-        for number, (start, end) in enumerate(
-            cut([s + SAMPLE_OVERHEAD for s in sizes], args.shard_size)
-        ):
-            shards.append(Shard(split, number, start, samples[start:end]))
-        formats[split] = dict(Counter("jpg" if args.resize else _suffix(p) for p, _ in samples))
-    info = {"kind": "images", "classes": classes, "resize": args.resize}
-    return shards, {**info, "formats": formats}, fingerprint
-
-
-def plan_text(src: Path, args) -> tuple[list[Shard], dict, list]:
-    """Shards of a text file's windows (``data=textfile``'s: ``context + 1`` bytes each)."""
-    from tuneup.zoo.data.tokens import BYTE_VOCAB, split_point
-
-    size = src.stat().st_size
-    split_at = split_point(size, args.val_fraction)
-    parts = {"train": (0, split_at), "val": (split_at, size)}
-    per_sample = args.context + 1 + 128 + SAMPLE_OVERHEAD  # .npy header, tar header, padding
-    shards = []
-    for split, (begin, end) in parts.items():
-        windows = (end - begin - 1) // args.context
-        if windows < 1:
-            raise TuneupError(
-                f"{src} has {size} bytes: its {split} part ({end - begin} bytes, "
-                f"--val-fraction {args.val_fraction}) is shorter than one window "
-                f"of --context {args.context} + 1"
-            )
-        for number, (start, stop) in enumerate(cut([per_sample] * windows, args.shard_size)):
-            shards.append(Shard(split, number, start, [begin, start, stop]))
-    info = {
-        "kind": "tokens",
-        "context": args.context,
-        "vocab_size": BYTE_VOCAB,
-        "val_fraction": args.val_fraction,
-    }
-    return shards, info, [size, int(src.stat().st_mtime)]
-
-
-def _suffix(path: str) -> str:
-    return os.path.splitext(path)[1].lower().lstrip(".")
 
 
 # --- writing a shard (in a worker) -----------------------------------------------------------
@@ -194,7 +100,7 @@ def image_bytes(path: str, args) -> tuple[bytes, str]:
     at most ``args.resize`` pixels."""
     if not args.resize:
         with open(path, "rb") as f:
-            return f.read(), _suffix(path)
+            return f.read(), suffix(path)
     from PIL import Image
 
     with Image.open(path) as img:
@@ -230,7 +136,7 @@ def convert(src: Path, dst: Path, args) -> dict:
     prepare(dst, record)
     done = {s.url: (dst / s.url).stat().st_size for s in shards if (dst / s.url).exists()}
     todo = [s for s in shards if s.url not in done]
-    counts = {s.url: _count(s) for s in shards}
+    counts = {s.url: s.nsamples for s in shards}
     bar = tqdm(
         total=sum(counts.values()),
         initial=sum(counts[u] for u in done),
@@ -277,12 +183,6 @@ def _as_done(futures):
     while pending:
         finished, pending = wait(pending, return_when=FIRST_EXCEPTION)
         yield from finished
-
-
-def _count(shard: Shard) -> int:
-    if shard.items and isinstance(shard.items[0], tuple):
-        return len(shard.items)
-    return shard.items[2] - shard.items[1]
 
 
 def prepare(dst: Path, record: dict) -> None:

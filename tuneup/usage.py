@@ -27,9 +27,9 @@ def help_text(argv: list[str]) -> str:
     folder the command would read; read from disk, nothing composed or imported."""
     from omegaconf import OmegaConf
 
-    from tuneup.trainer import config
+    from tuneup.trainer import config, config_folders
 
-    dirs = list(config.config_dirs(argv))
+    dirs = list(config_folders.config_dirs(argv))
     defaults = _defaults(OmegaConf.load(dirs[0][1] / "config.yaml"))
     defaults.update(_defaults({"defaults": config.installed_defaults()}))
     lines = [USAGE, "Config groups (group=option; * is the default):"]

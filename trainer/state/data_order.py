@@ -34,7 +34,7 @@ the loader exists and before its first batch (iteration is lazy).
 Data modules use it through :func:`train_loader_kwargs` and
 :class:`ResumableLoader`. Under DDP the sampler shards itself (``rank``,
 ``num_replicas``); the Trainer must then not wrap it in a DistributedSampler
-(``use_distributed_sampler=False``, set in trainer/runner.py).
+(``use_distributed_sampler=False``, set in trainer/build.py).
 """
 
 from __future__ import annotations

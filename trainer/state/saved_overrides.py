@@ -102,7 +102,7 @@ def nothing_to_resume(argv: list[str]) -> str | None:
 
 def _near(path: Path) -> str:
     """`` (did you mean <sibling>?)`` for a directory beside ``path`` with a name close to it."""
-    from tuneup.trainer.hints import did_you_mean
+    from tuneup.trainer.typos import did_you_mean
 
     parent = path.parent if str(path.parent) else Path(".")
     try:

@@ -2,7 +2,7 @@
 
 A trial's values are overrides of one run; where nothing reads one, every trial trains the
 same and the study's best parameters would still name it as part of the answer. So, as a
-single run refuses such a key (trainer/checks.py), the sweeper refuses it before the first
+single run refuses such a key (trainer/unread_keys.py), the sweeper refuses it before the first
 job, in one line:
 
 - ``model.<key>`` that the model does not take: not a setting of a built-in model
@@ -81,9 +81,9 @@ def _without_tuneups_optimizer(space: Space, lines: dict, plan, default: dict) -
 
 
 def _model_key_problems(cfg, plan, keys: list[str]) -> list[str]:
-    """The space's keys that are no setting (trainer/checks.py), and its ``model.<key>`` that
+    """The space's keys that are no setting (trainer/unread_keys.py), and its ``model.<key>`` that
     the user's own model does not take as an argument."""
-    from tuneup.trainer.checks import unread_key_problems
+    from tuneup.trainer.unread_keys import unread_key_problems
 
     found = unread_key_problems(cfg, keys)
     wanted = [k for k in keys if k.startswith("model.")]

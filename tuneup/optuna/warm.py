@@ -179,7 +179,7 @@ def _load_plugins(config) -> None:
     the core's entry points; no plugin is made)."""
     from omegaconf import DictConfig, OmegaConf
 
-    from tuneup.trainer.plugin_manager import REQUIRED, entry_points, switched_on
+    from tuneup.trainer.plugin_selection import REQUIRED, entry_points, switched_on
 
     cfg = config if isinstance(config, DictConfig) else OmegaConf.create(config)
     available = entry_points()
