@@ -175,7 +175,7 @@ def log_run_end(logger, summary: dict) -> None:
     for start in range(0, len(metrics), 1000):  # MLflow takes up to 1000 metrics a batch
         client.log_batch(run_id, metrics=metrics[start : start + 1000])
     with tempfile.TemporaryDirectory() as folder:
-        # The file as the run writes it next (trainer/runner.py adds only how it was started).
+        # The file as the run writes it next (trainer/run_report.py adds only how it was started).
         from tuneup.trainer.state.preemption import command_name
 
         written = run_summary.write({"command": command_name(), **summary}, Path(folder))

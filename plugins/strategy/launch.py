@@ -15,7 +15,7 @@ job's own overrides (``hydra.overrides.task``: one value per key, never a sweep)
 run mode, and ``hydra.run.dir`` = the job's output directory. So the child composes
 the same config, joins the same run directory and never sweeps. It writes no
 ``.hydra/`` (``hydra.output_subdir=null``) and only global rank 0 writes
-``summary.json`` (trainer/runner.py), so a job has one directory and one summary.
+``summary.json`` (trainer/run_report.py), so a job has one directory and one summary.
 
 ``torch.multiprocessing`` spawning (``ddp_spawn``) would avoid re-running the
 script, but it runs training in spawned processes whose plugin objects are copies:

@@ -14,7 +14,7 @@ only its shards (docs/distributed.md, "How the model is built").
 - ``auto``: ``hf`` for a transformers model, else ``broadcast``: a module's
   ``reset_parameters`` is often not how its model initialises it (model=gpt draws N(0, 0.02),
   ``nn.Linear.reset_parameters`` a uniform of another width), so it is used when asked for.
-- ``full``: nothing here; every process builds the whole model, as before (the runner).
+- ``full``: nothing here; every process builds the whole model (trainer/build.py).
 
 ``reset_parameters`` and ``hf`` initialise each module whole on every process and keep the
 process's shard (:func:`init_whole_then_shard`). Called on the sharded parameters instead (as
@@ -194,7 +194,7 @@ def hf_order(module: nn.Module, owner: nn.Module) -> Iterator[tuple[nn.Module, n
 
 @contextmanager
 def seeded(seed: int) -> Iterator[None]:
-    """The run's seed for the block (the runner's ``seed_everything`` before it builds), then
+    """The run's seed for the block (trainer/build.py's ``seed_everything`` before it builds), then
     the random state as it was: what runs after initialisation draws as it would have."""
     import numpy as np
 
@@ -212,7 +212,7 @@ def seeded(seed: int) -> Iterator[None]:
 
 
 def seeded_build(build: Callable[[], nn.Module], seed: int) -> Callable[[], nn.Module]:
-    """``build`` as the runner calls it: after the run's seed."""
+    """``build`` as trainer/build.py calls it: after the run's seed."""
 
     def whole() -> nn.Module:
         with seeded(seed):
