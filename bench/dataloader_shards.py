@@ -75,7 +75,7 @@ def shards_table(args, tmp: Path, write_images) -> list[str]:
     import tuneup
     from tuneup.shards import main as convert
     from tuneup.trainer.components import Plan
-    from tuneup.zoo.data.shards import ShardRecords, read_descriptor
+    from tuneup.zoo.data.shard_reader import ShardRecords, read_descriptor
 
     folder, shards = tmp / "folder", tmp / "shards"
     write_images(folder, args.classes, args.shard_images, 64, (500, 375))

@@ -29,7 +29,7 @@ from tuneup.trainer.components import Plan
 from tuneup.trainer.state.checkpoints import checkpoint_name, list_checkpoints
 from tuneup.trainer.state.data_order import ResumableSampler
 from tuneup.zoo.data import check_data
-from tuneup.zoo.data.shards import OpenShard, ShardError, ShardRecords, read_descriptor
+from tuneup.zoo.data.shard_reader import OpenShard, ShardError, ShardRecords, read_descriptor
 from tuneup.zoo.data.tokens import Windows
 
 RECORD = 16  # bytes per record of the text file: one window of data.context=16

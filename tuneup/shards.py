@@ -2,7 +2,7 @@
 
 The shards are WebDataset tar files written with webdataset's ``TarWriter``, described per
 split by a wids descriptor (``DST/train.json``, ``DST/val.json``); the layout is in
-:mod:`tuneup.zoo.data.shards`. The order of the samples is the source's as tuneup reads it
+:mod:`tuneup.zoo.data.shard_reader`. The order of the samples is the source's as tuneup reads it
 (``data=imagefolder``'s sorted files, ``data=textfile``'s windows), so sample ``i`` is the
 same in both and a run over the shards can be compared with one over the source.
 
