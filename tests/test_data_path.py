@@ -26,12 +26,12 @@ from tuneup.trainer.datamodule import ResumablePrefetchLoader, Staged
 from tuneup.trainer.state.checkpoint_read import load
 from tuneup.trainer.state.checkpoints import checkpoint_name
 from tuneup.zoo.data import check_data
+from tuneup.zoo.data.decoders import draft_factor
 from tuneup.zoo.data.transforms import (
     TrainCrop,
     decode_on_device,
     decode_with_pillow,
     device_images,
-    draft_factor,
     normalize,
 )
 

@@ -11,7 +11,7 @@ import torch
 from omegaconf import OmegaConf
 
 from tuneup.errors import TuneupError
-from tuneup.zoo.data.transforms import JPEG_SUFFIXES
+from tuneup.zoo.data.decoders import JPEG_SUFFIXES
 
 
 def _setting_problems(data) -> list[str]:

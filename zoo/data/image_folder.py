@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from tuneup.errors import TuneupError
 from tuneup.trainer.validation import Integer, Number, OneOf, problems
+from tuneup.zoo.data.decoders import DECODERS
 from tuneup.zoo.data.image_checks import _jpeg_only, _setting_problems
 from tuneup.zoo.data.image_files import (
     IMAGE_EXTENSIONS,
@@ -32,7 +33,6 @@ from tuneup.zoo.data.image_files import (
 )
 from tuneup.zoo.data.images import ImageData
 from tuneup.zoo.data.transforms import (
-    DECODERS,
     CenterCrop,
     Encoded,
     OnWorker,

@@ -34,6 +34,7 @@ from torch.utils.data import Dataset
 from tuneup.errors import TuneupError
 from tuneup.trainer.datamodule import DataModule
 from tuneup.trainer.validation import Integer, problems
+from tuneup.zoo.data.decoders import JPEG_SUFFIXES, InMemory
 from tuneup.zoo.data.image_checks import _setting_problems
 from tuneup.zoo.data.image_files import _subset
 from tuneup.zoo.data.image_folder import ImageFolder
@@ -45,7 +46,6 @@ from tuneup.zoo.data.shard_reader import (
     read_descriptor,
     shard_problems,
 )
-from tuneup.zoo.data.transforms import JPEG_SUFFIXES, InMemory
 
 LABEL = ".cls"
 TOKENS = ".npy"
