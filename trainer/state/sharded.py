@@ -18,8 +18,9 @@ the previous checkpoints and, at most, a temporary directory that the next run r
 With ``checkpoint.async=true`` the same steps run in the background: the shards copied to
 host memory and written by DCP's ``async_save``, then the checksums, manifest and rename.
 
-Verified on load (:func:`verify`): no manifest means the save did not finish; a file whose
-bytes do not hash to the manifest's value is damaged. Either is
+Verified on load (:func:`verify`, with the manifest's writing in
+:mod:`tuneup.trainer.state.sharded_manifest`): no manifest means the save did not finish; a
+file whose bytes do not hash to the manifest's value is damaged. Either is
 :class:`~tuneup.trainer.state.checkpoint_file.UnreadableCheckpoint`, so ``resume=auto``
 falls back to the previous checkpoint and says so, as for a single file.
 
@@ -36,8 +37,6 @@ out as its (DTensor) shards, is written by every rank into the DCP files under
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import time
@@ -46,8 +45,9 @@ from pathlib import Path
 import torch
 
 from tuneup.trainer.state.checkpoint_file import UnreadableCheckpoint, load_file
+from tuneup.trainer.state.sharded_manifest import MANIFEST as MANIFEST
+from tuneup.trainer.state.sharded_manifest import sha256, verify, write_manifest
 
-MANIFEST = "tuneup-sha256.json"
 META = "meta.pt"  # lightning_fabric.utilities.load._METADATA_FILENAME
 TEMP_MARK = ".tmp-"
 OLD_MARK = ".old-"
@@ -59,14 +59,6 @@ PLUGIN_PREFIX = "tuneup."  # DCP key of a plugin's model-shaped state: tuneup.<p
 
 def is_sharded(path: str | Path) -> bool:
     return Path(path).is_dir()
-
-
-def sha256(path: Path, chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # --------------------------------------------------------------------------------------
@@ -151,13 +143,6 @@ def plugin_shards(checkpoint: dict, marked: bool = False) -> dict[str, dict]:
     }
 
 
-def write_manifest(directory: Path, hashes: dict[str, str]) -> None:
-    with open(directory / MANIFEST, "w") as f:
-        json.dump({"sha256": hashes}, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def replace(temp: Path, path: Path) -> None:
     """Rename ``temp`` onto ``path``; an existing ``path`` is moved aside, then deleted."""
     old = None
@@ -189,31 +174,6 @@ def leftovers(directory: Path) -> list[Path]:
 # --------------------------------------------------------------------------------------
 # reading
 # --------------------------------------------------------------------------------------
-
-
-def verify(path: Path) -> None:
-    """Raise ``UnreadableCheckpoint`` unless every file of the manifest is there, intact."""
-    manifest = path / MANIFEST
-    if not manifest.is_file():
-        raise UnreadableCheckpoint(
-            f"{path} is not a complete sharded checkpoint: it has no {MANIFEST} (written last, "
-            "so its save did not finish)"
-        )
-    try:
-        hashes = json.loads(manifest.read_text())["sha256"]
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UnreadableCheckpoint(f"{manifest} is corrupt: {exc}") from None
-    for name, expected in sorted(hashes.items()):
-        file = path / name
-        if not file.is_file():
-            raise UnreadableCheckpoint(f"{path} is incomplete: {name} is missing")
-        actual = sha256(file)
-        if actual != expected:
-            raise UnreadableCheckpoint(
-                f"{file} is corrupt: its bytes do not match the SHA-256 it was written with "
-                f"(recorded {expected[:12]}..., found {actual[:12]}...); damaged on disk or in a "
-                "copy"
-            )
 
 
 def load_meta(path: Path, verify_checksum: bool = True) -> dict:
