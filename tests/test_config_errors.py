@@ -43,7 +43,8 @@ def test_endless_training_with_a_constant_schedule_runs(train):
 
 def _switching_on(group):
     """The built-in options of ``group`` that switch its plugin on, and each one's settings."""
-    from tuneup.trainer.config import _option_node, builtin_dir
+    from tuneup.trainer.config import builtin_dir
+    from tuneup.trainer.off_options import _option_node
 
     found = {}
     for path in sorted((builtin_dir() / group).glob("*.yaml")):
@@ -74,8 +75,8 @@ def test_every_group_with_an_off_option_is_in_the_table():
 def test_the_off_option_takes_the_settings_of_the_options_that_switch_it_on(group):
     """Each off option carries every setting of its group's other options, so that Hydra takes
     ``-m ema=off,on ema.decay=0.9``; with the same values, so that a run that gives none of them
-    is not told it did (tuneup.trainer.config.inert_settings)."""
-    from tuneup.trainer.config import off_defaults, options_switching_on
+    is not told it did (tuneup.trainer.off_options.inert_settings)."""
+    from tuneup.trainer.off_options import off_defaults, options_switching_on
 
     on = _switching_on(group)
     assert on and sorted(on) == options_switching_on(group)
@@ -93,7 +94,7 @@ def test_an_option_file_is_parsed_once_while_unchanged_and_read_again_when_edite
     and an edited file is read as it is now."""
     from omegaconf import ReadonlyConfigError
 
-    from tuneup.trainer.config import _option_node
+    from tuneup.trainer.off_options import _option_node
 
     off = tmp_path / "off.yaml"
     off.write_text("name: off\ndecay: 0.9\n")
@@ -134,7 +135,7 @@ def test_a_setting_of_each_off_plugin_is_named_on_the_command_line_and_kept_from
     plugins off is (one composition for all the groups: each costs about a second): accepted,
     and a single run's check names each setting (a value nothing reads); the same settings
     from a config file are kept for when the plugin is on."""
-    from tuneup.trainer.config import off_defaults
+    from tuneup.trainer.off_options import off_defaults
 
     given, expected = [], {}
     for group in OFF_GROUPS:

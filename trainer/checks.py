@@ -131,7 +131,7 @@ def inert_problems(cfg, given: list[str] | None = None) -> list[str]:
     each job is one point of the sweep's grid, which gives the setting to all of them.
     ``given``: the command line's overrides (default: this command's, from Hydra; none for a
     config composed in-process or a sweep's job)."""
-    from tuneup.trainer.config import inert_settings, options_switching_on
+    from tuneup.trainer.off_options import inert_settings, options_switching_on
 
     given = _single_run_overrides() if given is None else given
     named = {o.split("=", 1)[0].lstrip("+~") for o in given}

@@ -26,7 +26,8 @@ imported, i.e. whenever Hydra reads these configs):
   ``model=custom``'s, and the flag lets the checks refuse a plain ``nn.Module`` there.
 
 The folders a given command line reads (and a user's file a built-in one hides): see
-config_folders.py. Below, the files read for the checks: the keys they give, the ``off`` options.
+config_folders.py. Below, the files read for the checks: the keys they give (what an ``off``
+option carries: off_options.py).
 
 Nothing here imports torch: ``tuneup --help`` and config errors stay fast.
 """
@@ -234,70 +235,3 @@ def _is_global(path: Path) -> bool:
         if line.lstrip("# ").startswith("@package"):
             return line.split("@package", 1)[1].strip().startswith("_global_")
     return False
-
-
-# -- settings of a plugin that is off: inert (a sweep's ema=off,on ema.decay=0.9) ----------------
-
-
-#: The option that leaves a group's plugin out. It carries every setting of the group's other
-#: options, with their defaults, so that a setting composes with it: ``-m ema=off,on
-#: ema.decay=0.9`` sweeps, the setting read where the plugin is on (tests/test_config_errors.py).
-OFF = "off"
-
-
-def plugin_is_off(cfg, group: str) -> bool:
-    """Whether ``group`` is a built-in group with an ``off`` option, chosen in ``cfg``."""
-    node = cfg.get(group)
-    return (
-        (builtin_dir() / group / f"{OFF}.yaml").is_file()
-        and OmegaConf.is_dict(node)
-        and "plugin" not in node
-        and node.get("name") == OFF
-    )
-
-
-def options_switching_on(group: str) -> list[str]:
-    """The built-in options of ``group`` that switch its plugin on (``ema``: ``on``)."""
-    found = []
-    for path in sorted((builtin_dir() / group).glob("*.yaml")):
-        node = _option_node(path, group)
-        if OmegaConf.is_dict(node) and "plugin" in node:
-            found.append(path.stem)
-    return found
-
-
-def off_defaults(group: str) -> dict:
-    """The settings the ``off`` option of a built-in group carries, with their values."""
-    node = _option_node(builtin_dir() / group / f"{OFF}.yaml", group)
-    return OmegaConf.to_container(node) if OmegaConf.is_dict(node) else {}
-
-
-def _option_node(path: Path, group: str):
-    """What an option file gives its group's node (a ``_global_`` file: its ``group`` key).
-    Read-only: the parsed file is shared by every call while the file is unchanged."""
-    stat = path.stat()
-    loaded, is_global = _read_option(str(path), stat.st_mtime_ns, stat.st_size)
-    return loaded.get(group) if is_global else loaded
-
-
-@functools.lru_cache(maxsize=256)
-def _read_option(path: str, _mtime_ns: int, _size: int) -> tuple:
-    """An option file parsed once while it is unchanged (its path, time and size): the checks
-    of every run, and of every job a sweep composes, read each ``off`` option
-    (:func:`inert_settings`), and OmegaConf parses YAML slowly."""
-    loaded = OmegaConf.load(path)
-    OmegaConf.set_readonly(loaded, True)
-    return loaded, _is_global(Path(path))
-
-
-def inert_settings(cfg) -> list[tuple[str, str, object]]:
-    """(group, key, value) of each setting given to a built-in plugin that is off
-    (``ema=off ema.decay=0.9``): a value other than the off option's own, which nothing reads."""
-    found = []
-    for path in sorted(builtin_dir().glob(f"*/{OFF}.yaml")):
-        group = path.parent.name
-        if not plugin_is_off(cfg, group):
-            continue
-        own, given = off_defaults(group), OmegaConf.to_container(cfg[group])
-        found += [(group, k, v) for k, v in given.items() if k in own and v != own[k]]
-    return found

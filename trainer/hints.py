@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from tuneup.trainer import config, config_folders
+from tuneup.trainer import config, config_folders, off_options
 from tuneup.trainer.typos import did_you_mean, has, options_with, suggest_key, suggest_root
 
 
@@ -178,10 +178,10 @@ def _plus_hint(cfg, key: str, value: str) -> str:
     plugin is off, that nothing would read it (trainer/checks.py refuses it there)."""
     text = f"{key} is a setting already: give it without the +, {key}={value}"
     group = key.split(".")[0]
-    if config.plugin_is_off(cfg, group):
+    if off_options.plugin_is_off(cfg, group):
         text += (
             f"; but with {group}=off nothing reads it: switch the plugin on with "
-            f"{' or '.join(f'{group}={o}' for o in config.options_switching_on(group))}"
+            f"{' or '.join(f'{group}={o}' for o in off_options.options_switching_on(group))}"
         )
     return text
 
