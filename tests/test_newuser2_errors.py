@@ -74,7 +74,7 @@ def test_more_processes_than_cores_is_said_once(monkeypatch, caplog, local_rank,
     from tuneup.trainer.environment import Environment
 
     monkeypatch.setenv("LOCAL_RANK", local_rank)
-    monkeypatch.setattr("tuneup.plugins.strategy.usable_cpus", lambda: 2)
+    monkeypatch.setattr("tuneup.plugins.strategy.checks.usable_cpus", lambda: 2)
     cfg = compose_config(["strategy=ddp", "trainer.accelerator=cpu", "trainer.devices=4"])
     with caplog.at_level("WARNING", logger="tuneup.plugins.strategy"):
         assert Plugin(cfg).check(cfg=cfg, env=Environment.from_config(cfg), plan=None) == []

@@ -7,7 +7,7 @@ their device mesh exist (Lightning's ``ModelParallelStrategy`` makes the mesh,
 1. **Tensor parallelism** (``strategy.tensor_parallel_size`` > 1): the plan applied over the
    tensor-parallel group (:mod:`plugins.strategy.tensor_parallel`: the plan, its checks, the
    styles).
-2. Activation checkpointing was applied before (plugins/activation_checkpointing.py wraps
+2. Activation checkpointing was applied before (plugins/activation_checkpointing/blocks.py wraps
    the blocks' ``forward`` in place, adding no module, so names stay what the plan says).
 3. ``compile=on``: each block is compiled on its own (``Module.compile``), not the whole
    model, so FSDP's hooks stay outside the compiled regions.
@@ -55,7 +55,7 @@ def shard_block_names(model: nn.Module, block_types=None) -> list[str]:
     classes of :data:`DEFAULT_BLOCKS`, else the members of the model's outermost
     ``nn.ModuleList``s (torchtitan's ``model.layers``), else none (the root alone).
     """
-    from tuneup.plugins.activation_checkpointing import select_blocks
+    from tuneup.plugins.activation_checkpointing.blocks import select_blocks
 
     if block_types:
         return select_blocks(model, block_types)

@@ -12,7 +12,7 @@ could claim it, and two are switched off:
 - Lightning's ``SLURMEnvironment(auto_requeue=True)`` saves an ``hpc_ckpt_*.ckpt``
   from inside its SIGUSR1 handler, mid-step, and requeues. Built here with
   ``auto_requeue=False``: tuneup's checkpoints live in ``<run dir>/checkpoints``
-  and are written at optimizer-step boundaries (plugins/checkpoint.py).
+  and are written at optimizer-step boundaries (plugins/checkpoint/saver.py).
 - submitit requeues on its own signal (``SUBMITIT_PREEMPT_SIGNAL``, USR2 by
   default) and exits at once, without a training checkpoint. conf/hydra/launcher/
   slurm.yaml asks Slurm for USR1 instead, so submitit's handler never fires.

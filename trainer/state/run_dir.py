@@ -127,7 +127,7 @@ class RunDirLock:
 
 
 #: Free space a run directory must have when a run starts: its log, metrics and summary, and
-#: the first checkpoint's temporary file, begin there (checkpoint sizes: plugins/checkpoint.py
+#: the first checkpoint's temporary file, begin there (checkpoint sizes: plugins/checkpoint/saver.py
 #: warns when the next one will not fit).
 MIN_FREE_BYTES = 4 * 2**20
 
