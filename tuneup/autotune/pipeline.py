@@ -33,7 +33,8 @@ from tuneup.autotune.race import NO_TARGET
 from tuneup.autotune.report.record import interval_dict, outcome_dict, trial_dict
 from tuneup.autotune.settings import BATCH, SPEED, STUDY, Settings
 from tuneup.autotune.space import Checks
-from tuneup.autotune.speed.search import Budget, Search
+from tuneup.autotune.speed.budget import Budget
+from tuneup.autotune.speed.search import Search
 from tuneup.autotune.study import budget as study_budget
 from tuneup.autotune.study.trials import step_seconds
 from tuneup.autotune.trials import Lab, trial_settings

@@ -32,7 +32,8 @@ from tuneup.autotune.report.record import build_record, write_record
 from tuneup.autotune.settings import SPEED, STUDY, Settings
 from tuneup.autotune.space import Checks
 from tuneup.autotune.speed import projection as projections
-from tuneup.autotune.speed.search import Budget, Search
+from tuneup.autotune.speed.budget import Budget
+from tuneup.autotune.speed.search import Search
 from tuneup.autotune.trials import Lab, trial_settings
 from tuneup.errors import user_errors
 

@@ -5,6 +5,7 @@
 - liveness.py: whether a sweeper is alive, on this host or another (its heartbeat in the study);
 - resume.py: a continued study's sampler seed, and the killed trial's run directory;
 - objectives.py: the objectives, checked before any trial and read from each summary.json;
+- settings.py: the sweeper's node (objectives, directions, n_trials...), checked;
 - sweeper.py: ask, launch through the user's launcher, tell from each run's summary.json;
 - report.py: optuna_report.md, pareto.png and optimization_results.yaml in the sweep directory.
 

@@ -11,6 +11,7 @@ batch waits for its slowest trial (tuneup/optuna/workers.py).
   (plugins/optuna_trial.py), writing ``status: pruned``; the sweeper tells Optuna PRUNED.
 - Continuing: the study lives in a storage (tuneup/optuna/study.py); the same command with the
   same storage picks up where a killed sweep stopped.
+- Settings: the sweeper's node, checked before anything is written (tuneup/optuna/settings.py).
 - The report: optuna_report.md (and pareto.png for several objectives) in the sweep
   directory (tuneup/optuna/report.py), besides tuneup's sweep report (report.md).
 
@@ -25,7 +26,6 @@ import json
 import logging
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
@@ -38,67 +38,12 @@ from tuneup.optuna import study as studies
 from tuneup.optuna.liveness import Heartbeat
 from tuneup.optuna.objectives import objective, objective_problems
 from tuneup.optuna.resume import continued_sampler, mark_interrupted_runs
+from tuneup.optuna.settings import Settings
 from tuneup.optuna.space import Space, override_value, parse_space
 from tuneup.optuna.unread import fit_space, given_lines
 from tuneup.optuna.workers import run_trials, worker_count
 
 log = logging.getLogger(__name__)
-
-DIRECTIONS = ("maximize", "minimize")
-
-
-@dataclass
-class Settings:
-    """The sweeper's node (conf/hydra/sweeper/optuna.yaml), checked."""
-
-    objectives: list[str]
-    directions: list[str]
-    n_trials: int
-    n_jobs: int
-    max_failure_rate: float
-    study_name: str | None
-    storage: str | None
-
-    @classmethod
-    def from_node(cls, node) -> Settings:
-        objectives = _as_list(node.get("objectives") or ["val.acc"])
-        directions = [str(d).lower() for d in _as_list(node.get("direction", "maximize"))]
-        for direction in directions:
-            if direction not in DIRECTIONS:
-                raise TuneupError(
-                    f"hydra.sweeper.direction: '{direction}' is not maximize or minimize"
-                )
-        if len(directions) != len(objectives):
-            raise TuneupError(
-                f"hydra.sweeper.direction: {len(directions)} direction(s) for "
-                f"{len(objectives)} objective(s) {objectives}; give one per objective "
-                "(hydra.sweeper.objectives)"
-            )
-        for key in ("n_trials", "n_jobs"):
-            value = node.get(key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise TuneupError(f"hydra.sweeper.{key}: {value!r} is not an integer >= 1")
-        rate = node.get("max_failure_rate", 1.0)
-        if not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
-            raise TuneupError(f"hydra.sweeper.max_failure_rate: {rate!r} is not in [0, 1]")
-        storage = node.get("storage")
-        return cls(
-            objectives,
-            directions,
-            node.n_trials,
-            node.n_jobs,
-            float(rate),
-            node.get("study_name"),
-            None if storage is None else str(storage),
-        )
-
-
-def _as_list(value) -> list:
-    return (
-        [str(v) for v in value]
-        if OmegaConf.is_list(value) or isinstance(value, list)
-        else [str(value)]
-    )
 
 
 class OptunaSearch:

@@ -5,9 +5,10 @@ against the command.
 Its interface: :func:`confirm` then :func:`decide`, given a search that provides
 :class:`ConfirmInputs` (the study's trials, the budget, and where the decisions go:
 ``confirmed``, ``verdict``, ``recipe``). The modules: seeds (the paired seeds and the
-decision), distinct (one candidate per distinct configuration), speed (the pick's seconds per step against the command's), step_cost (seconds per
-step timed apart where the workers shared the cores), advice (the verdict when nothing was
-confirmed)."""
+decision), candidates (the study's best configurations, which the seeds confirm), distinct
+(one candidate per distinct configuration), speed (the pick's seconds per step against the
+command's), step_cost (seconds per step timed apart where the workers shared the cores),
+advice (the verdict when nothing was confirmed)."""
 
 from tuneup.autotune.confirm.inputs import ConfirmInputs
 from tuneup.autotune.confirm.seeds import confirm, decide

@@ -1,4 +1,4 @@
-"""Which study trials are one configuration, for the confirmation (seeds.py).
+"""Which study trials are one configuration, for the confirmation (candidates.py).
 
 TPE samples densely around what works: its best trials are often one recipe at nearly the
 same values (Muon at learning rates 0.45, 0.50 and 0.53). Confirmed as three candidates, they

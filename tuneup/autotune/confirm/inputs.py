@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
 
 class ConfirmInputs(StudyBudget, StudyRuns, Protocol):
-    """What seeds.py (the paired seeds, the decision), speed.py and step_cost.py (the timing)
-    and advice.py (the verdict when nothing was confirmed) read, and what they decide."""
+    """What seeds.py (the paired seeds, the decision), candidates.py (what they confirm),
+    speed.py and step_cost.py (the timing) and advice.py (the verdict when nothing was
+    confirmed) read, and what they decide."""
 
     settings: Settings
     study: optuna.Study  # its finished trials are the candidates

@@ -1,7 +1,7 @@
 """The time-to-target study's confirm stage and its decision (time_to_target.py's stages 3, 4).
 
-The best ``autotune.confirm`` distinct configurations of the study (distinct.py: one
-candidate per recipe, not one per nearby value) and the user's command run on the
+The best ``autotune.confirm`` distinct configurations of the study (candidates.py, distinct.py:
+one candidate per recipe, not one per nearby value) and the user's command run on the
 same ``autotune.seeds`` seeds the study never saw, then on one more seed at a time, up to
 ``autotune.max_seeds``, for the candidates still undecided (sequential.py); a candidate is
 accepted only when its per-seed differences from the command's, their spread floored at the
@@ -17,13 +17,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from tuneup.autotune.confirm import distinct, step_cost
 from tuneup.autotune.confirm.advice import command_misses, search_no_answer
+from tuneup.autotune.confirm.candidates import _best
+from tuneup.autotune.confirm.candidates import _distinct as _distinct  # the tests import it here
 from tuneup.autotune.confirm.step_cost import time_to_target
 from tuneup.autotune.race import reached
 from tuneup.autotune.study.trials import (
-    BASELINE_ATTR,
-    OVERRIDES_ATTR,
     SAMPLES,
     TIME,
     UNITS,
@@ -136,60 +135,6 @@ def run_figure(search: ConfirmInputs, trial, overrides) -> tuple[float, bool, fl
     if step_s is None:
         return (*seed_figure(trial, search.settings.cost), quantum(trial, search.settings.cost))
     return time_to_target(trial, step_s), reached(trial), lattice_gap(trial, "step") * step_s
-
-
-def _best(search) -> list[tuple[str, tuple[str, ...], int]]:
-    """The study's best ``autotune.confirm`` distinct configurations that reached the
-    target: (label, overrides, trial number). Where the workers shared the cores and time
-    ranks, the contenders' and your command's seconds per step are timed apart first
-    (confirm/step_cost.py) and the ranking uses them."""
-    from optuna.trial import TrialState
-
-    hits = [
-        t
-        for t in search.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        if t.user_attrs.get("reached") and not t.user_attrs.get(BASELINE_ATTR)
-    ]
-    most = min(search.settings.confirm, search.confirm_count)  # what the budget's room holds
-    if step_cost.applies(search) and hits:
-        ranked = hits  # by their own times, if none can be timed apart
-        contenders = _distinct(sorted(hits, key=lambda t: t.value), most * step_cost.CONTENDERS)
-        measured = step_cost.measure(search, [(), *(o for _, o, _ in contenders)])
-        hits = [t for t in hits if tuple(t.user_attrs.get(OVERRIDES_ATTR) or ()) in measured]
-        if () in measured and hits:  # your command's and a contender's: the costs compare
-            search.step_cost = measured
-            search.notes.append(step_cost.rule(search))
-            return _distinct(
-                sorted(hits, key=lambda t: _timed_value(search, t)), most, search.notes
-            )
-        search.notes.append(
-            "the workers shared the cores, but no seconds per step could be timed apart: "
-            "each run's own were used"
-        )
-        return _distinct(sorted(ranked, key=lambda t: t.value), most, search.notes)
-    if step_cost.rule(search):
-        search.notes.append(step_cost.rule(search))
-    return _distinct(sorted(hits, key=lambda t: t.value), most, search.notes)
-
-
-def _distinct(
-    trials, most: int, notes: list | None = None
-) -> list[tuple[str, tuple[str, ...], int]]:
-    """The best of each distinct configuration (distinct.py); ``notes`` hears which
-    trials were merged into the candidates."""
-    best, merged = distinct.distinct(trials, most)
-    note = distinct.merged_note(best, merged)
-    if notes is not None and note:
-        notes.append(note)
-    return best
-
-
-def _timed_value(search, trial) -> float:
-    """A study trial's time to target at its configuration's seconds per step timed apart."""
-    step_s = search.step_cost[tuple(trial.user_attrs.get(OVERRIDES_ATTR) or ())]
-    return (trial.user_attrs.get("steps") or 0) * step_s + (
-        trial.user_attrs.get("validation_s") or 0.0
-    )
 
 
 def paired_seeds(search) -> list[int]:

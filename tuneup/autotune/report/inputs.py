@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import optuna
 
     from tuneup.autotune.settings import Settings
-    from tuneup.autotune.speed.search import Budget
+    from tuneup.autotune.speed.budget import Budget
     from tuneup.autotune.trials import Lab, Trial
 
 
