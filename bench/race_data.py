@@ -59,9 +59,12 @@ def reference_text() -> bytes:
 
 
 def write_reference_text(folder: Path) -> Path:
-    path = Path(folder) / "python_reference.txt"
+    return _write(Path(folder) / "python_reference.txt", reference_text())
+
+
+def _write(path: Path, data: bytes) -> Path:
+    """``data`` at ``path``, written only where the file differs (a race's runs share it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = reference_text()
     if not path.is_file() or path.read_bytes() != data:
         path.write_bytes(data)
     return path
@@ -88,9 +91,4 @@ def unicode_names(limit: int = 400_000, seed: int = 1234) -> bytes:
 
 
 def write_unicode_names(folder: Path) -> Path:
-    path = Path(folder) / "unicode_names.txt"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = unicode_names()
-    if not path.is_file() or path.read_bytes() != data:
-        path.write_bytes(data)
-    return path
+    return _write(Path(folder) / "unicode_names.txt", unicode_names())
