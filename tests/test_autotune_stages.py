@@ -213,8 +213,9 @@ def test_a_continued_study_keeps_its_stored_baseline_after_the_speed_stage(tmp_p
 
 
 def test_a_budget_too_small_for_the_study_is_refused_before_any_speed_trial(tmp_path):
-    """The command line: your command's run to the target (job 0), then one error line with
-    the least budget; no throughput trial of the speed stage was launched."""
+    """The command line: your command's run to the target (job 0, one epoch of the task: the
+    refusal follows whatever job 0 took), then one error line with the least budget; no
+    throughput trial of the speed stage was launched."""
     sweep_dir = tmp_path / "sweep"
     done = run_cli(
         "-m",
@@ -223,6 +224,7 @@ def test_a_budget_too_small_for_the_study_is_refused_before_any_speed_trial(tmp_
         "autotune.budget_minutes=0.1",
         f"hydra.sweep.dir={sweep_dir}",
         *TASK,
+        "trainer.max_epochs=1",  # the refusal follows job 0's run, whatever its length
         cwd=tmp_path,
         tiny=False,
     )
