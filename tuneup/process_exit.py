@@ -78,9 +78,11 @@ def end_worker_as_command() -> None:
     if getattr(worker, "_tuneup_ends_as_command", False):
         return
     worker._tuneup_ends_as_command = True
-    util.Finalize(None, _end_worker, exitpriority=_LAST)
+    util.Finalize(None, _end_worker, args=(os.getpid(),), exitpriority=_LAST)
 
 
-def _end_worker() -> None:
-    if sys.exc_info()[0] is None:  # the loop returned: multiprocessing's exit status 0
+def _end_worker(pid: int) -> None:
+    """The worker's end; not in a process a job forked off it (os.fork keeps the finalizers),
+    whose own exit status stays its own."""
+    if os.getpid() == pid and sys.exc_info()[0] is None:  # the loop returned: status 0
         end_process(0)
