@@ -25,6 +25,7 @@ import sys
 from tuneup import PROJECT, TuneupError
 from tuneup.crash import crash_line, rank_prefix, show_traceback_if_asked
 from tuneup.mode_probe import without_needless_probe
+from tuneup.process_exit import end_worker_as_command
 from tuneup.usage import help_text
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,7 @@ def task(cfg):
     global _started, _ran
     _started = True
     _sweep_seen()  # for Ctrl-C between this sweep's jobs, when Hydra holds no config
+    end_worker_as_command()  # a joblib worker: its end does not hold the command up
     if isinstance(sys.stderr, _HeldStderr):  # a run has started: its output flows as it comes
         sys.stderr.release()
     import torch  # noqa: F401  (first, so its logger is routed before the libraries below speak)

@@ -48,3 +48,41 @@ def end_process(code: object) -> NoReturn:
     status = exit_code(code)
     run_exit_handlers()
     os._exit(status)
+
+
+#: multiprocessing runs its exit finalizers from the highest priority to the lowest: this one
+#: after all of them (its queues' feeder threads, joined at -5, the last of its own).
+_LAST = -(2**62)
+
+
+def end_worker_as_command() -> None:
+    """In a joblib (loky) worker process: once its loop of jobs has ended (the command shut
+    its workers down at exit, or one sat idle past loky's timeout), the process ends as
+    :func:`end_process` ends the command. The command joins its workers at exit; were each to
+    go through the interpreter's teardown (the garbage collection of torch's and Lightning's
+    modules), the command would wait on it after its sweep had ended.
+
+    Hooked as multiprocessing's last exit finalizer, which the worker runs once its loop has
+    returned, after multiprocessing's own (its queues flushed, its children joined). A loop
+    that returned is exit status 0, as multiprocessing gives it; one that raised ends the
+    usual way. What a process runs at exit still runs: its non-daemon threads are joined, its
+    ``atexit`` handlers run (torch's compile workers are shut down by one), its stdout and
+    stderr are flushed; what is left out is what the command leaves out, the teardown.
+    Anywhere else (the command's own process, a run's other processes): nothing."""
+    from multiprocessing import current_process, util
+
+    loky = sys.modules.get("joblib.externals.loky.backend.process")
+    worker = current_process()
+    if loky is None or not isinstance(worker, loky.LokyProcess):
+        return
+    if getattr(worker, "_tuneup_ends_as_command", False):
+        return
+    worker._tuneup_ends_as_command = True
+    util.Finalize(None, _end_worker, args=(os.getpid(),), exitpriority=_LAST)
+
+
+def _end_worker(pid: int) -> None:
+    """The worker's end; not in a process a job forked off it (os.fork keeps the finalizers),
+    whose own exit status stays its own."""
+    if os.getpid() == pid and sys.exc_info()[0] is None:  # the loop returned: status 0
+        end_process(0)

@@ -49,6 +49,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tuneup.process_exit import end_worker_as_command
+
 log = logging.getLogger(__name__)
 
 #: What a trial's job imports before it trains, by name (imported in the worker processes
@@ -143,6 +145,7 @@ def warm_process(modules, config, barrier: str, processes: int, deadline: float)
     ``deadline`` (time.time()) passes; ``(pid, torch imported, the error or "")``. A process
     that has warmed already returns at once. An import that fails is said, not raised: joblib
     would stop every worker process for it, the warmed ones too."""
+    end_worker_as_command()  # its end does not hold the command up (tuneup/process_exit.py)
     pid = os.getpid()
     mark = Path(barrier) / str(pid)
     if mark.exists():
