@@ -51,6 +51,8 @@ from race_tasks import SEARCHES, SMOKE_TASKS, TASKS  # noqa: E402
 
 RUNS = ("default", "hand", "algoperf", "random", "autotune", "autotune_steps")
 DEFAULT_RUNS = RUNS[:5]
+#: A combined task's note on the contenders whose seconds per step another run's window timed.
+OTHER_WINDOW = "its seconds per step timed in that run's window"
 SMOKE = {"budget_minutes": 0.25, "budget_trials": 2, "seeds": 2, "confirm": 1}
 
 
@@ -212,6 +214,8 @@ def remeasure(args, out: Path) -> None:
             name = result["task"]
             command = race_tasks.command(name, out / name)
             result["speed"] = timed(command, result["rows"], args, out / name / "speed")
+            result["notes"] = [n for n in result["notes"] if OTHER_WINDOW not in n]
+            result["notes"].append(f"every recipe timed again in one window (--remeasure {folder})")
             results.append(result)
     write(out, report(results, args, frozen, 0.0), results, frozen, args.seeds)
 
@@ -281,8 +285,7 @@ def merge_task(results: list[dict], result: dict, folder: Path) -> None:
     if added:
         names = ", ".join(sorted({row["contender"] for row in added}))
         same["notes"].append(
-            f"{names}: from {folder}, its seconds per step timed in that run's window (its "
-            "steps compare as they are)"
+            f"{names}: from {folder}, {OTHER_WINDOW} (its steps compare as they are)"
         )
 
 

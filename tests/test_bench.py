@@ -423,6 +423,50 @@ def test_race_combine_writes_one_report_over_earlier_runs(tmp_path):
     assert merged[0]["notes"][-1].startswith("autotune_steps: from ")
 
 
+def test_race_remeasure_of_a_combined_task_times_every_recipe_in_one_window(tmp_path, monkeypatch):
+    """--remeasure of a --combine folder: each recipe's seconds per step from the new window,
+    and the note that a contender came timed in another window is replaced by one saying
+    all were timed again."""
+    race = bench_module("race")
+    rows = [
+        {
+            "contender": c,
+            "label": c,
+            "overrides": o,
+            "interval": None,
+            "summaries": [{"steps_to_target": 40, "samples_to_target": 1280}],
+        }
+        for c, o in (("default", []), ("random", ["optimizer.lr=0.1"]))
+    ]
+    combined = {
+        "task": "digits",
+        "command": "-",
+        "rows": rows,
+        "notes": [f"random: from elsewhere, {race.OTHER_WINDOW} (its steps compare as they are)"],
+        "speed": {"default": {"seconds_per_step": 0.5}, "random": {"window": "elsewhere"}},
+    }
+    (tmp_path / "comb").mkdir()
+    (tmp_path / "comb" / "race.json").write_text(
+        json.dumps({"frozen": None, "seeds": [10], "results": [combined]})
+    )
+    timed_together = []
+
+    def measure(command, recipes, *args, **kwargs):
+        timed_together.append(recipes)
+        return {label: {"seconds_per_step": 0.1 * (i + 1)} for i, label in enumerate(recipes)}
+
+    monkeypatch.setattr(race.race_speed, "measure", measure)
+    race.main(["--out", str(tmp_path / "again"), "--remeasure", str(tmp_path / "comb")])
+    result = json.loads((tmp_path / "again" / "race.json").read_text())["results"][0]
+    assert timed_together == [{"default": [], "random": ["optimizer.lr=0.1"]}]  # one window
+    assert result["speed"] == {
+        "default": {"seconds_per_step": 0.1},
+        "random": {"seconds_per_step": 0.2},
+    }
+    assert not any(race.OTHER_WINDOW in note for note in result["notes"])
+    assert result["notes"][-1].startswith("every recipe timed again in one window")
+
+
 # -- bench/autotune_workers.py and bench/autotune_budget.py (issues 48 and 50) ---------------
 
 
