@@ -245,6 +245,7 @@ def report(results: list[dict], args, frozen: dict | None, seconds: float) -> st
     for result in results:
         lines += race_report.task_table(result)
     lines += race_report.overall_table(results) + race_goals.against_table(results)
+    lines += race_goals.searches_table(results)
     lines += race_goals.goals(results)
     lines += race_report.misses(results, args.seeds)
     lines += ["Command:", "", "```", f"python bench/race.py {shlex.join(args.argv)}", "```", ""]

@@ -7,11 +7,13 @@ Two picks' times are compared as the ratio of their steps times the ratio of the
 per step over the window's rounds (Student's t over the rounds' paired log ratios, as the
 throughput decisions take it), so a difference smaller than the window resolves reads "level
 within the timing's noise", not a win or a loss. The interval covers the timing only: the
-median steps of three seeds are taken as they are.
+median steps of three seeds are taken as they are. The searches' own spread (each contender
+searches three times) is :func:`searches_apart`'s: a permutation test over the searches.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 
@@ -116,6 +118,63 @@ def against_table(results: list[dict], mine: str = "autotune") -> list[str]:
             steps = "; ".join(fmt(_steps(result, name)) for name in (mine, other))
             lines.append(f"| {result['task']} | {other} | {steps} | {cell} |")
             found = True
+    return [*lines, ""] if found else []
+
+
+def _pick_times(result: dict, contender: str) -> list[float]:
+    """The times to target of ``contender``'s picks, one per search (a miss: infinity)."""
+    times = [
+        row_figures(row, result["speed"])["time"]
+        for row in result["rows"]
+        if row["contender"] == contender
+    ]
+    return [math.inf if t is None else t for t in times]
+
+
+def searches_apart(result: dict, mine: str, other: str) -> dict | None:
+    """Whether ``mine``'s searches are slower than ``other``'s beyond the searches' own spread:
+    a permutation test over the searches (their picks dealt between the two contenders in
+    every way, the two taken as alike), the one-sided p-value of ``mine``'s median pick being
+    the slower by at least the race's difference. None unless both searched at least twice."""
+    a, b = _pick_times(result, mine), _pick_times(result, other)
+    if len(a) < 2 or len(b) < 2:
+        return None
+    finite = [t for t in a + b if not math.isinf(t)]
+    never = 10.0 * max(finite, default=1.0) + 1.0  # a miss: slower than every hit, finitely
+    pool = [never if math.isinf(t) else t for t in a + b]
+
+    def gap(chosen: tuple[int, ...]) -> float:
+        rest = [pool[i] for i in range(len(pool)) if i not in chosen]
+        return statistics.median(pool[i] for i in chosen) - statistics.median(rest)
+
+    observed = gap(tuple(range(len(a))))
+    splits = list(itertools.combinations(range(len(pool)), len(a)))
+    tolerance = 1e-9 * max(pool)
+    p = sum(gap(chosen) >= observed - tolerance for chosen in splits) / len(splits)
+    return {"mine": a, "other": b, "p": p, "splits": len(splits)}
+
+
+def searches_table(results: list[dict], mine: str = "autotune", other: str = "random") -> list[str]:
+    """Per task, ``mine``'s searches against ``other``'s with the searches' own spread."""
+    lines = [
+        f"### {mine}'s searches against {other}'s",
+        "",
+        "The time ratios above hold the timing's noise, not the searches': each pick's time to"
+        " target (s), and the one-sided p-value of a permutation test over the searches (the"
+        " picks dealt between the two contenders in every way, the two taken as alike) that"
+        f" {mine}'s median pick is the slower by at least the race's difference.",
+        "",
+        f"| task | {other}'s picks | {mine}'s picks | p ({mine} slower) |",
+        "|---|---|---|---:|",
+    ]
+    found = False
+    for result in results:
+        apart = searches_apart(result, mine, other)
+        if apart is None:
+            continue
+        picks = [", ".join(fmt(t, 3) for t in apart[name]) for name in ("other", "mine")]
+        lines.append(f"| {result['task']} | {picks[0]} | {picks[1]} | {apart['p']:.2f} |")
+        found = True
     return [*lines, ""] if found else []
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import subprocess
 import sys
@@ -364,6 +365,34 @@ def test_race_compares_two_picks_with_the_timing_noise_of_their_paired_window():
     assert "| t | random | 30; 20 | - | timed in other windows, not paired" in "\n".join(
         judge.against_table([result])
     )
+
+
+def test_race_tells_the_searches_own_spread_by_a_permutation_over_them():
+    judge = bench_module("race").race_goals
+
+    def result(random, autotune):
+        rows, speed = [], {}
+        for contender, steps in (("random", random), ("autotune", autotune)):
+            for i, n in enumerate(steps):
+                label = f"{contender} #{i}"
+                summaries = [{"steps_to_target": n, "samples_to_target": n}] * 3
+                rows.append({"contender": contender, "label": label, "summaries": summaries})
+                speed[label] = {"seconds_per_step": 0.5}
+        return {"task": "t", "rows": rows, "speed": speed}
+
+    # autotune's three picks the three slowest: of the 20 ways to deal six picks three and
+    # three, 2 put the medians as far apart (swapping autotune's fastest with random search's
+    # slowest moves neither median): 0.10, the smallest p-value of three searches against three
+    slowest = judge.searches_apart(result([4, 4, 5], [6, 7, 8]), "autotune", "random")
+    assert slowest["p"] == pytest.approx(2 / 20) and slowest["splits"] == 20
+    assert slowest["mine"] == [3.0, 3.5, 4.0] and slowest["other"] == [2.0, 2.0, 2.5]
+    assert judge.searches_apart(result([6, 7, 8], [4, 4, 5]), "autotune", "random")["p"] == 1.0
+    # a miss is slower than every hit: autotune's missed pick counts as its slowest
+    missed = judge.searches_apart(result([4, 5, 6], [7, 8, None]), "autotune", "random")
+    assert missed["p"] == pytest.approx(2 / 20) and math.isinf(missed["mine"][2])
+    assert judge.searches_apart(result([4], [6, 7]), "autotune", "random") is None
+    table = "\n".join(judge.searches_table([result([4, 4, 5], [6, 7, 8])]))
+    assert "| t | 2.000, 2.000, 2.500 | 3.000, 3.500, 4.000 | 0.10 |" in table
 
 
 def test_race_combine_writes_one_report_over_earlier_runs(tmp_path):
