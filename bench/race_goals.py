@@ -121,23 +121,24 @@ def against_table(results: list[dict], mine: str = "autotune") -> list[str]:
     return [*lines, ""] if found else []
 
 
-def _pick_times(result: dict, contender: str) -> list[float]:
-    """The times to target of ``contender``'s picks, one per search (a miss: infinity)."""
-    times = [
+def _pick_times(result: dict, contender: str) -> list[float | None]:
+    """The times to target of ``contender``'s picks, one per search (a miss: infinity; a pick
+    whose seconds per step were not timed: None)."""
+    return [
         row_figures(row, result["speed"])["time"]
         for row in result["rows"]
         if row["contender"] == contender
     ]
-    return [math.inf if t is None else t for t in times]
 
 
 def searches_apart(result: dict, mine: str, other: str) -> dict | None:
     """Whether ``mine``'s searches are slower than ``other``'s beyond the searches' own spread:
     a permutation test over the searches (their picks dealt between the two contenders in
     every way, the two taken as alike), the one-sided p-value of ``mine``'s median pick being
-    the slower by at least the race's difference. None unless both searched at least twice."""
+    the slower by at least the race's difference. None unless both searched at least twice
+    and every pick was timed."""
     a, b = _pick_times(result, mine), _pick_times(result, other)
-    if len(a) < 2 or len(b) < 2:
+    if len(a) < 2 or len(b) < 2 or None in a + b:
         return None
     finite = [t for t in a + b if not math.isinf(t)]
     never = 10.0 * max(finite, default=1.0) + 1.0  # a miss: slower than every hit, finitely

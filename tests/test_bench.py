@@ -391,6 +391,9 @@ def test_race_tells_the_searches_own_spread_by_a_permutation_over_them():
     missed = judge.searches_apart(result([4, 5, 6], [7, 8, None]), "autotune", "random")
     assert missed["p"] == pytest.approx(2 / 20) and math.isinf(missed["mine"][2])
     assert judge.searches_apart(result([4], [6, 7]), "autotune", "random") is None
+    untimed = result([4, 4, 5], [6, 7, 8])
+    del untimed["speed"]["random #1"]  # its seconds per step not timed: no test, not a miss
+    assert judge.searches_apart(untimed, "autotune", "random") is None
     table = "\n".join(judge.searches_table([result([4, 4, 5], [6, 7, 8])]))
     assert "| t | 2.000, 2.000, 2.500 | 3.000, 3.500, 4.000 | 0.10 |" in table
 
