@@ -33,8 +33,7 @@ def median_row(result: dict, contender: str) -> dict | None:
     """The row of ``contender`` whose time is its searches' median (the one the race scores);
     None when the median falls between two rows (an even number of searches) or none ran."""
     rows = [row for row in result["rows"] if row["contender"] == contender]
-    times = [row_figures(row, result["speed"])["time"] for row in rows]
-    times = [math.inf if t is None else t for t in times]
+    times = [math.inf if t is None else t for t in _pick_times(result, contender)]
     if not rows:
         return None
     middle = statistics.median(times)
@@ -149,10 +148,13 @@ def searches_apart(result: dict, mine: str, other: str) -> dict | None:
         return statistics.median(pool[i] for i in chosen) - statistics.median(rest)
 
     observed = gap(tuple(range(len(a))))
-    splits = list(itertools.combinations(range(len(pool)), len(a)))
+    splits = math.comb(len(pool), len(a))
     tolerance = 1e-9 * max(pool)
-    p = sum(gap(chosen) >= observed - tolerance for chosen in splits) / len(splits)
-    return {"mine": a, "other": b, "p": p, "splits": len(splits)}
+    beyond = sum(
+        gap(chosen) >= observed - tolerance
+        for chosen in itertools.combinations(range(len(pool)), len(a))
+    )
+    return {"mine": a, "other": b, "p": beyond / splits, "splits": splits}
 
 
 def searches_table(results: list[dict], mine: str = "autotune", other: str = "random") -> list[str]:
