@@ -63,7 +63,9 @@ def write_reference_text(folder: Path) -> Path:
 
 
 def _write(path: Path, data: bytes) -> Path:
-    """``data`` at ``path``, written only where the file differs (a race's runs share it)."""
+    """``data`` at ``path``, written only where the file differs (a race's runs share it);
+    the absolute path, since the searches run from the checkout, not from the race's folder."""
+    path = path.resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.is_file() or path.read_bytes() != data:
         path.write_bytes(data)

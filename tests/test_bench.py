@@ -224,13 +224,17 @@ def test_save_every_step_bench_runs_both_ways_and_restores_pruning(capsys):
 # -- bench/race.py: the race on tasks the search was not tuned on (issue 50) -----------------
 
 
-def test_race_has_six_tasks_or_more_each_passing_the_checks_without_training(tmp_path):
+def test_race_has_six_tasks_or_more_each_passing_the_checks_without_training(tmp_path, monkeypatch):
     race = bench_module("race")
     tasks = race.race_tasks
     assert len(tasks.TASKS) >= 6 and {"digits", "python_source"} <= set(tasks.TASKS)
     assert all(task["step_hint"] > 0 for task in tasks.TASKS.values())
-    assert tasks.problems(list(tasks.TASKS), tmp_path, None) == []
-    assert (tmp_path / "python_reference.txt").stat().st_size > 100_000  # the corpus, written
+    monkeypatch.chdir(tmp_path)  # `--out race`: a folder relative to where the race starts
+    assert tasks.problems(list(tasks.TASKS), Path("race"), None) == []
+    corpus = tmp_path / "race" / "python_reference.txt"
+    assert corpus.stat().st_size > 100_000  # the corpus, written
+    # the searches run from the checkout: a task's corpus is named by its absolute path
+    assert f"data.path={corpus}" in tasks.command("python_reference", Path("race"))
     trials = race.race_runs.algoperf_trials(200, gpt=True)  # AlgoPerf v0.5.0's five points
     assert len(trials) == 5 and all("trainer.max_steps=200" in t for t in trials)
     assert "scheduler.warmup_steps=20" in trials[0] and "model.dropout=0.1" in trials[4]
