@@ -135,8 +135,9 @@ def algoperf_pick(command, step_hint: int, folder: Path, trials: int = 5, limit=
 def search(command, overrides: list[str], folder: Path) -> tuple[list[str], str, dict | None]:
     """One autotune search (a sweep in its own process): the pick's overrides (empty: the
     command was kept), its verdict, and its stated interval for a new seed's samples to
-    target (``recipe.samples_to_target_next_seed``; None where it states none)."""
-    sweep = Path(folder)
+    target (``recipe.samples_to_target_next_seed``; None where it states none). The sweep
+    runs from the checkout: its folder is passed as an absolute path."""
+    sweep = Path(folder).resolve()
     args = [
         sys.executable,
         str(ROOT / "run.py"),

@@ -246,6 +246,28 @@ def test_race_has_six_tasks_or_more_each_passing_the_checks_without_training(tmp
     assert race.parse([]).runs == ["default", "hand", "algoperf", "random", "autotune"]
 
 
+def test_race_search_writes_its_sweep_under_a_relative_out_folder(tmp_path, monkeypatch):
+    """A search runs from the checkout; with `--out race` its sweep still lands in the race's
+    folder, where the race reads the pick."""
+    runs = bench_module("race").race_runs
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "race" / "autotune0"
+
+    def run(args, **kwargs):
+        assert f"hydra.sweep.dir={sweep}" in args and kwargs["cwd"] == runs.ROOT
+        sweep.mkdir(parents=True)
+        recipe = {"found": ["optimizer=muon"], "samples_to_target_next_seed": [1, 2]}
+        (sweep / "autotune.json").write_text(json.dumps({"recipe": recipe, "verdict": "v"}))
+        return subprocess.CompletedProcess(args, 0, "", "")
+
+    monkeypatch.setattr(runs.subprocess, "run", run)
+    assert runs.search(["model=mlp"], [], Path("race/autotune0")) == (
+        ["optimizer=muon"],
+        "v",
+        [1, 2],
+    )
+
+
 def test_race_reads_the_frozen_search_settings_and_refuses_changed_ones(tmp_path):
     tasks = bench_module("race").race_tasks
     frozen = tasks.load_frozen()
